@@ -1,0 +1,171 @@
+"""`[tool.hashreplay]` read into one validated model; precedence file < environment < explicit.
+
+The precedence is coded once, in `load_config`, and every front end (pytest plugin, CLI,
+`hashreplay.install()`, `hashreplay serve`) goes through it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ._constants import MODE_ENV, RECORDINGS_DIRNAME, ROOT_ENV
+from ._errors import ConfigError
+from ._mode import Mode
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+
+PYPROJECT = "pyproject.toml"
+
+
+class ModeSource(str, Enum):
+    """Where the effective mode came from (shown by `hashreplay status`)."""
+
+    DEFAULT = "default"
+    FILE = "config"
+    ENV = "env"
+    OPTION = "option"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Config(BaseModel):
+    """The validated `[tool.hashreplay]` table (DESIGN.md §9)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+    mode: Mode = Mode.REPLAY
+    recordings_dir: str = RECORDINGS_DIRNAME
+    passthrough: tuple[str, ...] = ()
+    match_headers: tuple[str, ...] = ()
+    ignore_body_keys: tuple[str, ...] = ()
+    redact_keys: tuple[str, ...] = ()
+    keep_response_headers: tuple[str, ...] = ()
+    callables: tuple[str, ...] = ()
+
+    # Filled in by load_config, never read from the file.
+    root: Path = Field(default_factory=Path.cwd, exclude=True)
+    mode_source: ModeSource = Field(default=ModeSource.DEFAULT, exclude=True)
+    config_file: Path | None = Field(default=None, exclude=True)
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _parse_mode(cls, value: object) -> Mode:
+        return Mode.parse(value)
+
+    @field_validator("match_headers", "keep_response_headers", mode="after")
+    @classmethod
+    def _lower_headers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted({v.lower() for v in value}))
+
+    @property
+    def common_dir(self) -> Path:
+        """The common recordings directory: `recordings_dir` relative to the project root."""
+        return (self.root / self.recordings_dir).resolve()
+
+    @property
+    def state_dir(self) -> Path:
+        from ._constants import STATE_DIRNAME
+
+        return self.root / STATE_DIRNAME
+
+    def with_mode(self, mode: Mode, source: ModeSource) -> Config:
+        return self.model_copy(update={"mode": mode, "mode_source": source})
+
+
+def project_root(explicit: Path | str | None = None) -> Path:
+    """The project root outside pytest: explicit, else `HASHREPLAY_ROOT`, else the cwd."""
+    if explicit is not None:
+        return Path(explicit).resolve()
+    env = os.environ.get(ROOT_ENV)
+    return Path(env).resolve() if env else Path.cwd().resolve()
+
+
+def read_table(pyproject: Path) -> dict[str, Any]:
+    """The raw `[tool.hashreplay]` table of one file (empty when the file or table is absent)."""
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        msg = f"cannot read {pyproject}: {exc}"
+        raise ConfigError(msg) from exc
+    table = data.get("tool", {}).get("hashreplay", {})
+    if not isinstance(table, dict):
+        msg = f"{pyproject}: [tool.hashreplay] must be a table, got {type(table).__name__}"
+        raise ConfigError(msg)
+    return table
+
+
+def load_config(
+    root: Path | str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    mode: str | Mode | None = None,
+    **overrides: Any,
+) -> Config:
+    """Build the effective config: `pyproject.toml` < environment < explicit arguments.
+
+    `mode` is the command-line/explicit mode (highest precedence). Other keyword arguments
+    override file values of the same name (used by `hashreplay serve` options).
+    """
+    env = os.environ if env is None else env
+    root_path = project_root(root)
+    pyproject = root_path / PYPROJECT
+    table = read_table(pyproject)
+    internal = sorted(_INTERNAL & table.keys())
+    if internal:
+        known = ", ".join(sorted(k for k in Config.model_fields if k not in _INTERNAL))
+        msg = (
+            f"invalid [tool.hashreplay] in {pyproject}:\n"
+            f"  unknown key {internal[0]!r}; valid keys are: {known}"
+        )
+        raise ConfigError(msg)
+    source = ModeSource.FILE if "mode" in table else ModeSource.DEFAULT
+    values: dict[str, Any] = dict(table)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    where = str(pyproject) if pyproject.exists() else "configuration"
+    try:
+        config = Config.model_validate(
+            {**values, "root": root_path, "config_file": pyproject if table else None}
+        )
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, where)) from None
+    except ConfigError as exc:  # pragma: no cover - pydantic wraps validator errors
+        raise ConfigError(f"{where}: [tool.hashreplay] {exc}") from None
+    env_mode = env.get(MODE_ENV)
+    if mode is not None:
+        config = config.with_mode(Mode.parse(mode, source="--inference-mode"), ModeSource.OPTION)
+    elif env_mode:
+        config = config.with_mode(Mode.parse(env_mode, source=MODE_ENV), ModeSource.ENV)
+    else:
+        config = config.with_mode(config.mode, source)
+    return config
+
+
+def _explain(exc: ValidationError, where: str) -> str:
+    known = ", ".join(sorted(k for k in Config.model_fields if k not in _INTERNAL))
+    lines = [f"invalid [tool.hashreplay] in {where}:"]
+    for error in exc.errors():
+        key = ".".join(str(p) for p in error["loc"]) or "(table)"
+        if error["type"] == "extra_forbidden":
+            lines.append(f"  unknown key {key!r}; valid keys are: {known}")
+        elif key == "mode":
+            lines.append(f"  mode: {error['msg'].removeprefix('Value error, ')}")
+        else:
+            got = error.get("input")
+            lines.append(f"  {key}: {error['msg']} (got {got!r})")
+    return "\n".join(lines)
+
+
+_INTERNAL = frozenset({"root", "mode_source", "config_file"})

@@ -1,0 +1,37 @@
+"""The current test id: a ContextVar (concurrent asyncio tasks keep theirs) with a
+process-wide fallback, so calls from threads an SDK starts still find their test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Final
+
+_UNSET: Final = "\x00unset"
+_current: ContextVar[str | None] = ContextVar("hashreplay_test_id", default=_UNSET)
+_process_wide: list[str | None] = [None]
+
+
+def current_test_id() -> str | None:
+    """The test id of the calling context, else the process-wide one, else None."""
+    value = _current.get()
+    return _process_wide[0] if value == _UNSET else value
+
+
+def set_process_test_id(test_id: str | None) -> None:
+    """Set the test id seen by threads and tasks that have no context of their own."""
+    _process_wide[0] = test_id
+
+
+@contextmanager
+def test_context(test_id: str | None) -> Iterator[None]:
+    """Run a block (and the tasks it creates) as test `test_id`; None means outside any test."""
+    token = _current.set(test_id)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+test_context.__test__ = False  # type: ignore[attr-defined]  # not a pytest test

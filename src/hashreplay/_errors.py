@@ -1,0 +1,33 @@
+"""One exception root; every error says what happened, where, and what to do next."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class HashReplayError(Exception):
+    """Root of every error hashreplay raises."""
+
+
+class ConfigError(HashReplayError):
+    """Invalid configuration: an unknown key, a wrong type, an invalid mode."""
+
+
+class RecordingError(HashReplayError):
+    """A recording file that cannot be used: unreadable, truncated, wrong version, unsafe type."""
+
+    def __init__(self, path: Path | str | None, problem: str) -> None:
+        self.path = None if path is None else Path(path)
+        self.problem = problem
+        where = f"recording {self.path}" if self.path is not None else "recording"
+        super().__init__(f"{where}: {problem}")
+
+
+class ReplayMiss(HashReplayError):
+    """A request had no recording in replay mode. Its message is the full miss report."""
+
+    def __init__(self, report: str, *, test_id: str | None, request_hash: str) -> None:
+        self.report = report
+        self.test_id = test_id
+        self.request_hash = request_hash
+        super().__init__(report)

@@ -1,0 +1,115 @@
+"""The request hash (DESIGN.md §3, contract) and model-list naming.
+
+`xxh3_128` hex of the canonical JSON (orjson, sorted keys) of method, endpoint, normalised
+body and test id. A changed hash for the same request is a contract break: golden hashes are
+pinned in tests/unit/test_hashing.py and any change needs a KEY_VERSION bump.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import orjson
+import xxhash
+
+from ._constants import MODEL_LIST_PREFIX
+
+#: Path endings of model-list calls (`GET`): hashed without the test id, shared by every test.
+MODEL_LIST_SUFFIXES: tuple[str, ...] = ("/models", "/api/tags", "/api/ps")
+
+_CANONICAL = orjson.OPT_SORT_KEYS
+
+
+def canonical_json(value: Any) -> bytes:
+    """Compact JSON with sorted keys: the bytes that are hashed."""
+    return orjson.dumps(value, option=_CANONICAL)
+
+
+def digest(data: bytes) -> str:
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def endpoint_of(url: str, is_secret_query: Any = None) -> str:
+    """URL path plus its query sorted, with credential parameters removed; no host, no port.
+
+    `is_secret_query(name) -> bool` decides which parameters are credentials (the redactor's).
+    """
+    parts = urlsplit(url)
+    path = parts.path or "/"
+    if not parts.query:
+        return path
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    if is_secret_query is not None:
+        pairs = [(k, v) for k, v in pairs if not is_secret_query(k)]
+    if not pairs:
+        return path
+    return f"{path}?{urlencode(sorted(pairs))}"
+
+
+def is_model_list(
+    method: str, endpoint: str, suffixes: Iterable[str] = MODEL_LIST_SUFFIXES
+) -> bool:
+    """`GET …/models`, `…/api/tags`, `…/api/ps` (also behind a prefix such as `/v1/v1/models`)."""
+    if method.upper() != "GET":
+        return False
+    path = endpoint.split("?", 1)[0].rstrip("/")
+    return path.endswith(tuple(suffixes))
+
+
+def request_hash(
+    method: str,
+    endpoint: str,
+    body: Any,
+    test_id: str | None,
+    *,
+    headers: Mapping[str, str | None] | None = None,
+    shared: bool = False,
+) -> str:
+    """The file name (without `.json`) of a request.
+
+    `body` must already be redacted and normalised. `shared` (model lists) leaves the test id
+    out so every test finds the same recording. `headers` are the `match_headers` values and
+    are only part of the hash when that option is set.
+    """
+    payload: dict[str, Any] = {"method": method.upper(), "endpoint": endpoint, "body": body}
+    if not shared:
+        payload["test_id"] = test_id
+    if headers:
+        payload["headers"] = dict(headers)
+    return digest(canonical_json(payload))
+
+
+def model_ids(body: Any) -> list[str]:
+    """The model ids a model-list response names (OpenAI `data[].id`, Ollama `models[].name`)."""
+    found: set[str] = set()
+    if isinstance(body, dict):
+        for list_key in MODEL_LIST_KEYS:
+            items = body.get(list_key)
+            if isinstance(items, list):
+                for item in items:
+                    ident = model_id(item)
+                    if ident is not None:
+                        found.add(ident)
+    return sorted(found)
+
+
+#: Where model lists keep their entries, and which field names an entry.
+MODEL_LIST_KEYS: tuple[str, ...] = ("data", "models")
+MODEL_ID_KEYS: tuple[str, ...] = ("id", "name", "model")
+
+
+def model_id(item: Any) -> str | None:
+    if isinstance(item, dict):
+        for key in MODEL_ID_KEYS:
+            value = item.get(key)
+            if isinstance(value, str):
+                return value
+    return None
+
+
+def model_list_filename(hash_hex: str, ids: Iterable[str]) -> str:
+    """`models-<hash>-<8 hex digest of the sorted model ids>.json`."""
+    ids_digest = digest("\n".join(sorted(ids)).encode())[:8]
+    return f"{MODEL_LIST_PREFIX}{hash_hex}-{ids_digest}.json"

@@ -1,0 +1,296 @@
+"""Request and response normalisers (DESIGN.md §3, §5).
+
+The request normaliser makes semantically equal requests byte-equal before hashing; the
+response normaliser replaces per-call values (ids, timestamps, durations) before writing, so
+a re-record of unchanged behaviour is a zero-line diff. Provider rules are data (the tables
+below), not code paths. Both functions are deterministic and idempotent.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from typing import Any
+
+from ._constants import FIXED_EPOCH, STABLE_ID_PREFIX
+
+FLOAT_DIGITS = 5
+_DECIMAL_IN_TEXT = re.compile(r"-?\d+\.\d{4,}")
+_QUANTUM = Decimal(1).scaleb(-FLOAT_DIGITS)
+_INT64 = 2**63
+
+# --- response rules (data, not code) -------------------------------------------------------
+
+#: Keys whose non-null string values are per-call ids, replaced by stable `rec-…` ids.
+RESPONSE_ID_KEYS: frozenset[str] = frozenset({"id", "call_id", "responseId"})
+#: Keys whose non-null values are creation/completion times: numbers → 0, strings → epoch.
+RESPONSE_TIME_KEYS: frozenset[str] = frozenset(
+    {"created", "created_at", "completed_at", "createTime", "updateTime"}
+)
+#: Keys whose non-null values are measured durations (Ollama reports nanoseconds) → 0.
+RESPONSE_DURATION_KEYS: frozenset[str] = frozenset(
+    {
+        "total_duration",
+        "load_duration",
+        "prompt_eval_duration",
+        "eval_duration",
+        "processing_ms",
+    }
+)
+#: Keys whose non-null values are random padding with no meaning → fixed value.
+RESPONSE_CLEARED_KEYS: Mapping[str, Any] = {"obfuscation": ""}
+
+#: Response headers kept by default: the ones that change how a client parses or retries.
+KEPT_RESPONSE_HEADERS: frozenset[str] = frozenset(
+    {"content-type", "retry-after", "retry-after-ms", "x-should-retry"}
+)
+
+#: Request headers worth keeping in a file for review; the rest (user agents, SDK/OS
+#: versions, retry counters, lengths) differ between machines and runs and would churn diffs.
+KEPT_REQUEST_HEADERS: frozenset[str] = frozenset(
+    {
+        "content-type",
+        "accept",
+        "anthropic-version",
+        "anthropic-beta",
+        "openai-beta",
+        "openai-organization",
+        "openai-project",
+    }
+)
+
+
+# --- request normalisation -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestRules:
+    """What the request normaliser needs besides the value itself."""
+
+    #: Key names dropped at any depth (`request_id`) or dotted paths from the root
+    #: (`metadata.trace_id`).
+    ignore_body_keys: tuple[str, ...] = ()
+
+    @property
+    def ignored_names(self) -> frozenset[str]:
+        return frozenset(k for k in self.ignore_body_keys if "." not in k)
+
+    @property
+    def ignored_paths(self) -> frozenset[tuple[str, ...]]:
+        return frozenset(tuple(k.split(".")) for k in self.ignore_body_keys if "." in k)
+
+
+def normalise_number(value: float) -> int | float:
+    """`1.0` → `1`; other floats rounded to 5 decimals (and `2.000001` → `2`)."""
+    if math.isnan(value) or math.isinf(value):
+        return value
+    rounded = round(value, FLOAT_DIGITS)
+    if rounded.is_integer() and abs(rounded) < _INT64:
+        return int(rounded)
+    return rounded
+
+
+def _render_decimal(match: re.Match[str]) -> str:
+    try:
+        return str(Decimal(match.group(0)).quantize(_QUANTUM, rounding=ROUND_HALF_EVEN))
+    except InvalidOperation:  # pragma: no cover - the regex only matches plain decimals
+        return match.group(0)
+
+
+def normalise_text(text: str, id_map: Mapping[str, str] | None = None) -> str:
+    """NFC, decimals with 4+ fractional digits re-rendered with 5, known ids mapped."""
+    if not text.isascii() and not unicodedata.is_normalized("NFC", text):
+        text = unicodedata.normalize("NFC", text)
+    if "." in text:
+        text = _DECIMAL_IN_TEXT.sub(_render_decimal, text)
+    if id_map:
+        text = map_ids(text, id_map)
+    return text
+
+
+def map_ids(text: str, id_map: Mapping[str, str]) -> str:
+    """Replace every original id that `text` contains by its stable form."""
+    stable = id_map.get(text)
+    if stable is not None:
+        return stable
+    for original, replacement in id_map.items():
+        if original in text:
+            text = text.replace(original, replacement)
+    return text
+
+
+def normalise_request_body(
+    value: Any,
+    rules: RequestRules | None = None,
+    id_map: Mapping[str, str] | None = None,
+) -> Any:
+    """The body as hashed: numbers by value, NFC text, ignored keys dropped, ids mapped."""
+    rules = rules or _NO_RULES
+    names = rules.ignored_names
+    paths = rules.ignored_paths
+    return _normalise(value, names, paths, (), id_map)
+
+
+_NO_RULES = RequestRules()
+
+
+def _normalise(
+    value: Any,
+    names: frozenset[str],
+    paths: frozenset[tuple[str, ...]],
+    path: tuple[str, ...],
+    id_map: Mapping[str, str] | None,
+) -> Any:
+    if isinstance(value, str):
+        return normalise_text(value, id_map)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if -_INT64 <= value < _INT64 else str(value)
+    if isinstance(value, float):
+        return normalise_number(value)
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            k = normalise_text(str(key))
+            if k in names:
+                continue
+            child = (*path, k) if paths else path
+            if paths and child in paths:
+                continue
+            out[k] = _normalise(item, names, paths, child, id_map)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_normalise(item, names, paths, path, id_map) for item in value]
+    return value
+
+
+# --- response normalisation ----------------------------------------------------------------
+
+
+@dataclass
+class IdRegistry:
+    """Original → stable ids for one recording file.
+
+    `stable` holds the in-memory pairs (never written); `facts` holds what the file may keep:
+    which stable id replaced the value at which field.
+    """
+
+    base: str
+    stable: dict[str, str] = field(default_factory=dict)
+    facts: dict[str, str] = field(default_factory=dict)
+
+    def assign(self, original: str, where: str) -> str:
+        found = self.stable.get(original)
+        if found is not None:
+            return found
+        n = len(self.facts)
+        new = f"{STABLE_ID_PREFIX}{self.base}" + (f"-{n}" if n else "")
+        while new in self.facts:  # a file re-opened with earlier facts
+            n += 1
+            new = f"{STABLE_ID_PREFIX}{self.base}-{n}"
+        self.stable[original] = new
+        self.facts[new] = where
+        return new
+
+
+def new_id_registry(request_hash: str, facts: Mapping[str, str] | None = None) -> IdRegistry:
+    return IdRegistry(base=request_hash[:12], facts=dict(facts or {}))
+
+
+def normalise_response_values(
+    values: Iterable[Any],
+    ids: IdRegistry,
+    *,
+    rewrite_ids: bool = True,
+    rewrite_times: bool = True,
+    where: str = "response.body",
+    item_suffix: str = "",
+) -> list[Any]:
+    """Normalise the body (or the ordered stream chunks) of one response.
+
+    Ids are collected over all values first (so a chunk that references an id defined by a
+    later chunk is still mapped), then every occurrence of an original id anywhere in the
+    values is replaced by its stable form. Model lists pass `rewrite_ids=False,
+    rewrite_times=False`: their ids are model names and their times are facts.
+    """
+    values = list(values)
+    if rewrite_ids:
+        for index, value in enumerate(values):
+            label = where if len(values) == 1 else f"{where}[{index}]{item_suffix}"
+            _collect_ids(value, ids, label)
+    mapping = ids.stable if rewrite_ids else {}
+    return [_rewrite(value, mapping, rewrite_times) for value in values]
+
+
+def _collect_ids(value: Any, ids: IdRegistry, where: str) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            here = f"{where}.{key}"
+            if (
+                key in RESPONSE_ID_KEYS
+                and isinstance(item, str)
+                and item
+                and not item.startswith(STABLE_ID_PREFIX)
+            ):
+                ids.assign(item, here)
+            else:
+                _collect_ids(item, ids, here)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _collect_ids(item, ids, f"{where}[{index}]")
+
+
+def _rewrite(value: Any, id_map: Mapping[str, str], times: bool) -> Any:
+    if isinstance(value, str):
+        return map_ids(value, id_map) if id_map else value
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if item is not None and times:
+                replaced = _fixed_value(key, item)
+                if replaced is not _KEEP:
+                    out[key] = replaced
+                    continue
+            out[key] = _rewrite(item, id_map, times)
+        return out
+    if isinstance(value, list):
+        return [_rewrite(item, id_map, times) for item in value]
+    return value
+
+
+_KEEP = object()
+
+
+def _fixed_value(key: str, value: Any) -> Any:
+    if key in RESPONSE_TIME_KEYS and not isinstance(value, (dict, list, bool)):
+        return FIXED_EPOCH if isinstance(value, str) else 0
+    if key in RESPONSE_DURATION_KEYS and isinstance(value, (int, float)):
+        return 0
+    if key in RESPONSE_CLEARED_KEYS and not isinstance(value, (dict, list)):
+        return RESPONSE_CLEARED_KEYS[key]
+    return _KEEP
+
+
+# --- headers -------------------------------------------------------------------------------
+
+
+def filter_headers(
+    headers: Iterable[tuple[str, str]],
+    keep: Iterable[str],
+    transform: Callable[[str, str], str] | None = None,
+) -> dict[str, str]:
+    """Lower-cased headers whose names are in `keep`; repeated headers joined with ', '."""
+    allowed = frozenset(keep)
+    out: dict[str, str] = {}
+    for name, raw in headers:
+        lname = name.lower()
+        if lname not in allowed:
+            continue
+        value = raw if transform is None else transform(lname, raw)
+        out[lname] = f"{out[lname]}, {value}" if lname in out else value
+    return out

@@ -1,0 +1,103 @@
+"""The recording file format (DESIGN.md §4, contract) as validated models.
+
+A file holds one request (as normalised and hashed, so its name can always be recomputed)
+and the ordered responses that identical requests of one test received: `response` is the
+first, `later_responses` the rest (absent when there is only one).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._bodies import BodyEncoding
+from ._constants import FORMAT_VERSION, KEY_VERSION
+from ._streams import StreamFormat
+
+
+class _Model(BaseModel):
+    # Unknown fields are kept (and written back) so a file made by a newer minor version
+    # of hashreplay, or annotated by hand, is never silently stripped.
+    model_config = ConfigDict(extra="allow", use_enum_values=False)
+
+
+class RecordedRequest(_Model):
+    method: str
+    url: str
+    endpoint: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: Any = None
+    body_encoding: BodyEncoding = BodyEncoding.JSON
+    model: str | None = None
+
+
+class RecordedException(_Model):
+    #: Qualified name of the exception class, e.g. `httpx.ReadTimeout`.
+    type: str
+    message: str
+    args: list[Any] = Field(default_factory=list)
+
+
+class RecordedResponse(_Model):
+    #: HTTP status; None when the exchange failed before a response arrived.
+    status: int | None
+    headers: dict[str, str] = Field(default_factory=dict)
+    #: JSON value, text or base64 (see `body_encoding`); for streams the ordered events,
+    #: lines or chunks (see `stream_format`).
+    body: Any = None
+    body_encoding: BodyEncoding = BodyEncoding.JSON
+    is_streaming: bool = False
+    stream_format: StreamFormat | None = None
+    is_exception: bool = False
+    exception: RecordedException | None = None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json")
+        for optional in ("stream_format", "exception"):
+            if data.get(optional) is None:
+                data.pop(optional, None)
+        return data
+
+
+class Recording(_Model):
+    format_version: int
+    key_version: int
+    test_id: str | None
+    request: RecordedRequest
+    response: RecordedResponse
+    later_responses: list[RecordedResponse] = Field(default_factory=list)
+    #: Stable facts only: which stable id replaced the value of which field.
+    id_normalization_mapping: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def responses(self) -> list[RecordedResponse]:
+        return [self.response, *self.later_responses]
+
+    def with_responses(self, responses: list[RecordedResponse]) -> Recording:
+        return self.model_copy(update={"response": responses[0], "later_responses": responses[1:]})
+
+    def to_json_dict(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json", exclude={"response", "later_responses"})
+        data["response"] = self.response.to_json_dict()
+        if self.later_responses:
+            data["later_responses"] = [r.to_json_dict() for r in self.later_responses]
+        return data
+
+
+def new_recording(
+    *,
+    test_id: str | None,
+    request: RecordedRequest,
+    responses: list[RecordedResponse],
+    id_mapping: dict[str, str] | None = None,
+) -> Recording:
+    return Recording(
+        format_version=FORMAT_VERSION,
+        key_version=KEY_VERSION,
+        test_id=test_id,
+        request=request,
+        response=responses[0],
+        later_responses=responses[1:],
+        id_normalization_mapping=dict(id_mapping or {}),
+    )

@@ -1,0 +1,142 @@
+"""Secret redaction (DESIGN.md §7): by key, recursively, and by value shape.
+
+Runs before anything is written and on every incoming request before hashing, so a
+recording made with one key replays with another or with none. It cannot be switched off;
+`redact_keys` only adds names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+
+from ._constants import SECRET_PLACEHOLDER
+
+#: Secret key names (compared case-insensitively, with `-` and `_` treated alike).
+SECRET_KEYS: frozenset[str] = frozenset(
+    {
+        "authorization",
+        "proxy_authorization",
+        "api_key",
+        "apikey",
+        "x_api_key",
+        "x_goog_api_key",
+        "token",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "cookie",
+        "set_cookie",
+        "secret",
+        "client_secret",
+        "password",
+        "session_key",
+    }
+)
+
+#: Query parameters that carry credentials in URLs (Gemini's `?key=`, signed URLs, …).
+SECRET_QUERY_KEYS: frozenset[str] = SECRET_KEYS | frozenset(
+    {"key", "sig", "signature", "x_amz_signature", "x_amz_security_token", "code"}
+)
+
+#: A secret-named key is left alone inside a dict that also has one of these keys: OpenAI
+#: and Ollama log-probabilities are `{"token": " Hello", "logprob": -0.1}`.
+NOT_SECRET_BESIDE: Mapping[str, frozenset[str]] = {"token": frozenset({"logprob", "logprobs"})}
+
+#: Value shapes that are secrets wherever they appear (in text, URLs, exception messages).
+SECRET_SHAPES: tuple[str, ...] = (
+    r"\b[Bb]earer\s+[A-Za-z0-9._~+/=\-]{8,}",
+    r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_\-]{16,}",
+    r"\bAIza[0-9A-Za-z_\-]{35}",
+    r"\b(?:gsk|xai|pplx|ghp|gho|ghs|ghu|github_pat|glpat|nvapi|r8)_[A-Za-z0-9_\-]{16,}",
+    r"\bhf_[A-Za-z0-9]{30,}",
+    r"\bxox[abprs]-[A-Za-z0-9\-]{10,}",
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
+)
+_SHAPES = re.compile("|".join(f"(?:{s})" for s in SECRET_SHAPES))
+_QUERY_IN_TEXT = re.compile(r"([?&])([A-Za-z0-9_\-]+)=([^&#\s\"'<>]+)")
+
+
+def _fold(key: str) -> str:
+    return key.lower().replace("-", "_")
+
+
+class Redactor:
+    """Removes secrets from headers, URLs, bodies and text. Immutable and cheap to share."""
+
+    def __init__(self, extra_keys: Iterable[str] = ()) -> None:
+        self.keys = SECRET_KEYS | frozenset(_fold(k) for k in extra_keys)
+        self.query_keys = SECRET_QUERY_KEYS | self.keys
+
+    def is_secret_key(self, key: str) -> bool:
+        return _fold(key) in self.keys
+
+    def text(self, text: str) -> str:
+        """Replace secret-shaped values and credential query parameters inside free text."""
+        if _SHAPES.search(text) is not None:
+            text = _SHAPES.sub(SECRET_PLACEHOLDER, text)
+        if "=" in text and ("?" in text or "&" in text):
+            text = _QUERY_IN_TEXT.sub(self._query_match, text)
+        return text
+
+    def _query_match(self, match: re.Match[str]) -> str:
+        if _fold(match.group(2)) in self.query_keys and match.group(3) != SECRET_PLACEHOLDER:
+            return f"{match.group(1)}{match.group(2)}={SECRET_PLACEHOLDER}"
+        return match.group(0)
+
+    def value(self, value: Any) -> Any:
+        """A copy of a JSON-like value with secrets removed, by key and by shape."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            out: dict[Any, Any] = {}
+            for key, item in value.items():
+                if (
+                    isinstance(key, str)
+                    and item is not None
+                    and self.is_secret_key(key)
+                    and not (NOT_SECRET_BESIDE.get(_fold(key), frozenset()) & value.keys())
+                ):
+                    out[key] = SECRET_PLACEHOLDER
+                else:
+                    out[key] = self.value(item)
+            return out
+        if isinstance(value, (list, tuple)):
+            return [self.value(item) for item in value]
+        return value
+
+    def header(self, name: str, value: str) -> str:
+        if self.is_secret_key(name):
+            return SECRET_PLACEHOLDER
+        return self.text(value)
+
+    def headers(self, headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        return [(name, self.header(name, value)) for name, value in headers]
+
+    def url(self, url: str) -> str:
+        """The URL with credential query values and userinfo passwords removed."""
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, _, host = netloc.rpartition("@")
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}:{SECRET_PLACEHOLDER}@{host}" if ":" in userinfo else netloc
+        query = self.query(parts.query)
+        return self.text(urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)))
+
+    def query(self, query: str) -> str:
+        """A query string with credential values replaced (order kept)."""
+        if not query:
+            return query
+        pairs = parse_qsl(query, keep_blank_values=True)
+        return "&".join(
+            f"{quote(k, safe='')}="
+            + (SECRET_PLACEHOLDER if self.is_query_secret(k) else quote(v, safe=""))
+            for k, v in pairs
+        )
+
+    def is_query_secret(self, key: str) -> bool:
+        return _fold(key) in self.query_keys

@@ -1,0 +1,158 @@
+"""The replay miss report (DESIGN.md §6, contract).
+
+Built only on a miss, so the common path pays nothing: the nearest recording is searched
+lazily among the files of the test's directory and the common directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._constants import MODEL_LIST_PREFIX, RECORD_COMMAND
+from ._diff import count_differences, first_difference
+from ._errors import RecordingError
+from ._store import read_recording
+
+if TYPE_CHECKING:
+    from ._recording import Recording
+    from ._session import Prepared, Session
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    path: Path
+    recording: Recording
+    tier: int  # 0 same test+endpoint, 1 same test, 2 same endpoint (other test)
+    distance: int
+
+
+_TIERS = {
+    0: "same test and endpoint",
+    1: "same test, other endpoint",
+    2: "same endpoint, other test",
+}
+
+
+def _comparable(method: str, endpoint: str, body: Any) -> dict[str, Any]:
+    return {"method": method, "endpoint": endpoint, "body": body}
+
+
+def _candidates(session: Session, prep: Prepared) -> tuple[list[_Candidate], int]:
+    """Readable recordings near this request, and how many recordings the test has."""
+    found: list[_Candidate] = []
+    own = 0
+    incoming = _comparable(prep.request.method, prep.request.endpoint, prep.request.body)
+    seen: set[Path] = set()
+    for directory in session.store.search_dirs(prep.test_id):
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.glob("*.json")):
+            if path in seen or path.name.startswith(MODEL_LIST_PREFIX):
+                continue
+            seen.add(path)
+            try:
+                recording = read_recording(path)
+            except (RecordingError, OSError):
+                continue
+            same_test = recording.test_id == prep.test_id
+            own += same_test
+            req = recording.request
+            same_endpoint = (
+                req.endpoint == prep.request.endpoint and req.method == prep.request.method
+            )
+            if same_test and same_endpoint:
+                tier = 0
+            elif same_test:
+                tier = 1
+            elif same_endpoint:
+                tier = 2
+            else:
+                continue
+            distance = count_differences(_comparable(req.method, req.endpoint, req.body), incoming)
+            found.append(_Candidate(path, recording, tier, distance))
+    found.sort(key=lambda c: (c.tier, c.distance, c.path.name))
+    return found, own
+
+
+def _rel(session: Session, path: Path) -> str:
+    try:
+        return str(path.relative_to(session.config.root))
+    except ValueError:
+        return str(path)
+
+
+def miss_report(
+    session: Session,
+    prep: Prepared,
+    *,
+    problem: RecordingError | None = None,
+    recorded_count: int = 0,
+) -> str:
+    """The text that fails the test: what was asked, where we looked, what is nearest, and
+    the command that records it."""
+    req = prep.request
+    test = prep.test_id or "(no test: a request outside any test)"
+    lines = [
+        f"hashreplay: no recording for {req.method} {req.url} ({prep.mode.value} mode)",
+        f"  test:      {test}",
+        f"  hash:      {prep.hash}",
+    ]
+    searched = [
+        _rel(session, d / f"{prep.hash}.json") for d in session.store.search_dirs(prep.test_id)
+    ]
+    lines.append(f"  looked in: {', '.join(searched)}")
+    if problem is not None:
+        lines.append(f"  unreadable recording: {problem}")
+        lines.append("  the file was left untouched; fix or delete it, then re-record")
+    elif recorded_count:
+        times = "once" if recorded_count == 1 else f"{recorded_count} times"
+        lines.append(
+            f"  this request was recorded {times} in this test; call {recorded_count + 1} "
+            "has no recording (the code now makes more identical calls than when recorded)"
+        )
+    else:
+        lines.extend(_nearest_lines(session, prep))
+    if prep.test_id:
+        lines.append(f"  to record it: {RECORD_COMMAND.format(nodeid=prep.test_id)}")
+    else:
+        lines.append("  to record it: run the same code with INFERENCE_MODE=record-if-missing")
+    return "\n".join(lines)
+
+
+def _nearest_lines(session: Session, prep: Prepared) -> list[str]:
+    candidates, own = _candidates(session, prep)
+    lines: list[str] = []
+    if own == 0 and prep.test_id:
+        lines.append("  this test has no recordings yet (a new test, or one renamed or moved)")
+        exact = [
+            c
+            for c in candidates
+            if c.tier == 2 and c.distance == 0 and c.recording.test_id is not None
+        ]
+        if exact:
+            old = exact[0]
+            lines.append(
+                f"  {_rel(session, old.path)} of test {old.recording.test_id} has exactly this "
+                "request: was the test renamed or moved? Re-record, and prune the old recordings"
+            )
+            return lines
+    if not candidates:
+        if own:
+            lines.append(f"  no recording of this test or suite calls {req_line(prep)}")
+        return lines
+    best = candidates[0]
+    recorded = best.recording.request
+    diff = first_difference(
+        _comparable(recorded.method, recorded.endpoint, recorded.body),
+        _comparable(prep.request.method, prep.request.endpoint, prep.request.body),
+    )
+    lines.append(f"  nearest:   {_rel(session, best.path)} ({_TIERS[best.tier]})")
+    if diff is not None:
+        lines.append(f"  differs:   {diff.describe()}")
+    return lines
+
+
+def req_line(prep: Prepared) -> str:
+    return f"{prep.request.method} {prep.request.endpoint}"

@@ -1,0 +1,157 @@
+"""Typed values to and from JSON (DESIGN.md §2): pydantic models, exceptions, containers.
+
+A pydantic model is stored as `{"__type__": "<module>.<QualName>", "__data__": {...}}` and
+rebuilt as the same class. A recording must never be able to import arbitrary code: a type
+is only imported when its dotted name is under an allowed module prefix.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ._errors import RecordingError
+
+TYPE_KEY = "__type__"
+DATA_KEY = "__data__"
+EXCEPTION_KEY = "__exception__"
+
+#: Packages whose types recordings may name without configuration: the SDKs we support.
+DEFAULT_ALLOWED_PREFIXES: tuple[str, ...] = (
+    "openai",
+    "anthropic",
+    "ollama",
+    "google.genai",
+    "mistralai",
+    "groq",
+    "cohere",
+    "litellm",
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "httpcore2",
+    "pydantic",
+)
+#: Exceptions of the standard library may always be rebuilt (they cannot run code on import).
+_BUILTIN_MODULES = ("builtins",)
+
+
+class TypeAllowlist:
+    """Dotted-name prefixes under which classes may be imported when a recording is read."""
+
+    def __init__(self, prefixes: Iterable[str] = ()) -> None:
+        self.prefixes = tuple(sorted({*DEFAULT_ALLOWED_PREFIXES, *prefixes}))
+
+    def allows(self, dotted: str) -> bool:
+        return any(dotted == p or dotted.startswith(p + ".") for p in self.prefixes)
+
+
+def type_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def to_jsonable(value: Any) -> Any:
+    """A JSON-ready copy of `value` with pydantic models and exceptions wrapped."""
+    if isinstance(value, BaseModel):
+        return {TYPE_KEY: type_name(type(value)), DATA_KEY: value.model_dump(mode="json")}
+    if isinstance(value, BaseException):
+        return exception_to_json(value)
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def from_jsonable(data: Any, allowlist: TypeAllowlist, *, path: Any = None) -> Any:
+    """Rebuild what `to_jsonable` wrapped. `path` names the file in errors."""
+    if isinstance(data, dict):
+        if TYPE_KEY in data and DATA_KEY in data:
+            cls = resolve_type(str(data[TYPE_KEY]), allowlist, path=path)
+            return _build_model(cls, data[DATA_KEY], path)
+        if EXCEPTION_KEY in data:
+            return exception_from_json(data, allowlist, path=path)
+        return {k: from_jsonable(v, allowlist, path=path) for k, v in data.items()}
+    if isinstance(data, list):
+        return [from_jsonable(v, allowlist, path=path) for v in data]
+    return data
+
+
+def _build_model(cls: type, data: Any, path: Any) -> Any:
+    if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+        msg = f"type {type_name(cls)} is not a pydantic model"
+        raise RecordingError(path, msg)
+    try:
+        return cls.model_validate(data)
+    except ValidationError:
+        # The SDK's model drifted since the recording was made: keep the data as recorded.
+        if isinstance(data, dict):
+            return cls.model_construct(**data)
+        raise
+
+
+def resolve_type(dotted: str, allowlist: TypeAllowlist, *, path: Any = None) -> type:
+    """Import `module.QualName`, but only under the allowlist (or builtins)."""
+    module_name, _, _ = dotted.rpartition(".")
+    if not (allowlist.allows(dotted) or module_name in _BUILTIN_MODULES):
+        allowed = ", ".join(allowlist.prefixes)
+        msg = (
+            f"refusing to import type {dotted!r}: it is not under an allowed module prefix "
+            f"({allowed}); add its package to `callables` in [tool.hashreplay] if it is yours"
+        )
+        raise RecordingError(path, msg)
+    parts = dotted.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        module_path = ".".join(parts[:split])
+        try:
+            module = importlib.import_module(module_path)
+        except ImportError:
+            continue
+        obj: Any = module
+        try:
+            for attr in parts[split:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            break
+        if isinstance(obj, type):
+            return obj
+        break
+    msg = f"type {dotted!r} no longer exists (renamed or removed?); re-record this recording"
+    raise RecordingError(path, msg)
+
+
+def exception_to_json(exc: BaseException) -> dict[str, Any]:
+    return {
+        EXCEPTION_KEY: type_name(type(exc)),
+        "args": [to_jsonable(a) if _is_plain(a) else repr(a) for a in exc.args],
+        "message": str(exc),
+    }
+
+
+def _is_plain(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool, list, dict, BaseModel))
+
+
+def exception_from_json(
+    data: dict[str, Any], allowlist: TypeAllowlist, *, path: Any = None
+) -> BaseException:
+    """Rebuild a recorded exception as its own type, with its args and message."""
+    cls = resolve_type(str(data[EXCEPTION_KEY]), allowlist, path=path)
+    if not issubclass(cls, BaseException):
+        msg = f"type {type_name(cls)} is not an exception"
+        raise RecordingError(path, msg)
+    args = [from_jsonable(a, allowlist, path=path) for a in data.get("args", [])]
+    message = str(data.get("message", ""))
+    try:
+        exc = cls(*args)
+    except Exception:
+        # Constructors with required keyword arguments (SDK status errors need a response):
+        # build the instance without running __init__, keeping the recorded message.
+        exc = cls.__new__(cls)
+        BaseException.__init__(exc, *(args or [message]))
+    if str(exc) != message and message:
+        exc.__hashreplay_message__ = message  # type: ignore[attr-defined]
+    return exc

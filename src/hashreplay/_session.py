@@ -1,0 +1,498 @@
+"""The engine: mode, test context, the record/replay decision, per-test state, stats.
+
+Sans-I/O towards clients: adapters turn their request into an `IncomingRequest`, ask
+`prepare` + `replay` for a decision, and hand a finished live exchange to `record`. The
+engine reads and writes the store; it never imports an HTTP client.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._bodies import BodyEncoding, decode_body, encode_body, encode_request_body
+from ._config import Config
+from ._constants import MISS_HEADER, MISS_STATUS, TEST_ID_HEADER
+from ._context import current_test_id
+from ._errors import RecordingError, ReplayMiss
+from ._hashing import endpoint_of, is_model_list, model_id, model_ids, model_list_filename
+from ._hashing import request_hash as compute_hash
+from ._mode import Mode
+from ._normalise import (
+    KEPT_REQUEST_HEADERS,
+    KEPT_RESPONSE_HEADERS,
+    IdRegistry,
+    RequestRules,
+    filter_headers,
+    new_id_registry,
+    normalise_request_body,
+    normalise_response_values,
+)
+from ._recording import (
+    RecordedException,
+    RecordedRequest,
+    RecordedResponse,
+    Recording,
+    new_recording,
+)
+from ._redact import Redactor
+from ._report import miss_report
+from ._store import Store
+from ._streams import (
+    StreamFormat,
+    data_values,
+    parse_stream,
+    render_stream,
+    stream_format_for,
+    with_data_values,
+)
+
+
+@dataclass(frozen=True)
+class IncomingRequest:
+    """What an adapter knows of a request, before any redaction."""
+
+    method: str
+    url: str
+    headers: Sequence[tuple[str, str]]
+    content: bytes
+
+    def header(self, name: str) -> str | None:
+        lname = name.lower()
+        for key, value in self.headers:
+            if key.lower() == lname:
+                return value
+        return None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request after redaction and normalisation, with its hash and where it belongs."""
+
+    test_id: str | None
+    mode: Mode
+    hash: str
+    shared: bool
+    request: RecordedRequest
+
+
+@dataclass
+class LiveExchange:
+    """A finished live exchange as the client saw it (body already content-decoded)."""
+
+    status: int | None
+    headers: Sequence[tuple[str, str]]
+    chunks: list[bytes]
+    chunked: bool = False
+    exception: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """How an adapter answers a request from a recording."""
+
+    #: None: the recorded exchange failed before any response; raise the exception at once.
+    status: int | None
+    headers: list[tuple[str, str]]
+    chunks: list[bytes]
+    is_streaming: bool
+    exception_type: str | None = None
+    exception_message: str = ""
+    path: Path | None = None
+
+
+@dataclass
+class Stats:
+    replayed: int = 0
+    recorded: int = 0
+    missed: int = 0
+    passed_through: int = 0
+
+    def merge(self, other: Stats) -> None:
+        self.replayed += other.replayed
+        self.recorded += other.recorded
+        self.missed += other.missed
+        self.passed_through += other.passed_through
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "replayed": self.replayed,
+            "recorded": self.recorded,
+            "missed": self.missed,
+            "passed_through": self.passed_through,
+        }
+
+
+@dataclass
+class _Sequence:
+    """The responses of one hash within one test run, and their id registry."""
+
+    responses: list[RecordedResponse]
+    ids: IdRegistry
+    path: Path
+    calls: int = 0
+
+
+@dataclass
+class _TestState:
+    mode: Mode | None = None
+    sequences: dict[str, _Sequence] = field(default_factory=dict)
+    #: original → stable ids this test received while recording (never written).
+    id_map: dict[str, str] = field(default_factory=dict)
+    misses: list[ReplayMiss] = field(default_factory=list)
+
+
+class Session:
+    """One record/replay session (a pytest run, a server process, a proxy)."""
+
+    def __init__(self, config: Config, *, store: Store | None = None) -> None:
+        self.config = config
+        self.store = store or Store(config.root, config.common_dir)
+        self.redactor = Redactor(config.redact_keys)
+        self.rules = RequestRules(ignore_body_keys=config.ignore_body_keys)
+        self.kept_request_headers = (
+            KEPT_REQUEST_HEADERS | frozenset(config.match_headers) | self.redactor.keys
+        )
+        self.kept_response_headers = KEPT_RESPONSE_HEADERS | frozenset(config.keep_response_headers)
+        self.stats = Stats()
+        self.used_files: set[Path] = set()
+        self._tests: dict[str | None, _TestState] = {}
+        self._lock = threading.RLock()
+
+    # --- tests ----------------------------------------------------------------------------
+
+    def begin_test(self, test_id: str | None, mode: Mode | None = None) -> None:
+        with self._lock:
+            self._tests[test_id] = _TestState(mode=mode)
+
+    def end_test(self, test_id: str | None) -> list[ReplayMiss]:
+        """Forget a test's state; returns the misses it had (the plugin fails the test)."""
+        with self._lock:
+            state = self._tests.pop(test_id, None)
+        return state.misses if state else []
+
+    def take_misses(self, test_id: str | None) -> list[ReplayMiss]:
+        with self._lock:
+            state = self._tests.get(test_id)
+            if state is None or not state.misses:
+                return []
+            misses, state.misses = state.misses, []
+            return misses
+
+    def _state(self, test_id: str | None) -> _TestState:
+        state = self._tests.get(test_id)
+        if state is None:
+            state = self._tests[test_id] = _TestState()
+        return state
+
+    def mode_for(self, test_id: str | None) -> Mode:
+        state = self._tests.get(test_id)
+        if state is not None and state.mode is not None:
+            return state.mode
+        return self.config.mode
+
+    def is_passthrough(self, url: str) -> bool:
+        return any(url.startswith(prefix) for prefix in self.config.passthrough)
+
+    def intercepts(self, url: str) -> bool:
+        """Whether an adapter should hand this request to the engine at all."""
+        if self.is_passthrough(url):
+            return False
+        return self.mode_for(current_test_id()).intercepts
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def prepare(self, incoming: IncomingRequest, test_id: str | None = None) -> Prepared:
+        """Redact, normalise and hash a request (DESIGN.md §3, §7)."""
+        if test_id is None:
+            test_id = current_test_id()
+        method = incoming.method.upper()
+        redactor = self.redactor
+        url = redactor.url(incoming.url)
+        endpoint = endpoint_of(incoming.url, redactor.is_query_secret)
+        content_type = incoming.header("content-type")
+        raw_body, encoding = encode_request_body(incoming.content, content_type)
+        state = self._tests.get(test_id)
+        id_map = dict(state.id_map) if state is not None and state.id_map else None
+        body = normalise_request_body(redactor.value(raw_body), self.rules, id_map)
+        headers = filter_headers(
+            ((k, v) for k, v in incoming.headers if k.lower() != TEST_ID_HEADER.lower()),
+            self.kept_request_headers,
+            redactor.header,
+        )
+        match = (
+            {name: headers.get(name) for name in self.config.match_headers}
+            if self.config.match_headers
+            else None
+        )
+        shared = is_model_list(method, endpoint)
+        hash_hex = compute_hash(method, endpoint, body, test_id, headers=match, shared=shared)
+        model = body.get("model") if isinstance(body, dict) else None
+        request = RecordedRequest(
+            method=method,
+            url=url,
+            endpoint=endpoint,
+            headers=headers,
+            body=body,
+            body_encoding=encoding,
+            model=model if isinstance(model, str) else None,
+        )
+        return Prepared(test_id, self.mode_for(test_id), hash_hex, shared, request)
+
+    # --- replay -----------------------------------------------------------------------------
+
+    def replay(self, prep: Prepared) -> ReplayPlan | None:
+        """The recorded answer to this call, or None when there is none.
+
+        Identical requests within a test are answered in recorded order. Raises
+        RecordingError for a file that exists but cannot be used.
+        """
+        if prep.shared:
+            return self._replay_model_list(prep)
+        with self._lock:
+            seq = self._sequence(prep)
+            index = seq.calls
+            if index >= len(seq.responses):
+                return None
+            seq.calls += 1
+            self.stats.replayed += 1
+            self.used_files.add(seq.path)
+        return self.plan(seq.responses[index], seq.path)
+
+    def _sequence(self, prep: Prepared) -> _Sequence:
+        state = self._state(prep.test_id)
+        seq = state.sequences.get(prep.hash)
+        if seq is not None:
+            return seq
+        path = self.store.find(prep.test_id, prep.hash)
+        if path is None or prep.mode is Mode.RECORD:
+            seq = _Sequence(
+                [], new_id_registry(prep.hash), self.store.path_for(prep.test_id, prep.hash)
+            )
+        else:
+            recording = self.store.read(path)
+            seq = _Sequence(
+                recording.responses,
+                new_id_registry(prep.hash, recording.id_normalization_mapping),
+                path,
+            )
+        state.sequences[prep.hash] = seq
+        return seq
+
+    def _replay_model_list(self, prep: Prepared) -> ReplayPlan | None:
+        paths = self.store.model_list_paths(prep.hash, prep.test_id)
+        if not paths:
+            return None
+        recordings = [self.store.read(p) for p in paths]
+        merged = merge_model_lists([r.response for r in recordings])
+        with self._lock:
+            self.stats.replayed += 1
+            self.used_files.update(paths)
+        return self.plan(merged, paths[0])
+
+    def plan(self, response: RecordedResponse, path: Path | None = None) -> ReplayPlan:
+        """Bytes and headers that reproduce a recorded response for a client."""
+        headers = [(k, v) for k, v in response.headers.items() if k != "content-length"]
+        exc = response.exception if response.is_exception else None
+        exc_type = exc.type if exc else None
+        exc_message = exc.message if exc else ""
+        if response.is_streaming and response.stream_format is not None:
+            chunks = render_stream(response.stream_format, response.body or [])
+            return ReplayPlan(response.status, headers, chunks, True, exc_type, exc_message, path)
+        body = decode_body(response.body, response.body_encoding)
+        headers.append(("content-length", str(len(body))))
+        return ReplayPlan(
+            response.status,
+            headers,
+            [body] if body else [],
+            False,
+            exc_type,
+            exc_message,
+            path,
+        )
+
+    def miss(self, prep: Prepared, problem: RecordingError | None = None) -> ReplayMiss:
+        """Note a replay miss (the test will fail) and return it; never raises it."""
+        with self._lock:
+            state = self._tests.get(prep.test_id)
+            seq = state.sequences.get(prep.hash) if state else None
+            recorded_count = len(seq.responses) if seq else 0
+        report = miss_report(self, prep, problem=problem, recorded_count=recorded_count)
+        miss = ReplayMiss(self.redactor.text(report), test_id=prep.test_id, request_hash=prep.hash)
+        with self._lock:
+            self.stats.missed += 1
+            self._state(prep.test_id).misses.append(miss)
+        return miss
+
+    def miss_plan(self, miss: ReplayMiss) -> ReplayPlan:
+        """A prompt, non-retryable error response that carries the miss report."""
+        import orjson
+
+        body = orjson.dumps(
+            {
+                "error": {
+                    "message": miss.report,
+                    "type": "hashreplay_miss",
+                    "code": "hashreplay_miss",
+                    "hash": miss.request_hash,
+                    "test_id": miss.test_id,
+                }
+            }
+        )
+        headers = [
+            ("content-type", "application/json"),
+            ("x-should-retry", "false"),
+            (MISS_HEADER, "1"),
+            ("content-length", str(len(body))),
+        ]
+        return ReplayPlan(MISS_STATUS, headers, [body], False)
+
+    # --- record -----------------------------------------------------------------------------
+
+    def note_passthrough(self) -> None:
+        with self._lock:
+            self.stats.passed_through += 1
+
+    def recorded_response(self, prep: Prepared, exchange: LiveExchange) -> RecordedResponse:
+        """A live exchange as it will be stored: redacted, normalised, headers reduced."""
+        redactor = self.redactor
+        headers = dict(redactor.headers(exchange.headers))
+        content_type = headers.get("content-type") or _get(exchange.headers, "content-type")
+        kept = filter_headers(exchange.headers, self.kept_response_headers, redactor.header)
+        fmt = stream_format_for(content_type, chunked=exchange.chunked)
+        exception = None
+        if exchange.exception is not None:
+            exc = exchange.exception
+            exception = RecordedException(
+                type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                message=redactor.text(str(exc)),
+            )
+        if fmt is not None:
+            body: Any = parse_stream(fmt, exchange.chunks)
+            encoding = BodyEncoding.JSON
+        else:
+            body, encoding = encode_body(b"".join(exchange.chunks), content_type)
+        return RecordedResponse(
+            status=exchange.status,
+            headers=kept,
+            body=redactor.value(body),
+            body_encoding=encoding,
+            is_streaming=fmt is not None,
+            stream_format=fmt,
+            is_exception=exception is not None,
+            exception=exception,
+        )
+
+    def record(self, prep: Prepared, exchange: LiveExchange) -> Path:
+        """Normalise and write one live exchange; returns the file written."""
+        path, recording = self._stage(prep, exchange)
+        if recording is not None:
+            self.store.write(path, recording)
+        return path
+
+    async def arecord(self, prep: Prepared, exchange: LiveExchange) -> Path:
+        path, recording = self._stage(prep, exchange)
+        if recording is not None:
+            await self.store.awrite(path, recording)
+        return path
+
+    def _stage(self, prep: Prepared, exchange: LiveExchange) -> tuple[Path, Recording | None]:
+        response = self.recorded_response(prep, exchange)
+        if prep.shared:
+            return self._stage_model_list(prep, response)
+        with self._lock:
+            seq = self._sequence(prep)
+            if seq.calls < len(seq.responses):
+                # record mode re-records from the first call; record-if-missing only
+                # reaches here past the end of the recorded sequence.
+                del seq.responses[seq.calls :]
+            index = len(seq.responses)
+            where = "response.body" if index == 0 else f"later_responses[{index - 1}].body"
+            normalised = normalise_response(response, seq.ids, where=where)
+            seq.responses.append(normalised)
+            seq.calls += 1
+            state = self._state(prep.test_id)
+            state.id_map.update(seq.ids.stable)
+            recording = new_recording(
+                test_id=prep.test_id,
+                request=prep.request,
+                responses=list(seq.responses),
+                id_mapping=seq.ids.facts,
+            )
+            self.stats.recorded += 1
+            self.used_files.add(seq.path)
+            return seq.path, recording
+
+    def _stage_model_list(
+        self, prep: Prepared, response: RecordedResponse
+    ) -> tuple[Path, Recording | None]:
+        ids = model_ids(response.body)
+        path = self.store.common_dir / model_list_filename(prep.hash, ids)
+        with self._lock:
+            self.stats.recorded += 1
+            self.used_files.add(path)
+        if path.exists():
+            return path, None  # the same model set is stored already
+        registry = new_id_registry(prep.hash)
+        normalised = normalise_response(response, registry, model_list=True)
+        return path, new_recording(test_id=None, request=prep.request, responses=[normalised])
+
+
+def _get(headers: Sequence[tuple[str, str]], name: str) -> str | None:
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None
+
+
+def normalise_response(
+    response: RecordedResponse,
+    ids: IdRegistry,
+    *,
+    model_list: bool = False,
+    where: str = "response.body",
+) -> RecordedResponse:
+    """Apply the response normaliser (DESIGN.md §5) to a body or to stream payloads."""
+    rewrite = not model_list
+    if response.is_streaming and response.stream_format is not None:
+        fmt = StreamFormat(response.stream_format)
+        items = list(response.body or [])
+        values = normalise_response_values(
+            data_values(fmt, items),
+            ids,
+            rewrite_ids=rewrite,
+            rewrite_times=rewrite,
+            where=where,
+            item_suffix=".data" if fmt is StreamFormat.SSE else "",
+        )
+        body = with_data_values(fmt, items, values)
+    elif response.body_encoding is BodyEncoding.JSON:
+        body = normalise_response_values(
+            [response.body], ids, rewrite_ids=rewrite, rewrite_times=rewrite, where=where
+        )[0]
+    else:
+        body = response.body
+    return response.model_copy(update={"body": body})
+
+
+def merge_model_lists(responses: Sequence[RecordedResponse]) -> RecordedResponse:
+    """One model-list response holding every model of all of them (union by model id)."""
+    first = responses[0]
+    if len(responses) == 1 or not isinstance(first.body, dict):
+        return first
+    body = dict(first.body)
+    for key in ("data", "models"):
+        if not isinstance(body.get(key), list):
+            continue
+        seen: dict[str, Any] = {}
+        for response in responses:
+            items = response.body.get(key) if isinstance(response.body, dict) else None
+            for item in items or []:
+                ident = model_id(item)
+                if ident is not None and ident not in seen:
+                    seen[ident] = item
+        body[key] = list(seen.values())
+    return first.model_copy(update={"body": body})

@@ -1,0 +1,199 @@
+"""The content-addressed store (DESIGN.md §4, contract).
+
+One request = one `<hash>.json` beside the test that made it (`tests/a/b/recordings/`), with
+the common directory as fallback. Reads fail closed with a `RecordingError` naming the file
+and the problem; writes are atomic and deterministic, and never leave a partial file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import aiofiles
+import aiofiles.os
+import orjson
+from pydantic import ValidationError
+
+from ._constants import FORMAT_VERSION, MODEL_LIST_PREFIX, RECORDINGS_DIRNAME
+from ._errors import RecordingError
+from ._recording import Recording
+
+_DUMP = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+
+
+def dumps(data: Any) -> bytes:
+    """Deterministic bytes: sorted keys, 2-space indent, trailing newline."""
+    return orjson.dumps(data, option=_DUMP) + b"\n"
+
+
+def dump_recording(recording: Recording) -> bytes:
+    return dumps(recording.to_json_dict())
+
+
+def parse_recording(content: bytes, path: Path | str | None) -> Recording:
+    """Validate the bytes of a recording file; every problem names the file."""
+    if not content.strip():
+        raise RecordingError(path, "the file is empty (an interrupted write?); re-record it")
+    try:
+        data = orjson.loads(content)
+    except orjson.JSONDecodeError as exc:
+        hint = (
+            "the file looks truncated"
+            if exc.pos >= len(content.rstrip()) - 1
+            else "the file is not valid JSON"
+        )
+        msg = f"{hint}: {exc.msg} at line {exc.lineno} column {exc.colno} (char {exc.pos})"
+        raise RecordingError(path, msg) from None
+    if not isinstance(data, dict):
+        msg = f"expected a JSON object at the top level, found {type(data).__name__}"
+        raise RecordingError(path, msg)
+    version = data.get("format_version")
+    if version != FORMAT_VERSION:
+        found = "no format_version" if version is None else f"format_version {version!r}"
+        msg = (
+            f"{found}, this hashreplay reads format_version {FORMAT_VERSION}; "
+            "re-record it or upgrade hashreplay"
+        )
+        raise RecordingError(path, msg)
+    try:
+        return Recording.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg'].lower()}" for e in exc.errors()
+        )
+        raise RecordingError(path, f"invalid recording: {problems}") from None
+
+
+def read_recording(path: Path) -> Recording:
+    try:
+        content = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
+    return parse_recording(content, path)
+
+
+async def aread_recording(path: Path) -> Recording:
+    try:
+        async with aiofiles.open(path, "rb") as f:
+            content = await f.read()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
+    return parse_recording(content, path)
+
+
+def _temp_for(path: Path) -> tuple[int, str]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+
+
+def write_bytes_atomic(path: Path, content: bytes) -> None:
+    """Write via a temp file in the same directory, flush + fsync, then `os.replace`."""
+    fd, tmp = _temp_for(path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise
+
+
+async def awrite_bytes_atomic(path: Path, content: bytes) -> None:
+    fd, tmp = _temp_for(path)
+    os.close(fd)
+    try:
+        async with aiofiles.open(tmp, "wb") as f:
+            await f.write(content)
+            await f.flush()
+            await asyncio.to_thread(os.fsync, f.fileno())
+        await aiofiles.os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise
+
+
+class Store:
+    """Where a test's recordings live, and reading/writing them."""
+
+    def __init__(self, root: Path, common_dir: Path) -> None:
+        self.root = root.resolve()
+        self.common_dir = common_dir.resolve()
+        self._dirs: dict[str | None, Path] = {}
+
+    def dir_for(self, test_id: str | None) -> Path:
+        """`tests/a/b/test_x.py::test_y[p]` → `<root>/tests/a/b/recordings`.
+
+        Requests outside any test, and node ids that would resolve outside the project root
+        (`..`, absolute paths), go to the common directory.
+        """
+        found = self._dirs.get(test_id)
+        if found is None:
+            found = self._dirs[test_id] = self._resolve_dir(test_id)
+        return found
+
+    def _resolve_dir(self, test_id: str | None) -> Path:
+        if not test_id:
+            return self.common_dir
+        file_part = test_id.split("::", 1)[0]
+        if not file_part or "\x00" in file_part or Path(file_part).is_absolute():
+            return self.common_dir
+        candidate = (self.root / file_part).parent / RECORDINGS_DIRNAME
+        try:
+            resolved = candidate.resolve()
+        except (OSError, RuntimeError):
+            return self.common_dir
+        if resolved != self.root and self.root not in resolved.parents:
+            return self.common_dir
+        return resolved
+
+    def search_dirs(self, test_id: str | None) -> list[Path]:
+        own = self.dir_for(test_id)
+        return [own] if own == self.common_dir else [own, self.common_dir]
+
+    def path_for(self, test_id: str | None, hash_hex: str) -> Path:
+        return self.dir_for(test_id) / f"{hash_hex}.json"
+
+    def find(self, test_id: str | None, hash_hex: str) -> Path | None:
+        name = f"{hash_hex}.json"
+        for directory in self.search_dirs(test_id):
+            candidate = directory / name
+            if candidate.is_file():
+                return candidate
+        return None
+
+    def model_list_paths(self, hash_hex: str, test_id: str | None = None) -> list[Path]:
+        """Every `models-<hash>-*.json` in the search directories, sorted by name."""
+        found: dict[str, Path] = {}
+        for directory in reversed(self.search_dirs(test_id)):
+            for path in directory.glob(f"{MODEL_LIST_PREFIX}{hash_hex}-*.json"):
+                found[path.name] = path
+        return [found[name] for name in sorted(found)]
+
+    @staticmethod
+    def read(path: Path) -> Recording:
+        return read_recording(path)
+
+    @staticmethod
+    async def aread(path: Path) -> Recording:
+        return await aread_recording(path)
+
+    @staticmethod
+    def write(path: Path, recording: Recording) -> None:
+        write_bytes_atomic(path, dump_recording(recording))
+
+    @staticmethod
+    async def awrite(path: Path, recording: Recording) -> None:
+        await awrite_bytes_atomic(path, dump_recording(recording))

@@ -1,0 +1,205 @@
+"""Streamed bodies as ordered, readable records: SSE events, NDJSON lines, raw chunks.
+
+Parsing happens once, when a recording is written; rendering happens on replay and yields
+one chunk per event (or line), so an SDK's stream parser sees a real stream.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable
+from enum import Enum
+from typing import Any
+
+import orjson
+
+
+class StreamFormat(str, Enum):
+    SSE = "sse"
+    NDJSON = "ndjson"
+    CHUNKS = "chunks"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SSE_TYPES = ("text/event-stream",)
+NDJSON_TYPES = (
+    "application/x-ndjson",
+    "application/ndjson",
+    "application/jsonl",
+    "application/jsonlines",
+)
+
+
+def stream_format_for(content_type: str | None, *, chunked: bool) -> StreamFormat | None:
+    """The stream format of a response, or None when it is an ordinary body.
+
+    SSE and NDJSON are streams by content type; any other body that arrived with chunked
+    transfer encoding and is not JSON is kept as ordered raw chunks.
+    """
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media in SSE_TYPES:
+        return StreamFormat.SSE
+    if media in NDJSON_TYPES:
+        return StreamFormat.NDJSON
+    if chunked and media and "json" not in media:
+        return StreamFormat.CHUNKS
+    return None
+
+
+def _maybe_json(text: str) -> Any:
+    """Objects and arrays are stored parsed (readable, normalisable); anything else as text."""
+    stripped = text.lstrip()
+    if stripped[:1] in ("{", "["):
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return text
+        if isinstance(value, (dict, list)):
+            return value
+    return text
+
+
+def _render_json_or_text(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+# --- SSE -----------------------------------------------------------------------------------
+
+
+def parse_sse(data: bytes) -> list[dict[str, Any]]:
+    """Split an SSE body into events: `{"event", "id", "retry", "data", "comments"}`.
+
+    Fields are kept only when present. `data` is parsed when it is a JSON object or array.
+    A trailing event without its terminating blank line (a broken stream) gets
+    `"partial": true` so replay can reproduce exactly what arrived.
+    """
+    text = data.decode("utf-8", errors="surrogateescape")
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    complete = text.endswith(("\n\n", "\r\n\r\n", "\r\r"))
+    events: list[dict[str, Any]] = []
+    current: dict[str, Any] = {}
+    data_lines: list[str] = []
+
+    def flush() -> None:
+        nonlocal current, data_lines
+        if data_lines:
+            current["data"] = _maybe_json("\n".join(data_lines))
+        if current:
+            events.append(current)
+        current, data_lines = {}, []
+
+    for line in lines:
+        if line == "":
+            flush()
+            continue
+        if line.startswith(":"):
+            current.setdefault("comments", []).append(line[1:])
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            data_lines.append(value)
+        elif name in ("event", "id", "retry"):
+            current[name] = value
+        else:
+            current.setdefault("fields", []).append([name, value])
+    if current or data_lines:
+        flush()
+        if not complete and events:
+            events[-1]["partial"] = True
+    return events
+
+
+def render_sse_event(event: dict[str, Any]) -> bytes:
+    lines = [f":{c}" for c in event.get("comments", ())]
+    for key in ("event", "id", "retry"):
+        if key in event:
+            lines.append(f"{key}: {event[key]}")
+    lines.extend(f"{name}: {value}" for name, value in event.get("fields", ()))
+    if "data" in event:
+        lines.extend(f"data: {line}" for line in _render_json_or_text(event["data"]).split("\n"))
+    end = "\n" if event.get("partial") else "\n\n"
+    return ("\n".join(lines) + end).encode("utf-8", errors="surrogateescape")
+
+
+# --- NDJSON --------------------------------------------------------------------------------
+
+
+def parse_ndjson(data: bytes) -> list[Any]:
+    text = data.decode("utf-8", errors="surrogateescape")
+    out: list[Any] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            out.append(line)
+    return out
+
+
+def render_ndjson_line(value: Any) -> bytes:
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    return (text + "\n").encode("utf-8", errors="surrogateescape")
+
+
+# --- raw chunks ----------------------------------------------------------------------------
+
+
+def encode_chunk(chunk: bytes) -> Any:
+    try:
+        return chunk.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(chunk).decode("ascii")}
+
+
+def decode_chunk(chunk: Any) -> bytes:
+    if isinstance(chunk, dict):
+        return base64.b64decode(chunk["base64"])
+    return str(chunk).encode("utf-8")
+
+
+# --- dispatch ------------------------------------------------------------------------------
+
+
+def parse_stream(fmt: StreamFormat, chunks: Iterable[bytes]) -> list[Any]:
+    chunks = list(chunks)
+    if fmt is StreamFormat.SSE:
+        return parse_sse(b"".join(chunks))
+    if fmt is StreamFormat.NDJSON:
+        return parse_ndjson(b"".join(chunks))
+    return [encode_chunk(c) for c in chunks if c]
+
+
+def render_stream(fmt: StreamFormat, items: Iterable[Any]) -> list[bytes]:
+    if fmt is StreamFormat.SSE:
+        return [render_sse_event(e) for e in items]
+    if fmt is StreamFormat.NDJSON:
+        return [render_ndjson_line(v) for v in items]
+    return [decode_chunk(c) for c in items]
+
+
+def data_values(fmt: StreamFormat, items: list[Any]) -> list[Any]:
+    """The JSON payloads of a stream, in order (what the response normaliser rewrites)."""
+    if fmt is StreamFormat.SSE:
+        return [e.get("data") for e in items]
+    if fmt is StreamFormat.NDJSON:
+        return list(items)
+    return []
+
+
+def with_data_values(fmt: StreamFormat, items: list[Any], values: list[Any]) -> list[Any]:
+    """`items` with their payloads replaced by `values` (inverse of `data_values`)."""
+    if fmt is StreamFormat.SSE:
+        out = []
+        for event, value in zip(items, values, strict=True):
+            new = dict(event)
+            if "data" in event:
+                new["data"] = value
+            out.append(new)
+        return out
+    if fmt is StreamFormat.NDJSON:
+        return list(values)
+    return items

@@ -1,0 +1,1 @@
+"""Client adapters: each one plugs a client library into the engine through one seam."""

@@ -1,0 +1,351 @@
+"""The transport-layer adapter for `httpx2` (2.x) and `httpx` (0.28).
+
+One implementation, applied to whichever of the two modules is installed (and to one module
+once when `httpx2.alias_httpx()` made them the same). It patches the two public seams of the
+real network transports, `HTTPTransport.handle_request` and
+`AsyncHTTPTransport.handle_async_request`, so clients created before activation and
+clients that SDKs create internally are covered; `ASGITransport`, `WSGITransport` and
+`MockTransport` are other classes and stay untouched. `uninstall()` restores the originals.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from hashreplay._constants import TEST_ID_HEADER
+from hashreplay._context import current_test_id
+from hashreplay._encoding import decoder_for
+from hashreplay._errors import RecordingError
+from hashreplay._mode import Mode
+from hashreplay._session import IncomingRequest, LiveExchange, Prepared, ReplayPlan, Session
+
+MODULE_NAMES: tuple[str, ...] = ("httpx2", "httpx")
+
+
+@dataclass
+class _Patch:
+    module: ModuleType
+    cls: type
+    attr: str
+    original: Callable[..., Any]
+
+
+_lock = threading.Lock()
+_patches: list[_Patch] = []
+_active: list[Session | None] = [None]
+
+
+def active_session() -> Session | None:
+    return _active[0]
+
+
+def installed_modules() -> list[ModuleType]:
+    """The httpx-like modules importable here, each real module once."""
+    found: dict[int, ModuleType] = {}
+    for name in MODULE_NAMES:
+        if importlib.util.find_spec(name) is None:
+            continue
+        module = importlib.import_module(name)
+        found.setdefault(id(module), module)
+    return list(found.values())
+
+
+def install(session: Session) -> None:
+    """Route every real httpx/httpx2 request through `session`. Idempotent: a second call
+    only swaps the session."""
+    with _lock:
+        _active[0] = session
+        if _patches:
+            return
+        for module in installed_modules():
+            _patch_module(module)
+
+
+def uninstall() -> None:
+    """Restore the original transport methods and forget the session."""
+    with _lock:
+        for patch in reversed(_patches):
+            setattr(patch.cls, patch.attr, patch.original)
+        _patches.clear()
+        _active[0] = None
+
+
+def is_installed() -> bool:
+    return bool(_patches)
+
+
+def _patch_module(module: ModuleType) -> None:
+    sync_cls = module.HTTPTransport
+    async_cls = module.AsyncHTTPTransport
+    streams = _Streams(module)
+    sync_original = sync_cls.handle_request
+    async_original = async_cls.handle_async_request
+
+    def handle_request(self: Any, request: Any) -> Any:
+        session = _active[0]
+        if session is None:
+            return sync_original(self, request)
+        return _handle_sync(session, streams, sync_original, self, request)
+
+    async def handle_async_request(self: Any, request: Any) -> Any:
+        session = _active[0]
+        if session is None:
+            return await async_original(self, request)
+        return await _handle_async(session, streams, async_original, self, request)
+
+    handle_request.__wrapped__ = sync_original  # type: ignore[attr-defined]
+    handle_async_request.__wrapped__ = async_original  # type: ignore[attr-defined]
+    sync_cls.handle_request = handle_request
+    async_cls.handle_async_request = handle_async_request
+    _patches.append(_Patch(module, sync_cls, "handle_request", sync_original))
+    _patches.append(_Patch(module, async_cls, "handle_async_request", async_original))
+
+
+# --- the two I/O edges ---------------------------------------------------------------------
+
+
+def _passthrough(session: Session, request: Any) -> bool:
+    url = str(request.url)
+    if session.is_passthrough(url):
+        test_id = current_test_id()
+        if test_id is not None and TEST_ID_HEADER not in request.headers:
+            request.headers[TEST_ID_HEADER] = test_id  # server mode (DESIGN.md §8)
+        session.note_passthrough()
+        return True
+    if not session.mode_for(current_test_id()).intercepts:
+        session.note_passthrough()
+        return True
+    return False
+
+
+def _incoming(request: Any) -> IncomingRequest:
+    return IncomingRequest(
+        method=request.method,
+        url=str(request.url),
+        headers=request.headers.multi_items(),
+        content=request.content,
+    )
+
+
+def _decide(
+    session: Session, streams: _Streams, request: Any, prep: Prepared, *, is_async: bool
+) -> Any | None:
+    """A replayed (or miss) response, or None when the call must go live."""
+    if not prep.mode.may_replay:
+        return None
+    try:
+        plan = session.replay(prep)
+    except RecordingError as problem:
+        plan = session.miss_plan(session.miss(prep, problem))
+    else:
+        if plan is None and prep.mode is Mode.REPLAY:
+            plan = session.miss_plan(session.miss(prep))
+    if plan is None:
+        return None
+    return streams.response(plan, request, is_async=is_async)
+
+
+def _handle_sync(
+    session: Session, streams: _Streams, original: Callable[..., Any], self: Any, request: Any
+) -> Any:
+    if _passthrough(session, request):
+        return original(self, request)
+    request.read()
+    prep = session.prepare(_incoming(request))
+    replayed = _decide(session, streams, request, prep, is_async=False)
+    if replayed is not None:
+        return replayed
+    try:
+        response = original(self, request)
+    except streams.module.TransportError as exc:
+        session.record(prep, LiveExchange(None, [], [], exception=exc))
+        raise
+    return streams.recording(response, session, prep, is_async=False)
+
+
+async def _handle_async(
+    session: Session, streams: _Streams, original: Callable[..., Any], self: Any, request: Any
+) -> Any:
+    if _passthrough(session, request):
+        return await original(self, request)
+    await request.aread()
+    prep = session.prepare(_incoming(request))
+    replayed = _decide(session, streams, request, prep, is_async=True)
+    if replayed is not None:
+        return replayed
+    try:
+        response = await original(self, request)
+    except streams.module.TransportError as exc:
+        await session.arecord(prep, LiveExchange(None, [], [], exception=exc))
+        raise
+    return streams.recording(response, session, prep, is_async=True)
+
+
+# --- streams -------------------------------------------------------------------------------
+
+
+class _Streams:
+    """Replay and recording byte streams for one httpx-like module."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+        sync_base: type = module.SyncByteStream
+        async_base: type = module.AsyncByteStream
+        self.replay_sync = type("ReplayStream", (_ReplayStream, sync_base), {})
+        self.replay_async = type("AsyncReplayStream", (_AsyncReplayStream, async_base), {})
+        self.tee_sync = type("RecordingStream", (_RecordingStream, sync_base), {})
+        self.tee_async = type("AsyncRecordingStream", (_AsyncRecordingStream, async_base), {})
+
+    def exception(self, plan: ReplayPlan, request: Any) -> BaseException:
+        name = (plan.exception_type or "TransportError").rsplit(".", 1)[-1]
+        cls = getattr(self.module, name, None)
+        if not (isinstance(cls, type) and issubclass(cls, self.module.TransportError)):
+            cls = self.module.TransportError
+        exc: BaseException = cls(plan.exception_message, request=request)
+        return exc
+
+    def response(self, plan: ReplayPlan, request: Any, *, is_async: bool) -> Any:
+        if plan.status is None:
+            raise self.exception(plan, request)
+        exc = self.exception(plan, request) if plan.exception_type else None
+        stream_cls = self.replay_async if is_async else self.replay_sync
+        return self.module.Response(
+            plan.status,
+            headers=plan.headers,
+            stream=stream_cls(plan.chunks, exc),
+            request=request,
+            extensions={"http_version": b"HTTP/1.1", "hashreplay": "replayed"},
+        )
+
+    def recording(self, response: Any, session: Session, prep: Prepared, *, is_async: bool) -> Any:
+        tee = _Tee(session, prep, response)
+        stream_cls = self.tee_async if is_async else self.tee_sync
+        response.stream = stream_cls(response.stream, tee)
+        return response
+
+
+class _ReplayStream:
+    def __init__(self, chunks: list[bytes], exc: BaseException | None) -> None:
+        self._chunks = chunks
+        self._exc = exc
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._chunks
+        if self._exc is not None:
+            raise self._exc
+
+    def close(self) -> None:
+        pass
+
+
+class _AsyncReplayStream:
+    def __init__(self, chunks: list[bytes], exc: BaseException | None) -> None:
+        self._chunks = chunks
+        self._exc = exc
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self._chunks:
+            yield chunk
+        if self._exc is not None:
+            raise self._exc
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _Tee:
+    """Collects a live response's decoded bytes and records them once it ends."""
+
+    def __init__(self, session: Session, prep: Prepared, response: Any) -> None:
+        self.session = session
+        self.prep = prep
+        self.status: int = response.status_code
+        raw_headers = response.headers.multi_items()
+        encoding = response.headers.get("content-encoding")
+        self.decoder = decoder_for(encoding)
+        if self.decoder is None:
+            self.headers = raw_headers  # undecodable: keep bytes and header as they came
+        else:
+            self.headers = [(k, v) for k, v in raw_headers if k.lower() != "content-encoding"]
+        self.chunked = "content-length" not in response.headers
+        self.chunks: list[bytes] = []
+        self.done = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self.decoder is not None:
+            chunk = self.decoder.decode(chunk)
+        if chunk:
+            self.chunks.append(chunk)
+
+    def exchange(self, exc: BaseException | None) -> LiveExchange | None:
+        if self.done:
+            return None
+        self.done = True
+        if self.decoder is not None:
+            try:
+                tail = self.decoder.flush()
+            except Exception:  # a truncated compressed stream: keep what decoded
+                tail = b""
+            if tail:
+                self.chunks.append(tail)
+        return LiveExchange(self.status, self.headers, self.chunks, self.chunked, exc)
+
+
+class _RecordingStream:
+    def __init__(self, inner: Any, tee: _Tee) -> None:
+        self._inner = inner
+        self._tee = tee
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for chunk in self._inner:
+                self._tee.feed(chunk)
+                yield chunk
+        except Exception as exc:
+            self._finish(exc)
+            raise
+        self._finish(None)
+
+    def _finish(self, exc: BaseException | None) -> None:
+        exchange = self._tee.exchange(exc)
+        if exchange is not None:
+            self._tee.session.record(self._tee.prep, exchange)
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self._finish(None)
+
+
+class _AsyncRecordingStream:
+    def __init__(self, inner: Any, tee: _Tee) -> None:
+        self._inner = inner
+        self._tee = tee
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                self._tee.feed(chunk)
+                yield chunk
+        except Exception as exc:
+            await self._finish(exc)
+            raise
+        await self._finish(None)
+
+    async def _finish(self, exc: BaseException | None) -> None:
+        exchange = self._tee.exchange(exc)
+        if exchange is not None:
+            await self._tee.session.arecord(self._tee.prep, exchange)
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            await self._finish(None)

@@ -1,0 +1,147 @@
+"""The pytest plugin (`pytest11` entry point `hashreplay`; `-p no:hashreplay` turns it off).
+
+A thin shell: one option group, one marker, state in `config.stash`, and per test no more
+than setting the test id context. Every test runs with its node id as test id; a replay
+miss fails the test even when the code under test swallowed the error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from ._config import load_config
+from ._constants import MODE_ENV
+from ._context import set_process_test_id, test_context
+from ._errors import ConfigError
+from ._mode import Mode
+from ._session import Session, Stats
+from .adapters import httpx as httpx_adapter
+
+SESSION_KEY = pytest.StashKey[Session]()
+WORKER_STATS_KEY = pytest.StashKey[Stats]()
+_MODES = ", ".join(m.value for m in Mode)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("hashreplay", "hashreplay: record and replay LLM/HTTP calls")
+    group.addoption(
+        "--inference-mode",
+        dest="hashreplay_mode",
+        default=None,
+        metavar="MODE",
+        help=f"one of {_MODES} (default: ${MODE_ENV}, then [tool.hashreplay] mode, then replay)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"hashreplay(mode=None): run this test in another hashreplay mode ({_MODES})",
+    )
+    try:
+        settings = load_config(config.rootpath, mode=config.getoption("hashreplay_mode"))
+    except ConfigError as exc:
+        raise pytest.UsageError(f"hashreplay: {exc}") from None
+    session = Session(settings)
+    config.stash[SESSION_KEY] = session
+    config.stash[WORKER_STATS_KEY] = Stats()
+    httpx_adapter.install(session)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None and httpx_adapter.active_session() is session:
+        httpx_adapter.uninstall()
+
+
+def _marker_mode(item: pytest.Item) -> Mode | None:
+    marker = item.get_closest_marker("hashreplay")
+    if marker is None:
+        return None
+    value = marker.kwargs.get("mode", marker.args[0] if marker.args else None)
+    if value is None:
+        return None
+    return Mode.parse(value, source="@pytest.mark.hashreplay mode")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, object, object]:
+    session = item.config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return (yield)
+    session.begin_test(item.nodeid)
+    set_process_test_id(item.nodeid)
+    try:
+        with test_context(item.nodeid):
+            return (yield)
+    finally:
+        set_process_test_id(None)
+        session.end_test(item.nodeid)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    session = item.config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return
+    try:
+        mode = _marker_mode(item)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"hashreplay: {item.nodeid}: {exc}") from None
+    if mode is not None:
+        session.begin_test(item.nodeid, mode)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    session = item.config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return report
+    misses = session.take_misses(item.nodeid)
+    if misses:
+        text = "\n\n".join(miss.report for miss in misses)
+        if report.failed and report.longrepr is not None:
+            text += (
+                f"\n\n--- the test's own failure, likely caused by the miss ---\n{report.longrepr}"
+            )
+        report.outcome = "failed"
+        report.longrepr = text
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    hr = session.config.stash.get(SESSION_KEY, None)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if hr is not None and workeroutput is not None:  # a pytest-xdist worker
+        workeroutput["hashreplay_stats"] = hr.stats.as_dict()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist: add a finished worker's counts to the controller's summary."""
+    stats = getattr(node, "workeroutput", {}).get("hashreplay_stats")
+    if stats:
+        node.config.stash[WORKER_STATS_KEY].merge(Stats(**stats))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return
+    stats = Stats()
+    stats.merge(session.stats)
+    stats.merge(config.stash[WORKER_STATS_KEY])
+    line = (
+        f"hashreplay: {stats.replayed} replayed, {stats.recorded} recorded, "
+        f"{stats.missed} missed ({session.config.mode.value})"
+    )
+    if stats.passed_through:
+        line += f"; {stats.passed_through} passed through"
+    terminalreporter.write_line(line)
