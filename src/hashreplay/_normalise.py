@@ -41,8 +41,12 @@ RESPONSE_DURATION_KEYS: frozenset[str] = frozenset(
         "processing_ms",
     }
 )
-#: Keys whose non-null values are random padding with no meaning → fixed value.
-RESPONSE_CLEARED_KEYS: Mapping[str, Any] = {"obfuscation": ""}
+#: Keys whose non-null values vary per call or per backend without meaning for the caller
+#: (random stream padding, the serving configuration's fingerprint) → a fixed value.
+RESPONSE_CLEARED_KEYS: Mapping[str, Any] = {
+    "obfuscation": "",
+    "system_fingerprint": "fp_recorded",
+}
 
 #: Response headers kept by default: the ones that change how a client parses or retries.
 KEPT_RESPONSE_HEADERS: frozenset[str] = frozenset(
@@ -210,24 +214,29 @@ def normalise_response_values(
     rewrite_times: bool = True,
     where: str = "response.body",
     item_suffix: str = "",
+    known_ids: Mapping[str, str] | None = None,
 ) -> list[Any]:
     """Normalise the body (or the ordered stream chunks) of one response.
 
     Ids are collected over all values first (so a chunk that references an id defined by a
     later chunk is still mapped), then every occurrence of an original id anywhere in the
-    values is replaced by its stable form. Model lists pass `rewrite_ids=False,
+    values is replaced by its stable form. `known_ids` are ids the same test received earlier
+    (a response that echoes `previous_response_id`): mapped too, not registered again. Model
+    lists pass `rewrite_ids=False,
     rewrite_times=False`: their ids are model names and their times are facts.
     """
     values = list(values)
     if rewrite_ids:
         for index, value in enumerate(values):
             label = where if len(values) == 1 else f"{where}[{index}]{item_suffix}"
-            _collect_ids(value, ids, label)
-    mapping = ids.stable if rewrite_ids else {}
+            _collect_ids(value, ids, label, known_ids)
+    mapping = {**(known_ids or {}), **ids.stable} if rewrite_ids else {}
     return [_rewrite(value, mapping, rewrite_times) for value in values]
 
 
-def _collect_ids(value: Any, ids: IdRegistry, where: str) -> None:
+def _collect_ids(
+    value: Any, ids: IdRegistry, where: str, known: Mapping[str, str] | None = None
+) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             here = f"{where}.{key}"
@@ -236,13 +245,14 @@ def _collect_ids(value: Any, ids: IdRegistry, where: str) -> None:
                 and isinstance(item, str)
                 and item
                 and not item.startswith(STABLE_ID_PREFIX)
+                and not (known is not None and item in known)
             ):
                 ids.assign(item, here)
             else:
-                _collect_ids(item, ids, here)
+                _collect_ids(item, ids, here, known)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            _collect_ids(item, ids, f"{where}[{index}]")
+            _collect_ids(item, ids, f"{where}[{index}]", known)
 
 
 def _rewrite(value: Any, id_map: Mapping[str, str], times: bool) -> Any:

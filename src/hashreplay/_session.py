@@ -8,7 +8,7 @@ engine reads and writes the store; it never imports an HTTP client.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -411,10 +411,10 @@ class Session:
                 del seq.responses[seq.calls :]
             index = len(seq.responses)
             where = "response.body" if index == 0 else f"later_responses[{index - 1}].body"
-            normalised = normalise_response(response, seq.ids, where=where)
+            state = self._state(prep.test_id)
+            normalised = normalise_response(response, seq.ids, where=where, known_ids=state.id_map)
             seq.responses.append(normalised)
             seq.calls += 1
-            state = self._state(prep.test_id)
             state.id_map.update(seq.ids.stable)
             recording = new_recording(
                 test_id=prep.test_id,
@@ -454,6 +454,7 @@ def normalise_response(
     *,
     model_list: bool = False,
     where: str = "response.body",
+    known_ids: Mapping[str, str] | None = None,
 ) -> RecordedResponse:
     """Apply the response normaliser (DESIGN.md §5) to a body or to stream payloads."""
     rewrite = not model_list
@@ -467,11 +468,17 @@ def normalise_response(
             rewrite_times=rewrite,
             where=where,
             item_suffix=".data" if fmt is StreamFormat.SSE else "",
+            known_ids=known_ids,
         )
         body = with_data_values(fmt, items, values)
     elif response.body_encoding is BodyEncoding.JSON:
         body = normalise_response_values(
-            [response.body], ids, rewrite_ids=rewrite, rewrite_times=rewrite, where=where
+            [response.body],
+            ids,
+            rewrite_ids=rewrite,
+            rewrite_times=rewrite,
+            where=where,
+            known_ids=known_ids,
         )[0]
     else:
         body = response.body

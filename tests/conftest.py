@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from hashreplay import Mode, Session, load_config
+from hashreplay.adapters import httpx as httpx_adapter
+from tests.fakes.upstream import FakeUpstream
+from tests.guards import ConnectGuard
+
+
+@pytest.fixture
+def upstream() -> Iterator[FakeUpstream]:
+    with FakeUpstream() as fake:
+        yield fake
+
+
+@pytest.fixture
+def connect_guard() -> Iterator[ConnectGuard]:
+    with ConnectGuard() as guard:
+        yield guard
+
+
+class Recorder:
+    """Installs the httpx adapter with a session rooted in a temporary project."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.session: Session | None = None
+
+    def start(self, mode: Mode | str, **overrides: object) -> Session:
+        config = load_config(self.root, env={}, mode=str(mode), **overrides)
+        self.session = Session(config)
+        httpx_adapter.install(self.session)
+        return self.session
+
+    def files(self) -> list[Path]:
+        return sorted(p for p in self.root.rglob("*.json") if ".hashreplay" not in p.parts)
+
+
+@pytest.fixture
+def recorder(tmp_path: Path) -> Iterator[Recorder]:
+    rec = Recorder(tmp_path)
+    try:
+        yield rec
+    finally:
+        httpx_adapter.uninstall()
+
+
+RecorderFactory = Callable[[Mode | str], Session]
