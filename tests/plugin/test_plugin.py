@@ -1,0 +1,262 @@
+"""The pytest plugin in real pytest sessions of temporary projects (pytester)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.upstream import FakeUpstream
+
+pytest_plugins = ["pytester"]
+
+APP_TESTS = """
+import os
+import openai
+import pytest
+
+def client(**kw):
+    return openai.OpenAI(base_url=os.environ["FAKE_URL"] + "/v1", api_key=os.environ.get("KEY", "sk-none"), **kw)
+
+def test_chat():
+    r = client(max_retries=0).chat.completions.create(
+        model="gpt-fake-1", messages=[{"role": "user", "content": "hello"}])
+    print("TEXT:", r.choices[0].message.content)
+    assert r.choices[0].message.content == "echo: hello"
+
+@pytest.mark.parametrize("word", ["one", "two"])
+def test_stream(word):
+    s = client(max_retries=0).chat.completions.create(
+        model="gpt-fake-1", messages=[{"role": "user", "content": word}], stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in s if c.choices)
+    print("TEXT:", text)
+    assert text == "echo: " + word
+
+async def test_async_chat():
+    c = openai.AsyncOpenAI(base_url=os.environ["FAKE_URL"] + "/v1", api_key="sk-none", max_retries=0)
+    r = await c.chat.completions.create(model="gpt-fake-1", messages=[{"role": "user", "content": "async"}])
+    assert r.choices[0].message.content == "echo: async"
+"""
+
+GUARD_CONFTEST = """
+import socket
+import pytest
+
+ATTEMPTS = []
+
+@pytest.fixture(autouse=True)
+def no_connections(monkeypatch):
+    def refuse(sock, address):
+        ATTEMPTS.append(address)
+        raise OSError(f"replay opened a socket to {address!r}")
+    if __import__("os").environ.get("GUARD") == "1":
+        monkeypatch.setattr(socket.socket, "connect", refuse)
+    yield
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(f"connect attempts: {len(ATTEMPTS)}")
+"""
+
+PYPROJECT = """
+[tool.pytest.ini_options]
+asyncio_mode = "auto"
+asyncio_default_fixture_loop_scope = "function"
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("FAKE_URL", upstream.url)
+    monkeypatch.delenv("INFERENCE_MODE", raising=False)
+    pytester.makepyprojecttoml(PYPROJECT)
+    pytester.makeconftest(GUARD_CONFTEST)
+    (pytester.path / "suite").mkdir()
+    (pytester.path / "suite" / "test_app.py").write_text(APP_TESTS)
+    return pytester
+
+
+def recordings(root: Path) -> list[Path]:
+    return sorted(root.glob("suite/recordings/*.json"))
+
+
+def test_record_stop_upstream_replay_offline(
+    project: pytest.Pytester, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorded = project.runpytest("--inference-mode=record", "-s")
+    recorded.assert_outcomes(passed=4)
+    recorded.stdout.fnmatch_lines(["hashreplay: 0 replayed, 4 recorded, 0 missed (record)"])
+    files = recordings(project.path)
+    assert len(files) == 4
+    ids = {json.loads(f.read_text())["test_id"] for f in files}
+    assert ids == {
+        "suite/test_app.py::test_chat",
+        "suite/test_app.py::test_stream[one]",
+        "suite/test_app.py::test_stream[two]",
+        "suite/test_app.py::test_async_chat",
+    }
+    live_texts = sorted(line for line in recorded.outlines if line.startswith("TEXT:"))
+
+    upstream.stop()
+    monkeypatch.setenv("GUARD", "1")
+    replayed = project.runpytest("-s")  # replay is the default mode
+    replayed.assert_outcomes(passed=4)
+    replayed.stdout.fnmatch_lines(
+        ["connect attempts: 0", "hashreplay: 4 replayed, 0 recorded, 0 missed (replay)"]
+    )
+    assert sorted(line for line in replayed.outlines if line.startswith("TEXT:")) == live_texts
+    assert [f.read_bytes() for f in recordings(project.path)] == [f.read_bytes() for f in files]
+
+
+def test_env_and_config_modes(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    project.makepyprojecttoml(PYPROJECT + '\n[tool.hashreplay]\nmode = "record-if-missing"\n')
+    first = project.runpytest("-k", "test_chat")
+    first.assert_outcomes(passed=1, deselected=3)
+    first.stdout.fnmatch_lines(["*0 replayed, 1 recorded, 0 missed (record-if-missing)"])
+    monkeypatch.setenv("INFERENCE_MODE", "replay")  # the environment wins over the file
+    second = project.runpytest("-k", "test_chat")
+    second.stdout.fnmatch_lines(["*1 replayed, 0 recorded, 0 missed (replay)"])
+    third = project.runpytest("-k", "test_chat", "--inference-mode=live")  # the option wins
+    third.stdout.fnmatch_lines(["*0 replayed, 0 recorded, 0 missed (live); 1 passed through"])
+
+
+def test_miss_fails_fast_with_report_despite_sdk_retries(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_miss="""
+        import os, openai
+
+        def test_swallowed():
+            c = openai.OpenAI(base_url=os.environ["FAKE_URL"] + "/v1", api_key="sk-x", max_retries=2)
+            try:
+                c.chat.completions.create(model="m", messages=[{"role": "user", "content": "new"}])
+            except openai.APIError:
+                pass  # the code under test swallows the error: the test must still fail
+        """
+    )
+    start = time.monotonic()
+    result = project.runpytest("test_miss.py")
+    elapsed = time.monotonic() - start
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*hashreplay: no recording for POST http://127.0.0.1:*/v1/chat/completions (replay mode)",
+            "*test:      test_miss.py::test_swallowed",
+            "*hash:      *",
+            "*to record it: INFERENCE_MODE=record-if-missing pytest test_miss.py::test_swallowed",
+            "*hashreplay: 0 replayed, 0 recorded, 1 missed (replay)",
+        ]
+    )
+    assert elapsed < 5, elapsed  # generous: no SDK back-off ran (two retries would add ~1.5 s+)
+    assert "Retrying request" not in result.stdout.str()
+
+
+def test_miss_report_names_the_differing_field(project: pytest.Pytester) -> None:
+    project.runpytest("--inference-mode=record", "-k", "test_chat").assert_outcomes(passed=1)
+    app = project.path / "suite" / "test_app.py"
+    app.write_text(app.read_text().replace('"content": "hello"', '"content": "bye"'))
+    result = project.runpytest("-k", "test_chat")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*nearest:   suite/recordings/*.json (same test and endpoint)",
+            "*differs:   body.messages[[]0[]].content: recorded 'hello', incoming 'bye'",
+        ]
+    )
+
+
+def test_marker_overrides_the_mode_for_one_test(
+    project: pytest.Pytester, upstream: FakeUpstream
+) -> None:
+    project.makepyfile(
+        test_marked="""
+        import os, httpx2, pytest
+
+        @pytest.mark.hashreplay(mode="live")
+        def test_live():
+            assert httpx2.get(os.environ["FAKE_URL"] + "/plain").status_code == 200
+
+        @pytest.mark.hashreplay(mode="bogus")
+        def test_bad_marker():
+            pass
+        """
+    )
+    result = project.runpytest("test_marked.py")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*invalid @pytest.mark.hashreplay mode 'bogus': expected one of replay, record-if-missing, record, live*"
+        ]
+    )
+    assert list(project.path.rglob("recordings/*.json")) == []
+    assert len(upstream.calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [(["--inference-mode=sometimes"], None), ([], "sometimes")],
+    ids=["option", "env"],
+)
+def test_invalid_mode_is_a_usage_error(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: list[str], env: str | None
+) -> None:
+    if env:
+        monkeypatch.setenv("INFERENCE_MODE", env)
+    result = project.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*invalid * 'sometimes': expected one of replay, record-if-missing, record, live"]
+    )
+
+
+def test_unknown_config_key_is_a_usage_error(project: pytest.Pytester) -> None:
+    project.makepyprojecttoml(PYPROJECT + "\n[tool.hashreplay]\nreplay_mode = 1\n")
+    result = project.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown key 'replay_mode'; valid keys are: *"])
+    assert str(project.path / "pyproject.toml") in result.stderr.str()
+
+
+def test_unreadable_recording_fails_only_its_test(project: pytest.Pytester) -> None:
+    project.runpytest("--inference-mode=record").assert_outcomes(passed=4)
+    chat_file = next(
+        f
+        for f in recordings(project.path)
+        if json.loads(f.read_text())["test_id"].endswith("test_chat")
+    )
+    chat_file.write_text('{"format_version": 99}')
+    result = project.runpytest()
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"*unreadable recording: recording {chat_file}: format_version 99, this hashreplay reads format_version 1*"
+        ]
+    )
+    assert chat_file.read_text() == '{"format_version": 99}'
+
+
+def test_plugin_can_be_disabled(project: pytest.Pytester) -> None:
+    result = project.runpytest("-p", "no:hashreplay", "-k", "test_chat")
+    result.assert_outcomes(passed=1)  # live call to the fake upstream, nothing intercepted
+    assert "hashreplay:" not in result.stdout.str()
+    assert recordings(project.path) == []
+
+
+def test_subprocess_run_with_threads(project: pytest.Pytester) -> None:
+    """A real subprocess pytest run; calls from threads the code starts find their test."""
+    project.makepyfile(
+        test_threads="""
+        import os, threading, httpx2
+
+        def test_from_thread():
+            out = {}
+            def work():
+                out["r"] = httpx2.get(os.environ["FAKE_URL"] + "/plain").text
+            t = threading.Thread(target=work); t.start(); t.join()
+            assert out["r"] == "hello from fake upstream"
+        """
+    )
+    result = project.runpytest_subprocess("test_threads.py", "--inference-mode=record")
+    result.assert_outcomes(passed=1)
+    stored = [json.loads(p.read_text()) for p in project.path.glob("recordings/*.json")]
+    assert [s["test_id"] for s in stored] == ["test_threads.py::test_from_thread"]
