@@ -255,11 +255,13 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, upstream: FakeUpstream) -> None:
+    allow_reuse_address = True
+
+    def __init__(self, upstream: FakeUpstream, port: int = 0) -> None:
         self.upstream = upstream
         self._open: set[socket.socket] = set()
         self._open_lock = threading.Lock()
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(("127.0.0.1", port), _Handler)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind calls socket.getfqdn(), which may stall without a network.
@@ -293,9 +295,11 @@ class _Server(ThreadingHTTPServer):
 class FakeUpstream:
     """The fake server. Use as a context manager, or ``start()`` / ``stop()``."""
 
-    def __init__(self, *, compress: bool = False) -> None:
+    def __init__(self, *, compress: bool = False, port: int = 0) -> None:
         #: gzip the answer when the request's ``accept-encoding`` allows it.
         self.compress = compress
+        #: 0 picks a free port; a fixed port keeps recorded URLs stable across re-records.
+        self.port = port
         #: Every request received, in order.
         self.calls: list[Call] = []
         self._state = ApiState()
@@ -313,7 +317,7 @@ class FakeUpstream:
         if self._server is not None:
             raise RuntimeError("FakeUpstream is already started")
         self._stopping.clear()
-        server = _Server(self)
+        server = _Server(self, self.port)
         host, port = server.server_address[:2]
         self._url = f"http://{host!s}:{port}"
         self._thread = threading.Thread(
