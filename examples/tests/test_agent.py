@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import openai
 import pytest
-
 from agent import Agent, make_client, rank
 
 
