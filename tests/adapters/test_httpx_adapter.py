@@ -250,3 +250,80 @@ def test_unreadable_recording_fails_closed_and_is_left_untouched(
     assert path.read_bytes() == before
     assert guard.attempts == []
     assert len(upstream.calls) == calls
+
+
+def test_clients_created_before_install_are_intercepted(
+    upstream: FakeUpstream, recorder: Recorder
+) -> None:
+    early = httpx2.Client()
+    session = recorder.start(Mode.RECORD)
+    with test_context(TEST_ID):
+        early.get(f"{upstream.url}/plain")
+    early.close()
+    assert session.stats.recorded == 1
+    assert len(recorder.files()) == 1
+
+
+def test_record_passes_live_chunks_through_without_buffering(recorder: Recorder) -> None:
+    """The server sends its second event only after the client has seen the first one:
+    a recorder that buffered the whole stream would deadlock here."""
+    import socket
+    import threading
+
+    seen_first = threading.Event()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        first = b'data: {"n": 1}\n\n'
+        conn.sendall(b"%x\r\n%s\r\n" % (len(first), first))
+        seen_first.wait(timeout=5)
+        second = b"data: [DONE]\n\n"
+        conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(second), second))
+        conn.close()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    recorder.start(Mode.RECORD)
+    lines = []
+    with (
+        test_context(TEST_ID),
+        httpx2.Client(timeout=3) as c,
+        c.stream("GET", f"http://127.0.0.1:{port}/events") as r,
+    ):
+        for line in r.iter_lines():
+            if line:
+                lines.append(line)
+                seen_first.set()
+    listener.close()
+    assert lines == ['data: {"n": 1}', "data: [DONE]"]
+    stored = json.loads(recorder.files()[0].read_text())["response"]
+    assert stored["body"] == [{"data": {"n": 1}}, {"data": "[DONE]"}]
+
+
+@pytest.mark.parametrize("mode", [Mode.RECORD, Mode.REPLAY])
+def test_closing_a_stream_early_works(
+    mode: Mode, upstream: FakeUpstream, recorder: Recorder
+) -> None:
+    body = {**chat("", "one two three four five six seven"), "stream": True}
+    other = chat("", "after the early close")
+    recorder.start(Mode.RECORD)
+    with test_context(TEST_ID), httpx2.Client() as c:
+        c.post(f"{upstream.url}/v1/chat/completions", json=body)  # full recordings first
+        c.post(f"{upstream.url}/v1/chat/completions", json=other)
+    session = recorder.start(mode)
+    with test_context(TEST_ID), httpx2.Client() as c:
+        with c.stream("POST", f"{upstream.url}/v1/chat/completions", json=body) as r:
+            first = next(line for line in r.iter_lines() if line)
+        assert first.startswith("data: {")
+        again = c.post(f"{upstream.url}/v1/chat/completions", json=other)  # client still usable
+        assert again.status_code == 200
+    assert session.stats.missed == 0

@@ -260,3 +260,12 @@ def test_subprocess_run_with_threads(project: pytest.Pytester) -> None:
     result.assert_outcomes(passed=1)
     stored = [json.loads(p.read_text()) for p in project.path.glob("recordings/*.json")]
     assert [s["test_id"] for s in stored] == ["test_threads.py::test_from_thread"]
+
+
+def test_xdist_workers_counts_are_merged(project: pytest.Pytester) -> None:
+    recorded = project.runpytest("-n", "2", "--inference-mode=record", "-p", "xdist")
+    recorded.assert_outcomes(passed=4)
+    recorded.stdout.fnmatch_lines(["hashreplay: 0 replayed, 4 recorded, 0 missed (record)"])
+    replayed = project.runpytest("-n", "2", "-p", "xdist")
+    replayed.assert_outcomes(passed=4)
+    replayed.stdout.fnmatch_lines(["hashreplay: 4 replayed, 0 recorded, 0 missed (replay)"])
