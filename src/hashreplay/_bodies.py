@@ -43,9 +43,27 @@ def _media(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
 
+_LONG_DIGITS = re.compile(rb"\d{20,}")
+
+
 def _loads_json(content: bytes) -> Any:
     try:
-        return orjson.loads(content)
+        value = orjson.loads(content)
+        if _LONG_DIGITS.search(content):
+            import json
+
+            big = False
+
+            def parse_int(text: str) -> int:
+                nonlocal big
+                number = int(text)
+                big = big or not -(2**63) <= number < 2**64
+                return number
+
+            json.loads(content, parse_int=parse_int)
+            if big:
+                raise ValueError("an integer beyond 64 bits: kept as text, byte for byte")
+        return value
     except orjson.JSONDecodeError:
         import json
 

@@ -83,12 +83,12 @@ class Config(BaseModel):
         return self.model_copy(update={"mode": mode, "mode_source": source})
 
 
-def project_root(explicit: Path | str | None = None) -> Path:
+def project_root(explicit: Path | str | None = None, env: Mapping[str, str] | None = None) -> Path:
     """The project root outside pytest: explicit, else `HASHREPLAY_ROOT`, else the cwd."""
     if explicit is not None:
         return Path(explicit).resolve()
-    env = os.environ.get(ROOT_ENV)
-    return Path(env).resolve() if env else Path.cwd().resolve()
+    value = (os.environ if env is None else env).get(ROOT_ENV)
+    return Path(value).resolve() if value else Path.cwd().resolve()
 
 
 def read_table(pyproject: Path) -> dict[str, Any]:
@@ -100,7 +100,11 @@ def read_table(pyproject: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         msg = f"cannot read {pyproject}: {exc}"
         raise ConfigError(msg) from exc
-    table = data.get("tool", {}).get("hashreplay", {})
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        msg = f"{pyproject}: [tool] must be a table, got {type(tool).__name__}"
+        raise ConfigError(msg)
+    table = tool.get("hashreplay", {})
     if not isinstance(table, dict):
         msg = f"{pyproject}: [tool.hashreplay] must be a table, got {type(table).__name__}"
         raise ConfigError(msg)
@@ -120,7 +124,7 @@ def load_config(
     override file values of the same name (used by `hashreplay serve` options).
     """
     env = os.environ if env is None else env
-    root_path = project_root(root)
+    root_path = project_root(root, env)
     pyproject = root_path / PYPROJECT
     table = read_table(pyproject)
     internal = sorted(_INTERNAL & table.keys())

@@ -13,7 +13,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from typing import Any
 
 from ._constants import FIXED_EPOCH, STABLE_ID_PREFIX
@@ -100,7 +100,9 @@ def normalise_number(value: float) -> int | float:
 
 def _render_decimal(match: re.Match[str]) -> str:
     try:
-        return str(Decimal(match.group(0)).quantize(_QUANTUM, rounding=ROUND_HALF_EVEN))
+        text = match.group(0)
+        context = Context(prec=len(text) + FLOAT_DIGITS + 2)
+        return str(Decimal(text).quantize(_QUANTUM, rounding=ROUND_HALF_EVEN, context=context))
     except InvalidOperation:  # pragma: no cover - the regex only matches plain decimals
         return match.group(0)
 
@@ -116,13 +118,18 @@ def normalise_text(text: str, id_map: Mapping[str, str] | None = None) -> str:
     return text
 
 
+#: Ids shorter than this are only mapped where they are a whole value, never inside text,
+#: so an id like "1" cannot corrupt unrelated strings.
+MIN_EMBEDDED_ID = 8
+
+
 def map_ids(text: str, id_map: Mapping[str, str]) -> str:
-    """Replace every original id that `text` contains by its stable form."""
+    """Replace every original id that `text` is, or contains, by its stable form."""
     stable = id_map.get(text)
     if stable is not None:
         return stable
     for original, replacement in id_map.items():
-        if original in text:
+        if len(original) >= MIN_EMBEDDED_ID and original in text:
             text = text.replace(original, replacement)
     return text
 

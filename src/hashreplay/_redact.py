@@ -57,7 +57,9 @@ SECRET_SHAPES: tuple[str, ...] = (
     r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
 )
 _SHAPES = re.compile("|".join(f"(?:{s})" for s in SECRET_SHAPES))
-_QUERY_IN_TEXT = re.compile(r"([?&])([A-Za-z0-9_\-]+)=([^&#\s\"'<>]+)")
+_QUERY_IN_TEXT = re.compile(
+    r"([?&])([A-Za-z0-9_\-]+)=(" + re.escape(SECRET_PLACEHOLDER) + r"|[^&#\s\"'<>]+)"
+)
 
 
 def _fold(key: str) -> str:
@@ -123,7 +125,9 @@ class Redactor:
         if "@" in netloc:
             userinfo, _, host = netloc.rpartition("@")
             user = userinfo.split(":", 1)[0]
-            netloc = f"{user}:{SECRET_PLACEHOLDER}@{host}" if ":" in userinfo else netloc
+            netloc = (
+                f"{user}:{quote(SECRET_PLACEHOLDER, safe='')}@{host}" if ":" in userinfo else netloc
+            )
         query = self.query(parts.query)
         return self.text(urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)))
 

@@ -152,6 +152,8 @@ def exception_from_json(
         # build the instance without running __init__, keeping the recorded message.
         exc = cls.__new__(cls)
         BaseException.__init__(exc, *(args or [message]))
+    if list(exc.args) != args:
+        exc.args = tuple(args)
     if str(exc) != message and message:
         exc.__hashreplay_message__ = message  # type: ignore[attr-defined]
     return exc

@@ -44,7 +44,7 @@ def parse_recording(content: bytes, path: Path | str | None) -> Recording:
     except orjson.JSONDecodeError as exc:
         hint = (
             "the file looks truncated"
-            if exc.pos >= len(content.rstrip()) - 1
+            if exc.pos >= len(content.rstrip())
             else "the file is not valid JSON"
         )
         msg = f"{hint}: {exc.msg} at line {exc.lineno} column {exc.colno} (char {exc.pos})"
@@ -53,7 +53,7 @@ def parse_recording(content: bytes, path: Path | str | None) -> Recording:
         msg = f"expected a JSON object at the top level, found {type(data).__name__}"
         raise RecordingError(path, msg)
     version = data.get("format_version")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:
         found = "no format_version" if version is None else f"format_version {version!r}"
         msg = (
             f"{found}, this hashreplay reads format_version {FORMAT_VERSION}; "

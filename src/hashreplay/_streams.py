@@ -77,6 +77,8 @@ def parse_sse(data: bytes) -> list[dict[str, Any]]:
     """
     text = data.decode("utf-8", errors="surrogateescape")
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines[-1] == "":
+        lines.pop()  # what follows the final newline is not a line
     complete = text.endswith(("\n\n", "\r\n\r\n", "\r\r"))
     events: list[dict[str, Any]] = []
     current: dict[str, Any] = {}
@@ -130,13 +132,11 @@ def render_sse_event(event: dict[str, Any]) -> bytes:
 def parse_ndjson(data: bytes) -> list[Any]:
     text = data.decode("utf-8", errors="surrogateescape")
     out: list[Any] = []
-    for line in text.splitlines():
+    for raw in text.split("\n"):
+        line = raw.removesuffix("\r")
         if not line.strip():
             continue
-        try:
-            out.append(orjson.loads(line))
-        except orjson.JSONDecodeError:
-            out.append(line)
+        out.append(_maybe_json(line))
     return out
 
 

@@ -1,0 +1,293 @@
+"""`hashreplay._hashing`: the request hash and model-list naming (DESIGN.md §3, contract).
+
+The golden hashes below guard the contract: if one changes, every existing recording is
+orphaned, so the change needs a KEY_VERSION bump and a `hashreplay rehash`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+import pytest
+import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hashreplay._constants import KEY_VERSION
+from hashreplay._hashing import (
+    canonical_json,
+    endpoint_of,
+    is_model_list,
+    model_ids,
+    model_list_filename,
+    request_hash,
+)
+from hashreplay._redact import Redactor
+
+CHAT_BODY = {
+    "model": "gpt-4o-mini",
+    "messages": [{"role": "user", "content": "hi"}],
+    "temperature": 0,
+}
+TEST_ID = "tests/test_chat.py::test_hello"
+CHAT_ENDPOINT = "/v1/chat/completions"
+
+GOLDEN_CHAT = "86bb57d7885ac1a29a49aad32bd3fdb9"
+GOLDEN_CHAT_SHARED = "bdf53634a63de37dbe13e4c1bd26930d"
+GOLDEN_CHAT_TENANT = "c15422b16cbe38dbb37f5623218fe8cc"
+GOLDEN_GET_MODELS = "f17ca5514b4f96802476dce117ef4ea0"
+GOLDEN_CHAT_CANONICAL = (
+    b'{"body":{"messages":[{"content":"hi","role":"user"}],"model":"gpt-4o-mini",'
+    b'"temperature":0},"endpoint":"/v1/chat/completions","method":"POST",'
+    b'"test_id":"tests/test_chat.py::test_hello"}'
+)
+
+
+# --- golden hashes (contract) --------------------------------------------------------------
+
+
+def test_key_version_matches_golden_hashes() -> None:
+    # If this fails, the golden hashes below were computed under other rules: update both.
+    assert KEY_VERSION == 1
+
+
+def test_golden_chat_hash() -> None:
+    assert request_hash("POST", CHAT_ENDPOINT, CHAT_BODY, TEST_ID) == GOLDEN_CHAT
+
+
+def test_golden_chat_shared_hash() -> None:
+    got = request_hash("POST", CHAT_ENDPOINT, CHAT_BODY, TEST_ID, shared=True)
+    assert got == GOLDEN_CHAT_SHARED
+
+
+def test_golden_chat_with_match_header_hash() -> None:
+    got = request_hash("POST", CHAT_ENDPOINT, CHAT_BODY, TEST_ID, headers={"x-tenant": "a"})
+    assert got == GOLDEN_CHAT_TENANT
+
+
+def test_golden_get_without_body_hash() -> None:
+    assert request_hash("GET", "/v1/models", None, None) == GOLDEN_GET_MODELS
+
+
+def test_golden_canonical_bytes() -> None:
+    payload = {"method": "POST", "endpoint": CHAT_ENDPOINT, "body": CHAT_BODY, "test_id": TEST_ID}
+    assert canonical_json(payload) == GOLDEN_CHAT_CANONICAL
+    # The hash is xxh3_128 of exactly these bytes.
+    assert xxhash.xxh3_128_hexdigest(GOLDEN_CHAT_CANONICAL) == GOLDEN_CHAT
+
+
+def test_hash_is_32_lowercase_hex() -> None:
+    assert re.fullmatch(r"[0-9a-f]{32}", request_hash("POST", "/x", {"a": 1}, "t"))
+
+
+def test_method_is_case_insensitive() -> None:
+    assert request_hash("post", CHAT_ENDPOINT, CHAT_BODY, TEST_ID) == GOLDEN_CHAT
+
+
+def test_empty_match_headers_do_not_change_the_hash() -> None:
+    assert request_hash("POST", CHAT_ENDPOINT, CHAT_BODY, TEST_ID, headers={}) == GOLDEN_CHAT
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"method": "PUT"},
+        {"endpoint": "/v1/completions"},
+        {"body": {**CHAT_BODY, "temperature": 1}},
+        {"test_id": "tests/test_chat.py::test_other"},
+        {"test_id": None},
+        {"headers": {"x-tenant": "b"}},
+    ],
+)
+def test_every_part_changes_the_hash(change: dict[str, Any]) -> None:
+    args: dict[str, Any] = {
+        "method": "POST",
+        "endpoint": CHAT_ENDPOINT,
+        "body": CHAT_BODY,
+        "test_id": TEST_ID,
+    }
+    base = request_hash(**args)
+    assert request_hash(**{**args, **change}) != base
+
+
+# --- properties ----------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=10),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=5)
+    ),
+    max_leaves=25,
+)
+
+
+def shuffled(value: Any, rng: random.Random) -> Any:
+    if isinstance(value, dict):
+        items = list(value.items())
+        rng.shuffle(items)
+        return {k: shuffled(v, rng) for k, v in items}
+    if isinstance(value, list):
+        return [shuffled(v, rng) for v in value]
+    return value
+
+
+@settings(max_examples=150, deadline=None)
+@given(json_values, st.randoms(use_true_random=False))
+def test_hash_independent_of_key_order(body: Any, rng: random.Random) -> None:
+    reordered = shuffled(body, rng)
+    assert request_hash("POST", "/v1/x", body, "t::t") == request_hash(
+        "POST", "/v1/x", reordered, "t::t"
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(json_values, st.text(min_size=1), st.text(min_size=1))
+def test_test_id_changes_hash_unless_shared(body: Any, id_a: str, id_b: str) -> None:
+    if id_a == id_b:
+        id_b = id_a + "x"
+    assert request_hash("POST", "/e", body, id_a) != request_hash("POST", "/e", body, id_b)
+    assert request_hash("POST", "/e", body, id_a, shared=True) == request_hash(
+        "POST", "/e", body, id_b, shared=True
+    )
+
+
+def test_shared_hash_equals_hash_of_any_test_id() -> None:
+    assert request_hash("GET", "/v1/models", None, "a", shared=True) == request_hash(
+        "GET", "/v1/models", None, None, shared=True
+    )
+
+
+# --- endpoint_of ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://localhost:8000/v1/chat/completions",
+        "https://api.openai.com/v1/chat/completions",
+        "https://proxy.internal:8443/v1/chat/completions",
+        "http://127.0.0.1/v1/chat/completions",
+    ],
+)
+def test_endpoint_is_path_only(url: str) -> None:
+    assert endpoint_of(url) == "/v1/chat/completions"
+
+
+def test_endpoint_ignores_host_and_port_for_hashing() -> None:
+    a = endpoint_of("http://localhost:8000/v1/embeddings")
+    b = endpoint_of("https://api.example.com:443/v1/embeddings")
+    assert request_hash("POST", a, {"x": 1}, "t") == request_hash("POST", b, {"x": 1}, "t")
+
+
+def test_endpoint_empty_path_is_slash() -> None:
+    assert endpoint_of("http://localhost:8000") == "/"
+
+
+def test_endpoint_query_sorted() -> None:
+    assert endpoint_of("http://h/v1/x?b=2&a=1&c=3") == "/v1/x?a=1&b=2&c=3"
+    assert endpoint_of("http://h/v1/x?a=1&b=2") == endpoint_of("http://other/v1/x?b=2&a=1")
+
+
+def test_endpoint_credentials_removed_with_redactor() -> None:
+    redactor = Redactor()
+    url = (
+        "https://generativelanguage.googleapis.com/v1beta/models/gemini:generateContent"
+        "?key=AIzaSyD-SECRET&alt=sse"
+    )
+    assert endpoint_of(url, redactor.is_query_secret) == (
+        "/v1beta/models/gemini:generateContent?alt=sse"
+    )
+    assert endpoint_of(
+        "http://h/v1/x?api_key=s1&b=2&Access-Token=s2", redactor.is_query_secret
+    ) == ("/v1/x?b=2")
+    assert endpoint_of("http://h/v1/x?key=only", redactor.is_query_secret) == "/v1/x"
+
+
+def test_endpoint_same_for_different_keys() -> None:
+    is_secret = Redactor().is_query_secret
+    assert endpoint_of("http://h/p?key=one", is_secret) == endpoint_of(
+        "http://h/p?key=two", is_secret
+    )
+    assert endpoint_of("http://h/p?key=one", is_secret) == endpoint_of("http://h/p", is_secret)
+
+
+def test_endpoint_keeps_credentials_without_predicate() -> None:
+    assert endpoint_of("http://h/p?key=abc") == "/p?key=abc"
+
+
+# --- model lists ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "endpoint"),
+    [
+        ("GET", "/v1/models"),
+        ("get", "/v1/models"),
+        ("GET", "/v1/v1/models"),
+        ("GET", "/api/tags"),
+        ("GET", "/api/ps"),
+        ("GET", "/v1beta/models"),
+        ("GET", "/v1/models/"),
+        ("GET", "/v1/models?limit=20"),
+        ("GET", "/openai/v1/models"),
+    ],
+)
+def test_is_model_list_true(method: str, endpoint: str) -> None:
+    assert is_model_list(method, endpoint)
+
+
+@pytest.mark.parametrize(
+    ("method", "endpoint"),
+    [
+        ("POST", "/v1/models"),
+        ("GET", "/v1/models/gpt-4"),
+        ("GET", "/v1/chat/completions"),
+        ("GET", "/v1/mymodels"),
+        ("DELETE", "/api/tags"),
+        ("GET", "/api/tags/x"),
+        ("GET", "/api/show"),
+    ],
+)
+def test_is_model_list_false(method: str, endpoint: str) -> None:
+    assert not is_model_list(method, endpoint)
+
+
+def test_model_list_filename_format() -> None:
+    name = model_list_filename(GOLDEN_GET_MODELS, ["gpt-4o", "o3-mini"])
+    assert re.fullmatch(rf"models-{GOLDEN_GET_MODELS}-[0-9a-f]{{8}}\.json", name)
+
+
+def test_model_list_filename_independent_of_id_order() -> None:
+    a = model_list_filename("h", ["a", "b", "c"])
+    assert model_list_filename("h", ["c", "a", "b"]) == a
+    assert model_list_filename("h", ["a", "b"]) != a
+    assert model_list_filename("h2", ["a", "b", "c"]) != a
+
+
+def test_model_ids_openai_shape() -> None:
+    body = {
+        "object": "list",
+        "data": [
+            {"id": "o3-mini", "object": "model"},
+            {"id": "gpt-4o", "object": "model"},
+            {"object": "model"},
+        ],
+    }
+    assert model_ids(body) == ["gpt-4o", "o3-mini"]
+
+
+def test_model_ids_ollama_shape() -> None:
+    body = {
+        "models": [
+            {"name": "llama3.2:latest", "model": "llama3.2:latest", "size": 1},
+            {"name": "qwen2.5:0.5b", "model": "qwen2.5:0.5b"},
+        ]
+    }
+    assert model_ids(body) == ["llama3.2:latest", "qwen2.5:0.5b"]
+
+
+@pytest.mark.parametrize("body", [None, [], "x", {"data": "nope"}, {"other": [{"id": "a"}]}])
+def test_model_ids_of_other_shapes_is_empty(body: Any) -> None:
+    assert model_ids(body) == []

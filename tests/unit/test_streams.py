@@ -1,0 +1,283 @@
+"""`hashreplay._streams`: SSE events, NDJSON lines and raw chunks as ordered records."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hashreplay._streams import (
+    StreamFormat,
+    data_values,
+    decode_chunk,
+    encode_chunk,
+    parse_ndjson,
+    parse_sse,
+    parse_stream,
+    render_ndjson_line,
+    render_sse_event,
+    render_stream,
+    stream_format_for,
+    with_data_values,
+)
+
+OPENAI_STREAM = (
+    b'data: {"id":"chatcmpl-1","choices":[{"delta":{"content":"He"}}]}\n\n'
+    b'data: {"id":"chatcmpl-1","choices":[{"delta":{"content":"llo"}}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+RICH_STREAM = (
+    b": keep-alive\n\n"
+    b"event: message_start\n"
+    b"id: 42\n"
+    b"retry: 3000\n"
+    b'data: {"type":"message_start"}\n\n'
+    b"event: note\n"
+    b"data: line one\n"
+    b"data: line two\n\n"
+    b": comment one\n"
+    b":comment two\n"
+    b"data: text\n\n"
+    b"event: ping\n\n"
+    b"data: [DONE]\n\n"
+)
+
+
+def render_all(events: list[dict[str, Any]]) -> bytes:
+    return b"".join(render_sse_event(e) for e in events)
+
+
+# --- SSE -----------------------------------------------------------------------------------
+
+
+def test_parse_openai_stream() -> None:
+    assert parse_sse(OPENAI_STREAM) == [
+        {"data": {"id": "chatcmpl-1", "choices": [{"delta": {"content": "He"}}]}},
+        {"data": {"id": "chatcmpl-1", "choices": [{"delta": {"content": "llo"}}]}},
+        {"data": "[DONE]"},
+    ]
+
+
+def test_parse_keeps_event_id_retry_comments_multiline_data() -> None:
+    assert parse_sse(RICH_STREAM) == [
+        {"comments": [" keep-alive"]},
+        {"event": "message_start", "id": "42", "retry": "3000", "data": {"type": "message_start"}},
+        {"event": "note", "data": "line one\nline two"},
+        {"comments": [" comment one", "comment two"], "data": "text"},
+        {"event": "ping"},
+        {"data": "[DONE]"},
+    ]
+
+
+@pytest.mark.parametrize("stream", [OPENAI_STREAM, RICH_STREAM], ids=["openai", "rich"])
+def test_sse_round_trip(stream: bytes) -> None:
+    events = parse_sse(stream)
+    rendered = render_all(events)
+    assert parse_sse(rendered) == events
+    assert render_all(parse_sse(rendered)) == rendered
+
+
+def test_sse_render_is_byte_exact_for_canonical_input() -> None:
+    assert render_all(parse_sse(OPENAI_STREAM)) == OPENAI_STREAM
+    assert render_all(parse_sse(RICH_STREAM)) == RICH_STREAM
+
+
+def test_sse_one_chunk_per_event() -> None:
+    chunks = render_stream(StreamFormat.SSE, parse_sse(OPENAI_STREAM))
+    assert len(chunks) == 3
+    assert all(c.endswith(b"\n\n") for c in chunks)
+    assert chunks[-1] == b"data: [DONE]\n\n"
+
+
+def test_sse_crlf_line_endings() -> None:
+    crlf = OPENAI_STREAM.replace(b"\n", b"\r\n")
+    assert parse_sse(crlf) == parse_sse(OPENAI_STREAM)
+
+
+def test_sse_unknown_fields_kept() -> None:
+    events = parse_sse(b"data: x\nfoo: bar\n\n")
+    assert events == [{"fields": [["foo", "bar"]], "data": "x"}]
+    assert parse_sse(render_all(events)) == events
+
+
+def test_sse_json_looking_invalid_data_kept_as_text() -> None:
+    assert parse_sse(b"data: {not json\n\n") == [{"data": "{not json"}]
+    assert parse_sse(b'data: "quoted"\n\n') == [{"data": '"quoted"'}]
+    assert parse_sse(b"data: 42\n\n") == [{"data": "42"}]
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b'data: {"id":"chatcmpl-1","choi', b'data: {"id":"chatcmpl-1"}\n', b"event: x\ndata: y"],
+    ids=["cut-mid-line", "cut-after-line", "cut-mid-event"],
+)
+def test_trailing_partial_event_flagged(tail: bytes) -> None:
+    events = parse_sse(OPENAI_STREAM[:-15] + b"\n\n" + tail)
+    assert events[-1]["partial"] is True
+    assert all("partial" not in e for e in events[:-1])
+    # Replaying reproduces a stream that is still broken at the end.
+    rendered = render_all(events)
+    assert not rendered.endswith(b"\n\n")
+    assert parse_sse(rendered) == events
+
+
+def test_complete_stream_not_partial() -> None:
+    assert all("partial" not in e for e in parse_sse(RICH_STREAM))
+
+
+def test_sse_data_values_and_back() -> None:
+    events = parse_sse(RICH_STREAM)
+    values = data_values(StreamFormat.SSE, events)
+    assert values == [None, {"type": "message_start"}, "line one\nline two", "text", None, "[DONE]"]
+    replaced = with_data_values(StreamFormat.SSE, events, ["A", "B", "C", "D", "E", "F"])
+    assert [e.get("data") for e in replaced] == [None, "B", "C", "D", None, "F"]
+    assert replaced[1]["event"] == "message_start"
+    assert events[1]["data"] == {"type": "message_start"}  # not mutated
+
+
+sse_text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"),
+    max_size=20,
+)
+sse_events = st.fixed_dictionaries(
+    {},
+    optional={
+        "event": sse_text.filter(lambda s: s == s.strip() and s),
+        "id": sse_text.filter(lambda s: s == s.strip() and s),
+        "data": st.lists(sse_text, min_size=1, max_size=3).map("\n".join)
+        | st.dictionaries(st.text(max_size=5), st.integers(0, 10), max_size=3),
+        "comments": st.lists(sse_text, min_size=1, max_size=2),
+    },
+).filter(bool)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(sse_events, min_size=1, max_size=5))
+def test_sse_round_trip_property(events: list[dict[str, Any]]) -> None:
+    parsed = parse_sse(render_all(events))
+    assert len(parsed) == len(events)
+    for got, want in zip(parsed, events, strict=True):
+        assert got.get("event") == want.get("event")
+        assert got.get("id") == want.get("id")
+        assert got.get("comments") == want.get("comments")
+        if isinstance(want.get("data"), dict):
+            assert got["data"] == want["data"]
+        elif "data" in want:
+            assert got["data"] in (want["data"], _json_or_none(want["data"]))
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+# --- NDJSON --------------------------------------------------------------------------------
+
+OLLAMA_STREAM = (
+    b'{"model":"llama3.2","message":{"content":"He"},"done":false}\n'
+    b'{"model":"llama3.2","message":{"content":"llo"},"done":false}\n'
+    b'{"model":"llama3.2","done":true,"total_duration":5}\n'
+)
+
+
+def test_parse_ndjson_lines() -> None:
+    assert parse_ndjson(OLLAMA_STREAM) == [
+        {"model": "llama3.2", "message": {"content": "He"}, "done": False},
+        {"model": "llama3.2", "message": {"content": "llo"}, "done": False},
+        {"model": "llama3.2", "done": True, "total_duration": 5},
+    ]
+
+
+def test_ndjson_round_trip_byte_exact() -> None:
+    chunks = render_stream(StreamFormat.NDJSON, parse_ndjson(OLLAMA_STREAM))
+    assert len(chunks) == 3
+    assert b"".join(chunks) == OLLAMA_STREAM
+
+
+def test_ndjson_blank_lines_skipped_and_text_kept() -> None:
+    assert parse_ndjson(b'{"a":1}\n\n  \nnot json\n[1,2]\n') == [{"a": 1}, "not json", [1, 2]]
+    assert render_ndjson_line("not json") == b"not json\n"
+
+
+def test_ndjson_line_separator_inside_json_string() -> None:
+    # U+2028 and U+0085 may appear unescaped inside JSON strings; only "\n" ends a line.
+    stream = '{"content":"a\u2028b"}\n{"content":"c\u0085d"}\n'.encode()
+    assert parse_ndjson(stream) == [{"content": "a\u2028b"}, {"content": "c\u0085d"}]
+    assert b"".join(render_stream(StreamFormat.NDJSON, parse_ndjson(stream))) == stream
+
+
+def test_ndjson_json_string_line_round_trips() -> None:
+    stream = b'"hello"\n{"a":1}\n'
+    rendered = b"".join(render_stream(StreamFormat.NDJSON, parse_ndjson(stream)))
+    assert [json.loads(line) for line in rendered.splitlines()] == ["hello", {"a": 1}]
+
+
+def test_ndjson_data_values_and_back() -> None:
+    items = parse_ndjson(OLLAMA_STREAM)
+    assert data_values(StreamFormat.NDJSON, items) == items
+    assert with_data_values(StreamFormat.NDJSON, items, [1, 2, 3]) == [1, 2, 3]
+
+
+# --- raw chunks ----------------------------------------------------------------------------
+
+
+def test_raw_chunks_utf8_and_binary() -> None:
+    chunks = [b"hello ", "wörld".encode(), b"\xff\xfe\x00binary", b"", "é".encode()[:1]]
+    stored = parse_stream(StreamFormat.CHUNKS, chunks)
+    assert stored[0] == "hello "
+    assert stored[1] == "wörld"
+    assert stored[2] == {"base64": "//4AYmluYXJ5"}
+    assert isinstance(stored[3], dict)  # half of a multi-byte character
+    assert render_stream(StreamFormat.CHUNKS, stored) == [c for c in chunks if c]
+    assert data_values(StreamFormat.CHUNKS, stored) == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=64))
+def test_chunk_round_trip_property(chunk: bytes) -> None:
+    assert decode_chunk(encode_chunk(chunk)) == chunk
+
+
+def test_parse_stream_dispatch() -> None:
+    assert parse_stream(StreamFormat.SSE, [OPENAI_STREAM[:10], OPENAI_STREAM[10:]]) == parse_sse(
+        OPENAI_STREAM
+    )
+    assert parse_stream(StreamFormat.NDJSON, [OLLAMA_STREAM[:7], OLLAMA_STREAM[7:]]) == (
+        parse_ndjson(OLLAMA_STREAM)
+    )
+
+
+# --- format by content type ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content_type", "chunked", "expected"),
+    [
+        ("text/event-stream", False, StreamFormat.SSE),
+        ("text/event-stream; charset=utf-8", True, StreamFormat.SSE),
+        ("Text/Event-Stream", False, StreamFormat.SSE),
+        ("application/x-ndjson", False, StreamFormat.NDJSON),
+        ("application/x-ndjson; charset=utf-8", True, StreamFormat.NDJSON),
+        ("application/ndjson", False, StreamFormat.NDJSON),
+        ("application/jsonl", False, StreamFormat.NDJSON),
+        ("text/plain", True, StreamFormat.CHUNKS),
+        ("audio/mpeg", True, StreamFormat.CHUNKS),
+        ("text/plain", False, None),
+        ("application/json", True, None),
+        ("application/json; charset=utf-8", True, None),
+        ("application/problem+json", True, None),
+        (None, True, None),
+        (None, False, None),
+        ("", True, None),
+    ],
+)
+def test_stream_format_for(
+    content_type: str | None, chunked: bool, expected: StreamFormat | None
+) -> None:
+    assert stream_format_for(content_type, chunked=chunked) is expected
