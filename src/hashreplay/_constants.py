@@ -12,6 +12,9 @@ MODE_OPTION: Final = "--inference-mode"
 ROOT_ENV: Final = "HASHREPLAY_ROOT"
 #: Header that carries the pytest test id to a server under test (DESIGN.md §8).
 TEST_ID_HEADER: Final = "X-HashReplay-Test-Id"
+#: Header that identifies one execution of a test, so a long-running server under test (or
+#: `hashreplay serve`) can tell a re-run of the same test from more calls of the same run.
+RUN_HEADER: Final = "X-HashReplay-Run"
 #: What every redacted secret is replaced with (DESIGN.md §7).
 SECRET_PLACEHOLDER: Final = "[secret removed]"
 

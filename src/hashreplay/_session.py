@@ -8,6 +8,7 @@ engine reads and writes the store; it never imports an HTTP client.
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,6 +140,8 @@ class _Sequence:
 @dataclass
 class _TestState:
     mode: Mode | None = None
+    #: identifies this execution of the test (sent to servers under test, DESIGN.md §8)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     sequences: dict[str, _Sequence] = field(default_factory=dict)
     #: original → stable ids this test received while recording (never written).
     id_map: dict[str, str] = field(default_factory=dict)
@@ -158,7 +161,8 @@ class Session:
         )
         self.kept_response_headers = KEPT_RESPONSE_HEADERS | frozenset(config.keep_response_headers)
         self.stats = Stats()
-        self.used_files: set[Path] = set()
+        #: recording files each test id used (replayed or wrote), for `hashreplay prune`
+        self.usage: dict[str | None, set[Path]] = {}
         self._tests: dict[str | None, _TestState] = {}
         self._lock = threading.RLock()
 
@@ -167,6 +171,33 @@ class Session:
     def begin_test(self, test_id: str | None, mode: Mode | None = None) -> None:
         with self._lock:
             self._tests[test_id] = _TestState(mode=mode)
+
+    def set_test_mode(self, test_id: str | None, mode: Mode) -> None:
+        """Run one test in another mode (the `hashreplay` marker), keeping its state."""
+        with self._lock:
+            self._state(test_id).mode = mode
+
+    def run_id_for(self, test_id: str | None) -> str:
+        with self._lock:
+            return self._state(test_id).run_id
+
+    def enter_run(self, test_id: str | None, run_id: str | None) -> None:
+        """Called by servers for each request: a new run id of a test starts it afresh
+        (its identical-request counters and id mappings), as `begin_test` does in-process."""
+        if run_id is None:
+            return
+        with self._lock:
+            state = self._tests.get(test_id)
+            if state is None or state.run_id != run_id:
+                self._tests[test_id] = _TestState(run_id=run_id)
+
+    def _use(self, test_id: str | None, *paths: Path) -> None:
+        self.usage.setdefault(test_id, set()).update(paths)
+
+    @property
+    def used_files(self) -> set[Path]:
+        with self._lock:
+            return set().union(*self.usage.values()) if self.usage else set()
 
     def end_test(self, test_id: str | None) -> list[ReplayMiss]:
         """Forget a test's state; returns the misses it had (the plugin fails the test)."""
@@ -259,7 +290,7 @@ class Session:
                 return None
             seq.calls += 1
             self.stats.replayed += 1
-            self.used_files.add(seq.path)
+            self._use(prep.test_id, seq.path)
         return self.plan(seq.responses[index], seq.path)
 
     def _sequence(self, prep: Prepared) -> _Sequence:
@@ -290,7 +321,7 @@ class Session:
         merged = merge_model_lists([r.response for r in recordings])
         with self._lock:
             self.stats.replayed += 1
-            self.used_files.update(paths)
+            self._use(prep.test_id, *paths)
         return self.plan(merged, paths[0])
 
     def plan(self, response: RecordedResponse, path: Path | None = None) -> ReplayPlan:
@@ -423,7 +454,7 @@ class Session:
                 id_mapping=seq.ids.facts,
             )
             self.stats.recorded += 1
-            self.used_files.add(seq.path)
+            self._use(prep.test_id, seq.path)
             return seq.path, recording
 
     def _stage_model_list(
@@ -433,7 +464,7 @@ class Session:
         path = self.store.common_dir / model_list_filename(prep.hash, ids)
         with self._lock:
             self.stats.recorded += 1
-            self.used_files.add(path)
+            self._use(prep.test_id, path)
         if path.exists():
             return path, None  # the same model set is stored already
         registry = new_id_registry(prep.hash)

@@ -93,7 +93,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     except ConfigError as exc:
         raise pytest.UsageError(f"hashreplay: {item.nodeid}: {exc}") from None
     if mode is not None:
-        session.begin_test(item.nodeid, mode)
+        session.set_test_mode(item.nodeid, mode)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -111,6 +111,7 @@ def test_passthrough_urls_go_live_with_the_test_id_header(
         r = c.post(f"{upstream.url}/echo", json={"a": 1})
     assert r.status_code == 200
     assert r.json()["headers"][TEST_ID_HEADER.lower()] == TEST_ID
+    assert r.json()["headers"]["x-hashreplay-run"] == session.run_id_for(TEST_ID)
     assert session.stats.passed_through == 1
     assert session.stats.missed == 0
     assert recorder.files() == []

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from hashreplay._constants import TEST_ID_HEADER
+from hashreplay._constants import RUN_HEADER, TEST_ID_HEADER
 from hashreplay._context import current_test_id
 from hashreplay._encoding import decoder_for
 from hashreplay._errors import RecordingError
@@ -116,6 +116,7 @@ def _passthrough(session: Session, request: Any) -> bool:
         test_id = current_test_id()
         if test_id is not None and TEST_ID_HEADER not in request.headers:
             request.headers[TEST_ID_HEADER] = test_id  # server mode (DESIGN.md §8)
+            request.headers[RUN_HEADER] = session.run_id_for(test_id)
         session.note_passthrough()
         return True
     if not session.mode_for(current_test_id()).intercepts:
