@@ -10,7 +10,7 @@ from ._config import Config, ModeSource, load_config
 from ._constants import FORMAT_VERSION, KEY_VERSION, SECRET_PLACEHOLDER, TEST_ID_HEADER
 from ._context import current_test_id, test_context
 from ._diff import Difference, first_difference
-from ._errors import ConfigError, HashReplayError, RecordingError, ReplayMiss
+from ._errors import ConfigError, HashReplayError, HashReplayWarning, RecordingError, ReplayMiss
 from ._hashing import endpoint_of, is_model_list, request_hash
 from ._mode import Mode
 from ._normalise import normalise_request_body
@@ -31,6 +31,7 @@ __all__ = [
     "ConfigError",
     "Difference",
     "HashReplayError",
+    "HashReplayWarning",
     "IncomingRequest",
     "Mode",
     "ModeSource",

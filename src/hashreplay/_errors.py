@@ -31,3 +31,7 @@ class ReplayMiss(HashReplayError):
         self.test_id = test_id
         self.request_hash = request_hash
         super().__init__(report)
+
+
+class HashReplayWarning(UserWarning):
+    """Something works but deserves attention (a recording whose name no longer matches it)."""

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._constants import MODEL_LIST_PREFIX, RECORD_COMMAND
-from ._diff import count_differences, first_difference
+from ._diff import Difference, count_differences, first_difference
 from ._errors import RecordingError
 from ._store import read_recording
 
 if TYPE_CHECKING:
-    from ._recording import Recording
+    from ._recording import RecordedRequest, Recording
     from ._session import Prepared, Session
 
 
@@ -143,15 +143,20 @@ def _nearest_lines(session: Session, prep: Prepared) -> list[str]:
             lines.append(f"  no recording of this test or suite calls {req_line(prep)}")
         return lines
     best = candidates[0]
-    recorded = best.recording.request
-    diff = first_difference(
-        _comparable(recorded.method, recorded.endpoint, recorded.body),
-        _comparable(prep.request.method, prep.request.endpoint, prep.request.body),
-    )
+    diff = request_difference(best.recording.request, prep.request)
     lines.append(f"  nearest:   {_rel(session, best.path)} ({_TIERS[best.tier]})")
     if diff is not None:
         lines.append(f"  differs:   {diff.describe()}")
     return lines
+
+
+def request_difference(recorded: RecordedRequest, incoming: RecordedRequest) -> Difference | None:
+    """The first difference, the method and endpoint before any body field."""
+    for field in ("method", "endpoint"):
+        a, b = getattr(recorded, field), getattr(incoming, field)
+        if a != b:
+            return Difference(field, a, b, "value")
+    return first_difference(recorded.body, incoming.body, "body")
 
 
 def req_line(prep: Prepared) -> str:

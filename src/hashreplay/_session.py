@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +17,9 @@ from typing import Any
 
 from ._bodies import BodyEncoding, decode_body, encode_body, encode_request_body
 from ._config import Config
-from ._constants import MISS_HEADER, MISS_STATUS, TEST_ID_HEADER
+from ._constants import KEY_VERSION, MISS_HEADER, MISS_STATUS, TEST_ID_HEADER
 from ._context import current_test_id
-from ._errors import RecordingError, ReplayMiss
+from ._errors import HashReplayWarning, RecordingError, ReplayMiss
 from ._hashing import endpoint_of, is_model_list, model_id, model_ids, model_list_filename
 from ._hashing import request_hash as compute_hash
 from ._mode import Mode
@@ -40,7 +41,7 @@ from ._recording import (
     new_recording,
 )
 from ._redact import Redactor
-from ._report import miss_report
+from ._report import miss_report, request_difference
 from ._store import Store
 from ._streams import (
     StreamFormat,
@@ -305,6 +306,7 @@ class Session:
             )
         else:
             recording = self.store.read(path)
+            _check_name(path, recording, prep)
             seq = _Sequence(
                 recording.responses,
                 new_id_registry(prep.hash, recording.id_normalization_mapping),
@@ -470,6 +472,31 @@ class Session:
         registry = new_id_registry(prep.hash)
         normalised = normalise_response(response, registry, model_list=True)
         return path, new_recording(test_id=None, request=prep.request, responses=[normalised])
+
+
+def _check_name(path: Path, recording: Recording, prep: Prepared) -> None:
+    """Warn when a file found by its name holds another request (edited by hand, or named by
+    other rules): replay still uses it, and `hashreplay verify` lists every such file."""
+    stored = recording.request
+    if recording.key_version != KEY_VERSION:
+        problem = (
+            f"it was named by key_version {recording.key_version}, this hashreplay uses "
+            f"{KEY_VERSION}; run `hashreplay rehash` to re-key the store"
+        )
+    elif recording.test_id != prep.test_id:
+        problem = f"it stores test id {recording.test_id!r}, not {prep.test_id!r}"
+    else:
+        diff = request_difference(stored, prep.request)
+        if diff is None:
+            return
+        problem = f"its stored request differs ({diff.describe()}): was it edited by hand?"
+    warnings.warn(
+        HashReplayWarning(
+            f"recording {path} no longer matches its name: {problem}. It is still replayed; "
+            "`hashreplay verify` lists every such file"
+        ),
+        stacklevel=2,
+    )
 
 
 def _get(headers: Sequence[tuple[str, str]], name: str) -> str | None:

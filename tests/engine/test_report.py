@@ -1,0 +1,204 @@
+"""The miss report (DESIGN.md §6) for each case, with the exact field paths printed."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hashreplay import HashReplayWarning, IncomingRequest, Mode, Session, load_config
+from hashreplay._session import LiveExchange
+
+URL = "http://127.0.0.1:9/v1/chat/completions"
+TEST = "tests/suite/test_chat.py::test_one"
+
+
+def request(body: Any, url: str = URL, method: str = "POST") -> IncomingRequest:
+    content = json.dumps(body).encode() if body is not None else b""
+    return IncomingRequest(method, url, [("content-type", "application/json")], content)
+
+
+def chat(*texts: str) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": t} for t in texts]}
+
+
+def session(root: Path, mode: Mode) -> Session:
+    return Session(load_config(root, env={}, mode=mode.value))
+
+
+def record(root: Path, test_id: str | None, incoming: IncomingRequest) -> Path:
+    s = session(root, Mode.RECORD)
+    s.begin_test(test_id)
+    prep = s.prepare(incoming, test_id=test_id)
+    body = b'{"id": "chatcmpl-1", "choices": []}'
+    return s.record(prep, LiveExchange(200, [("content-type", "application/json")], [body]))
+
+
+def miss(root: Path, test_id: str | None, incoming: IncomingRequest) -> str:
+    s = session(root, Mode.REPLAY)
+    s.begin_test(test_id)
+    prep = s.prepare(incoming, test_id=test_id)
+    assert s.replay(prep) is None
+    return s.miss(prep).report
+
+
+def test_same_test_and_endpoint_shows_the_first_differing_field(tmp_path: Path) -> None:
+    path = record(tmp_path, TEST, request(chat("system says", "echo:hi", "and more")))
+    record(tmp_path, TEST, request(chat("totally", "different")))
+    report = miss(tmp_path, TEST, request(chat("system says", "echo:bye", "and more")))
+    lines = report.splitlines()
+    assert lines[0] == f"hashreplay: no recording for POST {URL} (replay mode)"
+    assert lines[1] == f"  test:      {TEST}"
+    assert lines[2].startswith("  hash:      ") and len(lines[2].split()[-1]) == 32
+    assert lines[3].startswith("  looked in: tests/suite/recordings/")
+    assert ", recordings/" in lines[3]
+    assert lines[4] == (f"  nearest:   tests/suite/recordings/{path.name} (same test and endpoint)")
+    assert lines[5] == (
+        "  differs:   body.messages[1].content: recorded 'echo:hi', incoming 'echo:bye'"
+    )
+    assert lines[6] == f"  to record it: INFERENCE_MODE=record-if-missing pytest {TEST}"
+
+
+def test_missing_and_added_fields_are_named(tmp_path: Path) -> None:
+    record(tmp_path, TEST, request({**chat("x"), "temperature": 0.5}))
+    report = miss(tmp_path, TEST, request(chat("x")))
+    assert "  differs:   body.temperature: recorded 0.5, incoming has no such field" in report
+    report = miss(tmp_path, TEST, request({**chat("x"), "temperature": 0.5, "top_p": 1}))
+    assert "  differs:   body.top_p: not in the recording, incoming 1" in report
+
+
+def test_type_change_is_reported_as_such(tmp_path: Path) -> None:
+    record(tmp_path, TEST, request({**chat("x"), "n": 1}))
+    report = miss(tmp_path, TEST, request({**chat("x"), "n": "1"}))
+    assert "  differs:   body.n: recorded number 1, incoming string '1'" in report
+
+
+def test_same_test_other_endpoint_when_no_same_endpoint(tmp_path: Path) -> None:
+    path = record(
+        tmp_path,
+        TEST,
+        request({"model": "m", "input": "x"}, URL.replace("chat/completions", "embeddings")),
+    )
+    report = miss(tmp_path, TEST, request(chat("x")))
+    assert f"  nearest:   tests/suite/recordings/{path.name} (same test, other endpoint)" in report
+    assert (
+        "  differs:   endpoint: recorded '/v1/embeddings', incoming '/v1/chat/completions'"
+        in report
+    )
+
+
+def test_same_endpoint_of_another_test_in_the_suite(tmp_path: Path) -> None:
+    record(tmp_path, TEST, request(chat("mine")))
+    other = "tests/suite/test_chat.py::test_two"
+    path = record(tmp_path, other, request(chat("theirs")))
+    report = miss(tmp_path, TEST, request(chat("yours")))
+    # the test has a recording, but not for this endpoint's body; nearest of its own comes first
+    assert "(same test and endpoint)" in report
+    assert "body.messages[0].content: recorded 'mine', incoming 'yours'" in report
+    assert path.name not in report
+
+
+def test_new_test_with_no_recordings_says_so(tmp_path: Path) -> None:
+    record(tmp_path, "tests/suite/test_chat.py::test_other", request(chat("a")))
+    report = miss(tmp_path, TEST, request(chat("b")))
+    assert "  this test has no recordings yet (a new test, or one renamed or moved)" in report
+    assert "  nearest:   tests/suite/recordings/" in report
+    assert "(same endpoint, other test)" in report
+
+
+def test_renamed_test_names_the_likely_old_test_id(tmp_path: Path) -> None:
+    old = "tests/suite/test_chat.py::test_old_name"
+    path = record(tmp_path, old, request(chat("same request")))
+    report = miss(tmp_path, TEST, request(chat("same request")))
+    assert "  this test has no recordings yet" in report
+    assert (
+        f"  tests/suite/recordings/{path.name} of test {old} has exactly this request: "
+        "was the test renamed or moved? Re-record, and prune the old recordings"
+    ) in report
+
+
+def test_beyond_the_recorded_sequence_says_how_many(tmp_path: Path) -> None:
+    incoming = request(chat("again"))
+    record(tmp_path, TEST, incoming)
+    s = session(tmp_path, Mode.REPLAY)
+    s.begin_test(TEST)
+    assert s.replay(s.prepare(incoming, test_id=TEST)) is not None
+    prep = s.prepare(incoming, test_id=TEST)
+    assert s.replay(prep) is None
+    report = s.miss(prep).report
+    assert (
+        "  this request was recorded once in this test; call 2 has no recording "
+        "(the code now makes more identical calls than when recorded)"
+    ) in report
+
+
+def test_long_values_are_shortened_around_the_difference(tmp_path: Path) -> None:
+    base = "lorem ipsum " * 40
+    record(tmp_path, TEST, request(chat(base + "ending one")))
+    report = miss(tmp_path, TEST, request(chat(base + "ending two")))
+    differs = next(line for line in report.splitlines() if "differs:" in line)
+    assert "ending one" in differs and "ending two" in differs
+    assert "…" in differs
+    assert len(differs) < 260
+
+
+def test_secrets_never_reach_the_report(tmp_path: Path) -> None:
+    key = "sk-proj-" + "a1" * 20
+    record(tmp_path, TEST, request(chat("hello")))
+    report = miss(
+        tmp_path, TEST, request({**chat("hello"), "note": f"use {key}"}, URL + "?key=" + key)
+    )
+    assert key not in report
+    assert "[secret removed]" in report
+
+
+def test_outside_any_test(tmp_path: Path) -> None:
+    report = miss(tmp_path, None, request(chat("x")))
+    assert "  test:      (no test: a request outside any test)" in report
+    assert "  to record it: run the same code with INFERENCE_MODE=record-if-missing" in report
+
+
+def test_hand_edited_recording_is_replayed_with_a_warning(tmp_path: Path) -> None:
+    incoming = request(chat("original"))
+    path = record(tmp_path, TEST, incoming)
+    data = json.loads(path.read_text())
+    data["request"]["body"]["messages"][0]["content"] = "edited by hand"
+    path.write_text(json.dumps(data))
+    s = session(tmp_path, Mode.REPLAY)
+    s.begin_test(TEST)
+    with pytest.warns(HashReplayWarning) as caught:
+        assert s.replay(s.prepare(incoming, test_id=TEST)) is not None
+    message = str(caught[0].message)
+    assert str(path) in message
+    assert "body.messages[0].content: recorded 'edited by hand', incoming 'original'" in message
+    assert "hashreplay verify" in message
+
+
+def test_untouched_recording_replays_without_warning(tmp_path: Path) -> None:
+    incoming = request(chat("original"))
+    record(tmp_path, TEST, incoming)
+    s = session(tmp_path, Mode.REPLAY)
+    s.begin_test(TEST)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert s.replay(s.prepare(incoming, test_id=TEST)) is not None
+
+
+def test_recorded_exception_messages_are_redacted(tmp_path: Path) -> None:
+    key = "sk-proj-" + "Q9" * 16
+    s = session(tmp_path, Mode.RECORD)
+    s.begin_test(TEST)
+    prep = s.prepare(request(chat("x")), test_id=TEST)
+    boom = ConnectionError(f"cannot reach http://h/v1?api_key={key} with Bearer {key}")
+    path = s.record(prep, LiveExchange(None, [], [], exception=boom))
+    text = path.read_text()
+    assert key not in text
+    stored = json.loads(text)["response"]
+    assert stored["is_exception"] is True
+    assert stored["exception"]["type"] == "builtins.ConnectionError"
+    assert stored["exception"]["message"] == (
+        "cannot reach http://h/v1?api_key=[secret removed] with [secret removed]"
+    )
