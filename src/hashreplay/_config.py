@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ._constants import MODE_ENV, RECORDINGS_DIRNAME, ROOT_ENV
 from ._errors import ConfigError
 from ._mode import Mode
+from ._volatile import compile_patterns
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -52,6 +53,11 @@ class Config(BaseModel):
     redact_keys: tuple[str, ...] = ()
     keep_response_headers: tuple[str, ...] = ()
     callables: tuple[str, ...] = ()
+    #: Values in request strings replaced by numbered placeholders before hashing: built-in
+    #: names (`uuid`, `iso-timestamp`, `iso-date`, `unix-ms`, `unix-s`, `hex-id`) or regexes.
+    volatile_patterns: tuple[str, ...] = ()
+    #: Extra path endings of model-list calls (`GET`), besides `/models`, `/api/tags`, `/api/ps`.
+    model_list_endpoints: tuple[str, ...] = ()
 
     # Filled in by load_config, never read from the file.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
@@ -67,6 +73,21 @@ class Config(BaseModel):
     @classmethod
     def _lower_headers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(sorted({v.lower() for v in value}))
+
+    @field_validator("volatile_patterns", mode="after")
+    @classmethod
+    def _check_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        compile_patterns(value)  # raises ValueError naming the bad entry
+        return value
+
+    @field_validator("model_list_endpoints", mode="after")
+    @classmethod
+    def _check_endpoints(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            if not entry.startswith("/"):
+                msg = f"model_list_endpoints entry {entry!r} must be a path end like '/models'"
+                raise ValueError(msg)
+        return value
 
     @property
     def common_dir(self) -> Path:
@@ -168,7 +189,7 @@ def _explain(exc: ValidationError, where: str) -> str:
             lines.append(f"  mode: {error['msg'].removeprefix('Value error, ')}")
         else:
             got = error.get("input")
-            lines.append(f"  {key}: {error['msg']} (got {got!r})")
+            lines.append(f"  {key}: {error['msg'].removeprefix('Value error, ')} (got {got!r})")
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from typing import Any
 
 from ._constants import FIXED_EPOCH, STABLE_ID_PREFIX
+from ._volatile import Placeholders, VolatilePatterns
 
 FLOAT_DIGITS = 5
 _DECIMAL_IN_TEXT = re.compile(r"-?\d+\.\d{4,}")
@@ -78,6 +79,8 @@ class RequestRules:
     #: Key names dropped at any depth (`request_id`) or dotted paths from the root
     #: (`metadata.trace_id`).
     ignore_body_keys: tuple[str, ...] = ()
+    #: Patterns of volatile values replaced by numbered placeholders (`<uuid:1>`).
+    volatile: VolatilePatterns = field(default_factory=VolatilePatterns)
 
     @property
     def ignored_names(self) -> frozenset[str]:
@@ -107,14 +110,22 @@ def _render_decimal(match: re.Match[str]) -> str:
         return match.group(0)
 
 
-def normalise_text(text: str, id_map: Mapping[str, str] | None = None) -> str:
-    """NFC, decimals with 4+ fractional digits re-rendered with 5, known ids mapped."""
+def normalise_text(
+    text: str,
+    id_map: Mapping[str, str] | None = None,
+    volatile: VolatilePatterns | None = None,
+    placeholders: Placeholders | None = None,
+) -> str:
+    """NFC, known ids mapped, volatile values numbered, decimals with 4+ fractional digits
+    re-rendered with 5 (in that order: a timestamp's fraction belongs to the timestamp)."""
     if not text.isascii() and not unicodedata.is_normalized("NFC", text):
         text = unicodedata.normalize("NFC", text)
-    if "." in text:
-        text = _DECIMAL_IN_TEXT.sub(_render_decimal, text)
     if id_map:
         text = map_ids(text, id_map)
+    if volatile:
+        text = (placeholders or Placeholders()).replace(text, volatile)
+    if "." in text:
+        text = _DECIMAL_IN_TEXT.sub(_render_decimal, text)
     return text
 
 
@@ -139,45 +150,50 @@ def normalise_request_body(
     rules: RequestRules | None = None,
     id_map: Mapping[str, str] | None = None,
 ) -> Any:
-    """The body as hashed: numbers by value, NFC text, ignored keys dropped, ids mapped."""
-    rules = rules or _NO_RULES
-    names = rules.ignored_names
-    paths = rules.ignored_paths
-    return _normalise(value, names, paths, (), id_map)
+    """The body as hashed: numbers by value, NFC text, ignored keys dropped, ids mapped,
+    volatile values numbered."""
+    return _RequestNormaliser(rules or _NO_RULES, id_map).value(value, ())
 
 
 _NO_RULES = RequestRules()
 
 
-def _normalise(
-    value: Any,
-    names: frozenset[str],
-    paths: frozenset[tuple[str, ...]],
-    path: tuple[str, ...],
-    id_map: Mapping[str, str] | None,
-) -> Any:
-    if isinstance(value, str):
-        return normalise_text(value, id_map)
-    if isinstance(value, bool) or value is None:
+class _RequestNormaliser:
+    """One pass over one request body (placeholder numbering is per request)."""
+
+    def __init__(self, rules: RequestRules, id_map: Mapping[str, str] | None) -> None:
+        self.names = rules.ignored_names
+        self.paths = rules.ignored_paths
+        self.volatile = rules.volatile
+        self.placeholders = Placeholders() if rules.volatile else None
+        self.id_map = id_map
+
+    def text(self, text: str) -> str:
+        return normalise_text(text, self.id_map, self.volatile, self.placeholders)
+
+    def value(self, value: Any, path: tuple[str, ...]) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, bool) or value is None:
+            return value
+        if isinstance(value, int):
+            return value if -_INT64 <= value < _INT64 else str(value)
+        if isinstance(value, float):
+            return normalise_number(value)
+        if isinstance(value, Mapping):
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                k = normalise_text(str(key))
+                if k in self.names:
+                    continue
+                child = (*path, k) if self.paths else path
+                if self.paths and child in self.paths:
+                    continue
+                out[k] = self.value(item, child)
+            return out
+        if isinstance(value, (list, tuple)):
+            return [self.value(item, path) for item in value]
         return value
-    if isinstance(value, int):
-        return value if -_INT64 <= value < _INT64 else str(value)
-    if isinstance(value, float):
-        return normalise_number(value)
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            k = normalise_text(str(key))
-            if k in names:
-                continue
-            child = (*path, k) if paths else path
-            if paths and child in paths:
-                continue
-            out[k] = _normalise(item, names, paths, child, id_map)
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_normalise(item, names, paths, path, id_map) for item in value]
-    return value
 
 
 # --- response normalisation ----------------------------------------------------------------

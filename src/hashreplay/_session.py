@@ -20,7 +20,14 @@ from ._config import Config
 from ._constants import KEY_VERSION, MISS_HEADER, MISS_STATUS, TEST_ID_HEADER
 from ._context import current_test_id
 from ._errors import HashReplayWarning, RecordingError, ReplayMiss
-from ._hashing import endpoint_of, is_model_list, model_id, model_ids, model_list_filename
+from ._hashing import (
+    MODEL_LIST_SUFFIXES,
+    endpoint_of,
+    is_model_list,
+    model_id,
+    model_ids,
+    model_list_filename,
+)
 from ._hashing import request_hash as compute_hash
 from ._mode import Mode
 from ._normalise import (
@@ -51,6 +58,7 @@ from ._streams import (
     stream_format_for,
     with_data_values,
 )
+from ._volatile import compile_patterns
 
 
 @dataclass(frozen=True)
@@ -156,7 +164,11 @@ class Session:
         self.config = config
         self.store = store or Store(config.root, config.common_dir)
         self.redactor = Redactor(config.redact_keys)
-        self.rules = RequestRules(ignore_body_keys=config.ignore_body_keys)
+        self.rules = RequestRules(
+            ignore_body_keys=config.ignore_body_keys,
+            volatile=compile_patterns(config.volatile_patterns),
+        )
+        self.model_list_suffixes = (*MODEL_LIST_SUFFIXES, *config.model_list_endpoints)
         self.kept_request_headers = (
             KEPT_REQUEST_HEADERS | frozenset(config.match_headers) | self.redactor.keys
         )
@@ -260,7 +272,7 @@ class Session:
             if self.config.match_headers
             else None
         )
-        shared = is_model_list(method, endpoint)
+        shared = is_model_list(method, endpoint, self.model_list_suffixes)
         hash_hex = compute_hash(method, endpoint, body, test_id, headers=match, shared=shared)
         model = body.get("model") if isinstance(body, dict) else None
         request = RecordedRequest(

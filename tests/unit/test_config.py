@@ -18,9 +18,11 @@ VALID_KEYS = (
     "keep_response_headers",
     "match_headers",
     "mode",
+    "model_list_endpoints",
     "passthrough",
     "recordings_dir",
     "redact_keys",
+    "volatile_patterns",
 )
 
 
@@ -250,3 +252,19 @@ def test_config_is_frozen() -> None:
     config = Config()
     with pytest.raises(ValueError, match="frozen"):
         config.mode = Mode.LIVE  # type: ignore[misc]
+
+
+def test_volatile_patterns_are_validated(tmp_path: Path) -> None:
+    write_pyproject(tmp_path, "volatile_patterns = [\"uuid\", 'order-(\\d+']")
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, env={})
+    message = str(info.value)
+    assert "volatile_patterns" in message
+    assert "volatile pattern 'order-(" in message
+    assert "neither a built-in name (uuid, iso-timestamp" in message
+
+
+def test_model_list_endpoints_must_be_paths(tmp_path: Path) -> None:
+    write_pyproject(tmp_path, 'model_list_endpoints = ["models"]')
+    with pytest.raises(ConfigError, match="must be a path end like '/models'"):
+        load_config(tmp_path, env={})

@@ -11,7 +11,8 @@ import hashreplay
 
 PACKAGE_DIR = Path(hashreplay.__file__).resolve().parent
 FORBIDDEN = ("httpx", "httpx2", "aiohttp", "requests", "pytest", "hashreplay.adapters")
-NOT_CORE = ("adapters", "plugin.py", "_cli.py")
+# Adapters and front ends (DESIGN.md §10) may import clients and adapters; nothing else may.
+NOT_CORE = ("adapters", "plugin.py", "_cli.py", "_install.py", "asgi.py", "wsgi.py", "server")
 
 
 def isort_key(name: str) -> tuple[int, str]:
