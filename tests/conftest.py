@@ -3,12 +3,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpcore  # noqa: F401
+import httpcore2  # noqa: F401
 import pytest
 
 from hashreplay import Mode, Session, load_config
 from hashreplay.adapters import httpx as httpx_adapter
 from tests.fakes.upstream import FakeUpstream
 from tests.guards import ConnectGuard
+
+# httpx/httpx2 import httpcore lazily, inside their transports. In-process pytester runs
+# restore sys.modules afterwards, so a first import inside one of them would leave later
+# tests with a second copy of httpcore whose exceptions the transports no longer map.
+# Importing both here puts them in pytester's baseline.
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from ._redact import Redactor
 from ._serialise import TypeAllowlist, from_jsonable, to_jsonable
 from ._session import IncomingRequest, Session
 from ._store import Store
+from .adapters.callables import record_callable, unpatch_callables
 
 __version__ = "0.1.0"
 
@@ -52,7 +53,9 @@ __all__ = [
     "is_model_list",
     "load_config",
     "normalise_request_body",
+    "record_callable",
     "request_hash",
     "test_context",
     "to_jsonable",
+    "unpatch_callables",
 ]

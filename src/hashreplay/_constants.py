@@ -24,6 +24,9 @@ FORMAT_VERSION: Final = 1
 #: request would hash differently, and re-key stores with `hashreplay rehash`.
 KEY_VERSION: Final = 1
 
+#: The `method` of call-layer recordings (their `endpoint` is the target's name).
+CALL_METHOD: Final = "CALL"
+
 #: Name of the per-suite and common recordings directories (DESIGN.md §4).
 RECORDINGS_DIRNAME: Final = "recordings"
 #: Where hashreplay keeps files for itself (usage logs, caches), under the project root.

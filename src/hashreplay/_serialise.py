@@ -7,8 +7,12 @@ is only imported when its dotted name is under an allowed module prefix.
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import importlib
 from collections.abc import Iterable
+from enum import Enum
+from pathlib import PurePath
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -54,9 +58,13 @@ def type_name(cls: type) -> str:
 
 
 def to_jsonable(value: Any) -> Any:
-    """A JSON-ready copy of `value` with pydantic models and exceptions wrapped."""
+    """A JSON-ready copy of `value` with pydantic models, dataclasses and exceptions wrapped
+    (so they are rebuilt as the same class)."""
     if isinstance(value, BaseModel):
         return {TYPE_KEY: type_name(type(value)), DATA_KEY: value.model_dump(mode="json")}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        data = {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {TYPE_KEY: type_name(type(value)), DATA_KEY: data}
     if isinstance(value, BaseException):
         return exception_to_json(value)
     if isinstance(value, dict):
@@ -71,7 +79,10 @@ def from_jsonable(data: Any, allowlist: TypeAllowlist, *, path: Any = None) -> A
     if isinstance(data, dict):
         if TYPE_KEY in data and DATA_KEY in data:
             cls = resolve_type(str(data[TYPE_KEY]), allowlist, path=path)
-            return _build_model(cls, data[DATA_KEY], path)
+            inner = data[DATA_KEY]
+            if dataclasses.is_dataclass(cls) and isinstance(inner, dict):
+                inner = {k: from_jsonable(v, allowlist, path=path) for k, v in inner.items()}
+            return _build_model(cls, inner, path)
         if EXCEPTION_KEY in data:
             return exception_from_json(data, allowlist, path=path)
         return {k: from_jsonable(v, allowlist, path=path) for k, v in data.items()}
@@ -81,8 +92,11 @@ def from_jsonable(data: Any, allowlist: TypeAllowlist, *, path: Any = None) -> A
 
 
 def _build_model(cls: type, data: Any, path: Any) -> Any:
+    if dataclasses.is_dataclass(cls) and isinstance(data, dict):
+        fields = {f.name for f in dataclasses.fields(cls) if f.init}
+        return cls(**{k: v for k, v in data.items() if k in fields})
     if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
-        msg = f"type {type_name(cls)} is not a pydantic model"
+        msg = f"type {type_name(cls)} is neither a pydantic model nor a dataclass"
         raise RecordingError(path, msg)
     try:
         return cls.model_validate(data)
@@ -121,6 +135,30 @@ def resolve_type(dotted: str, allowlist: TypeAllowlist, *, path: Any = None) -> 
         break
     msg = f"type {dotted!r} no longer exists (renamed or removed?); re-record this recording"
     raise RecordingError(path, msg)
+
+
+def jsonable_arg(value: Any) -> Any:
+    """An argument of a call-layer call as plain JSON for hashing: models and dataclasses
+    dumped as data, bytes as base64, and any other object by its type name only (its repr
+    would carry a memory address that changes every run)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable_arg(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): jsonable_arg(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [jsonable_arg(v) for v in value]
+        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
+    if isinstance(value, Enum):
+        return jsonable_arg(value.value)
+    if isinstance(value, (bytes, bytearray)):
+        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, PurePath):
+        return str(value)
+    return f"<{type_name(type(value))}>"
 
 
 def exception_to_json(exc: BaseException) -> dict[str, Any]:

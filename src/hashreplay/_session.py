@@ -17,7 +17,7 @@ from typing import Any
 
 from ._bodies import BodyEncoding, decode_body, encode_body, encode_request_body
 from ._config import Config
-from ._constants import KEY_VERSION, MISS_HEADER, MISS_STATUS, TEST_ID_HEADER
+from ._constants import CALL_METHOD, KEY_VERSION, MISS_HEADER, MISS_STATUS, TEST_ID_HEADER
 from ._context import current_test_id
 from ._errors import HashReplayWarning, RecordingError, ReplayMiss
 from ._hashing import (
@@ -49,6 +49,7 @@ from ._recording import (
 )
 from ._redact import Redactor
 from ._report import miss_report, request_difference
+from ._serialise import jsonable_arg
 from ._store import Store
 from ._streams import (
     StreamFormat,
@@ -286,10 +287,35 @@ class Session:
         )
         return Prepared(test_id, self.mode_for(test_id), hash_hex, shared, request)
 
+    def prepare_call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Prepared:
+        """A call-layer call (DESIGN.md §2) as a request: `CALL <name>` with its arguments
+        (pydantic models and dataclasses dumped, `self` already excluded by the adapter)
+        redacted, normalised and hashed like a body."""
+        test_id = current_test_id()
+        raw = {"args": [jsonable_arg(a) for a in args], "kwargs": jsonable_arg(dict(kwargs))}
+        state = self._tests.get(test_id)
+        id_map = dict(state.id_map) if state is not None and state.id_map else None
+        body = normalise_request_body(self.redactor.value(raw), self.rules, id_map)
+        hash_hex = compute_hash(CALL_METHOD, name, body, test_id)
+        model = body["kwargs"].get("model")
+        request = RecordedRequest(
+            method=CALL_METHOD,
+            url=f"call:{name}",
+            endpoint=name,
+            body=body,
+            model=model if isinstance(model, str) else None,
+        )
+        return Prepared(test_id, self.mode_for(test_id), hash_hex, False, request)
+
     # --- replay -----------------------------------------------------------------------------
 
     def replay(self, prep: Prepared) -> ReplayPlan | None:
-        """The recorded answer to this call, or None when there is none.
+        """The recorded answer to this request as bytes for an HTTP client, or None."""
+        found = self.replay_response(prep)
+        return None if found is None else self.plan(*found)
+
+    def replay_response(self, prep: Prepared) -> tuple[RecordedResponse, Path] | None:
+        """The recorded response to this call and its file, or None when there is none.
 
         Identical requests within a test are answered in recorded order. Raises
         RecordingError for a file that exists but cannot be used.
@@ -304,7 +330,7 @@ class Session:
             seq.calls += 1
             self.stats.replayed += 1
             self._use(prep.test_id, seq.path)
-        return self.plan(seq.responses[index], seq.path)
+        return seq.responses[index], seq.path
 
     def _sequence(self, prep: Prepared) -> _Sequence:
         state = self._state(prep.test_id)
@@ -327,7 +353,7 @@ class Session:
         state.sequences[prep.hash] = seq
         return seq
 
-    def _replay_model_list(self, prep: Prepared) -> ReplayPlan | None:
+    def _replay_model_list(self, prep: Prepared) -> tuple[RecordedResponse, Path] | None:
         paths = self.store.model_list_paths(prep.hash, prep.test_id)
         if not paths:
             return None
@@ -336,7 +362,7 @@ class Session:
         with self._lock:
             self.stats.replayed += 1
             self._use(prep.test_id, *paths)
-        return self.plan(merged, paths[0])
+        return merged, paths[0]
 
     def plan(self, response: RecordedResponse, path: Path | None = None) -> ReplayPlan:
         """Bytes and headers that reproduce a recorded response for a client."""
@@ -433,19 +459,25 @@ class Session:
 
     def record(self, prep: Prepared, exchange: LiveExchange) -> Path:
         """Normalise and write one live exchange; returns the file written."""
-        path, recording = self._stage(prep, exchange)
+        return self.record_response(prep, self.recorded_response(prep, exchange))
+
+    async def arecord(self, prep: Prepared, exchange: LiveExchange) -> Path:
+        return await self.arecord_response(prep, self.recorded_response(prep, exchange))
+
+    def record_response(self, prep: Prepared, response: RecordedResponse) -> Path:
+        """Normalise (ids, times) and write a response built by an adapter; redact it first."""
+        path, recording = self._stage(prep, response)
         if recording is not None:
             self.store.write(path, recording)
         return path
 
-    async def arecord(self, prep: Prepared, exchange: LiveExchange) -> Path:
-        path, recording = self._stage(prep, exchange)
+    async def arecord_response(self, prep: Prepared, response: RecordedResponse) -> Path:
+        path, recording = self._stage(prep, response)
         if recording is not None:
             await self.store.awrite(path, recording)
         return path
 
-    def _stage(self, prep: Prepared, exchange: LiveExchange) -> tuple[Path, Recording | None]:
-        response = self.recorded_response(prep, exchange)
+    def _stage(self, prep: Prepared, response: RecordedResponse) -> tuple[Path, Recording | None]:
         if prep.shared:
             return self._stage_model_list(prep, response)
         with self._lock:

@@ -18,6 +18,8 @@ class StreamFormat(str, Enum):
     SSE = "sse"
     NDJSON = "ndjson"
     CHUNKS = "chunks"
+    #: the items a call-layer iterator yielded, as typed JSON values
+    VALUES = "values"
 
     def __str__(self) -> str:
         return self.value
@@ -185,7 +187,7 @@ def data_values(fmt: StreamFormat, items: list[Any]) -> list[Any]:
     """The JSON payloads of a stream, in order (what the response normaliser rewrites)."""
     if fmt is StreamFormat.SSE:
         return [e.get("data") for e in items]
-    if fmt is StreamFormat.NDJSON:
+    if fmt in (StreamFormat.NDJSON, StreamFormat.VALUES):
         return list(items)
     return []
 
@@ -200,6 +202,6 @@ def with_data_values(fmt: StreamFormat, items: list[Any], values: list[Any]) -> 
                 new["data"] = value
             out.append(new)
         return out
-    if fmt is StreamFormat.NDJSON:
+    if fmt in (StreamFormat.NDJSON, StreamFormat.VALUES):
         return list(values)
     return items

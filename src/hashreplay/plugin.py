@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
+from . import adapters
 from ._config import load_config
 from ._constants import MODE_ENV
 from ._context import set_process_test_id, test_context
 from ._errors import ConfigError
 from ._mode import Mode
 from ._session import Session, Stats
-from .adapters import httpx as httpx_adapter
 
 SESSION_KEY = pytest.StashKey[Session]()
 WORKER_STATS_KEY = pytest.StashKey[Stats]()
@@ -48,13 +48,16 @@ def pytest_configure(config: pytest.Config) -> None:
     session = Session(settings)
     config.stash[SESSION_KEY] = session
     config.stash[WORKER_STATS_KEY] = Stats()
-    httpx_adapter.install(session)
+    try:
+        adapters.activate(session)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"hashreplay: {exc}") from None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
-    if session is not None and httpx_adapter.active_session() is session:
-        httpx_adapter.uninstall()
+    if session is not None and adapters.active_session() is session:
+        adapters.deactivate()
 
 
 def _marker_mode(item: pytest.Item) -> Mode | None:

@@ -269,3 +269,12 @@ def test_xdist_workers_counts_are_merged(project: pytest.Pytester) -> None:
     replayed = project.runpytest("-n", "2", "-p", "xdist")
     replayed.assert_outcomes(passed=4)
     replayed.stdout.fnmatch_lines(["hashreplay: 4 replayed, 0 recorded, 0 missed (replay)"])
+
+
+def test_bad_callables_entry_is_a_usage_error(project: pytest.Pytester) -> None:
+    project.makepyprojecttoml(PYPROJECT + '\n[tool.hashreplay]\ncallables = ["nowhere.at_all:f"]\n')
+    result = project.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*callables entry 'nowhere.at_all:f': cannot import module 'nowhere.at_all'*"]
+    )

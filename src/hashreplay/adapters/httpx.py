@@ -24,6 +24,7 @@ from hashreplay._encoding import decoder_for
 from hashreplay._errors import RecordingError
 from hashreplay._mode import Mode
 from hashreplay._session import IncomingRequest, LiveExchange, Prepared, ReplayPlan, Session
+from hashreplay.adapters import _state
 
 MODULE_NAMES: tuple[str, ...] = ("httpx2", "httpx")
 
@@ -38,11 +39,10 @@ class _Patch:
 
 _lock = threading.Lock()
 _patches: list[_Patch] = []
-_active: list[Session | None] = [None]
 
 
 def active_session() -> Session | None:
-    return _active[0]
+    return _state.active_session()
 
 
 def installed_modules() -> list[ModuleType]:
@@ -60,7 +60,7 @@ def install(session: Session) -> None:
     """Route every real httpx/httpx2 request through `session`. Idempotent: a second call
     only swaps the session."""
     with _lock:
-        _active[0] = session
+        _state.set_active_session(session)
         if _patches:
             return
         for module in installed_modules():
@@ -73,7 +73,7 @@ def uninstall() -> None:
         for patch in reversed(_patches):
             setattr(patch.cls, patch.attr, patch.original)
         _patches.clear()
-        _active[0] = None
+        _state.set_active_session(None)
 
 
 def is_installed() -> bool:
@@ -88,14 +88,14 @@ def _patch_module(module: ModuleType) -> None:
     async_original = async_cls.handle_async_request
 
     def handle_request(self: Any, request: Any) -> Any:
-        session = _active[0]
-        if session is None:
+        session = _state.active_session()
+        if session is None or _state.in_call():
             return sync_original(self, request)
         return _handle_sync(session, streams, sync_original, self, request)
 
     async def handle_async_request(self: Any, request: Any) -> Any:
-        session = _active[0]
-        if session is None:
+        session = _state.active_session()
+        if session is None or _state.in_call():
             return await async_original(self, request)
         return await _handle_async(session, streams, async_original, self, request)
 

@@ -1,0 +1,482 @@
+"""The call layer (DESIGN.md §2): record and replay named Python callables.
+
+`[tool.hashreplay] callables = ["pkg.mod:Class.method", "pkg.mod:function"]`, or
+`hashreplay.record_callable(...)`, wraps a target so that each call is hashed by its
+arguments (`self` excluded) and answered from a recording: return values are stored typed
+(pydantic models and dataclasses rebuilt as the same class), iterators as their list of items
+(replayed lazily), and raised exceptions are raised again. While a target runs live, the HTTP
+it makes underneath is not recorded a second time.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from hashreplay._context import current_test_id
+from hashreplay._errors import ConfigError, RecordingError
+from hashreplay._mode import Mode
+from hashreplay._recording import RecordedException, RecordedResponse
+from hashreplay._serialise import (
+    EXCEPTION_KEY,
+    TypeAllowlist,
+    exception_from_json,
+    from_jsonable,
+    to_jsonable,
+    type_name,
+)
+from hashreplay._session import Prepared, Session
+from hashreplay._streams import StreamFormat
+from hashreplay.adapters import _state
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class _Patch:
+    owner: Any
+    attr: str
+    original: Any  # the attribute as stored (function, staticmethod, classmethod)
+
+
+_lock = threading.Lock()
+_patches: dict[str, _Patch] = {}
+_packages: set[str] = set()
+
+
+# --- resolving and patching ----------------------------------------------------------------
+
+
+def _fail(spec: str, problem: str) -> ConfigError:
+    return ConfigError(
+        f"callables entry {spec!r}: {problem}; expected 'package.module:Class.method' "
+        "or 'package.module:function'"
+    )
+
+
+def resolve(spec: str) -> tuple[Any, str, Any]:
+    """`(owner, attribute name, attribute as stored)` of a `module:qualname` entry."""
+    module_name, sep, qualname = spec.partition(":")
+    if not sep or not module_name or not qualname:
+        raise _fail(spec, "missing the ':' between module and name")
+    try:
+        owner: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise _fail(spec, f"cannot import module {module_name!r} ({exc})") from None
+    *path, attr = qualname.split(".")
+    where = module_name
+    for part in path:
+        try:
+            owner = getattr(owner, part)
+        except AttributeError:
+            raise _fail(spec, f"{where} has no attribute {part!r}") from None
+        where = f"{module_name}:{part}" if where == module_name else f"{where}.{part}"
+    try:
+        raw = inspect.getattr_static(owner, attr)
+    except AttributeError:
+        raise _fail(spec, f"{where} has no attribute {attr!r}") from None
+    if not callable(raw) and not isinstance(raw, (staticmethod, classmethod)):
+        raise _fail(spec, f"{attr!r} is not callable")
+    return owner, attr, raw
+
+
+def record_callable(target: str | F, *, name: str | None = None) -> Any:
+    """Record and replay a callable.
+
+    With a `"package.module:Class.method"` string the target is patched in place (undone by
+    `unpatch_callables`); with a function it is returned wrapped, for use as a decorator.
+    """
+    if isinstance(target, str):
+        return _patch(target)
+    label = name or f"{target.__module__}:{target.__qualname__}"
+    _packages.add(target.__module__.split(".")[0])
+    return _wrap(target, label, skip_first=False)
+
+
+def patch_callables(specs: Iterable[str]) -> None:
+    """Patch every configured target; a bad entry raises a ConfigError naming it."""
+    for spec in specs:
+        _patch(spec)
+
+
+def unpatch_callables() -> None:
+    """Restore every target patched by name."""
+    with _lock:
+        for patch in reversed(list(_patches.values())):
+            setattr(patch.owner, patch.attr, patch.original)
+        _patches.clear()
+
+
+def _patch(spec: str) -> Any:
+    with _lock:
+        if spec in _patches:
+            patch = _patches[spec]
+            return getattr(patch.owner, patch.attr)
+        owner, attr, raw = resolve(spec)
+        is_class = inspect.isclass(owner)
+        if isinstance(raw, staticmethod):
+            wrapped: Any = staticmethod(_wrap(raw.__func__, spec, skip_first=False))
+        elif isinstance(raw, classmethod):
+            wrapped = classmethod(_wrap(raw.__func__, spec, skip_first=True))
+        else:
+            wrapped = _wrap(raw, spec, skip_first=is_class)
+        _packages.add(spec.split(":", 1)[0].split(".", maxsplit=1)[0])
+        setattr(owner, attr, wrapped)
+        _patches[spec] = _Patch(owner, attr, raw)
+        return wrapped
+
+
+def allowlist(session: Session) -> TypeAllowlist:
+    """Types a call-layer recording may name: the SDKs, and the packages of the targets."""
+    configured = {c.split(":", 1)[0].split(".")[0] for c in session.config.callables}
+    return TypeAllowlist(configured | _packages)
+
+
+# --- the wrappers --------------------------------------------------------------------------
+
+
+def _session_for_call() -> Session | None:
+    session = _state.active_session()
+    if session is None or _state.in_call():
+        return None
+    if not session.mode_for(current_test_id()).intercepts:
+        return None
+    return session
+
+
+def _wrap(func: Callable[..., Any], name: str, *, skip_first: bool) -> Callable[..., Any]:
+    if inspect.isasyncgenfunction(func):
+
+        @functools.wraps(func)
+        async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            session = _session_for_call()
+            if session is None:
+                async for item in func(*args, **kwargs):
+                    yield item
+                return
+            call = _Call(session, name, args[1:] if skip_first else args, kwargs)
+            replayed = call.replayed()
+            source = (
+                call.replay_aiter(replayed)
+                if replayed is not None
+                else _RecordingAsyncIterator(func(*args, **kwargs), call)
+            )
+            async for item in source:
+                yield item
+
+        return agen_wrapper
+
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            session = _session_for_call()
+            if session is None:
+                return await func(*args, **kwargs)
+            call = _Call(session, name, args[1:] if skip_first else args, kwargs)
+            replayed = call.replayed()
+            if replayed is not None:
+                return call.rebuild(replayed, is_async=True)
+            try:
+                with _state.inside_call():
+                    result = await func(*args, **kwargs)
+            except Exception as exc:
+                await call.arecord_exception(exc)
+                raise
+            return await call.arecord_result(result)
+
+        return async_wrapper
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        session = _session_for_call()
+        if session is None:
+            return func(*args, **kwargs)
+        call = _Call(session, name, args[1:] if skip_first else args, kwargs)
+        replayed = call.replayed()
+        if replayed is not None:
+            return call.rebuild(replayed, is_async=False)
+        try:
+            with _state.inside_call():
+                result = func(*args, **kwargs)
+        except Exception as exc:
+            call.record_exception(exc)
+            raise
+        return call.record_result(result)
+
+    return wrapper
+
+
+def _is_iterator(value: Any) -> bool:
+    return hasattr(value, "__next__") and hasattr(value, "__iter__")
+
+
+def _is_async_iterator(value: Any) -> bool:
+    return hasattr(value, "__anext__") and hasattr(value, "__aiter__")
+
+
+class _Call:
+    """One call of a target: its prepared request and how it is answered or recorded."""
+
+    def __init__(self, session: Session, name: str, args: Any, kwargs: Any) -> None:
+        self.session = session
+        self.prep: Prepared = session.prepare_call(name, list(args), kwargs)
+        self.path: Any = None
+
+    def replayed(self) -> RecordedResponse | None:
+        """The recorded response, None to go live; raises the miss in replay mode."""
+        prep = self.prep
+        if not prep.mode.may_replay:
+            return None
+        try:
+            found = self.session.replay_response(prep)
+        except RecordingError as problem:
+            raise self.session.miss(prep, problem) from None
+        if found is not None:
+            response, self.path = found
+            return response
+        if prep.mode is Mode.REPLAY:
+            raise self.session.miss(prep)
+        return None
+
+    # replay
+
+    def _exception(self, response: RecordedResponse) -> BaseException | None:
+        exc = response.exception if response.is_exception else None
+        if exc is None:
+            return None
+        data = {EXCEPTION_KEY: exc.type, "args": exc.args, "message": exc.message}
+        return exception_from_json(data, allowlist(self.session), path=self.path)
+
+    def value(self, data: Any) -> Any:
+        return from_jsonable(data, allowlist(self.session), path=self.path)
+
+    def rebuild(self, response: RecordedResponse, *, is_async: bool) -> Any:
+        if response.is_streaming:
+            items = list(response.body or [])
+            if is_async:
+                return _ReplayAsyncIterator(self.replay_aiter(response))
+            return _ReplayIterator(self._items(items, response))
+        error = self._exception(response)
+        if error is not None:
+            raise error
+        return self.value(response.body)
+
+    def _items(self, items: list[Any], response: RecordedResponse) -> Iterator[Any]:
+        for item in items:
+            yield self.value(item)
+        error = self._exception(response)
+        if error is not None:
+            raise error
+
+    async def replay_aiter(self, response: RecordedResponse) -> AsyncIterator[Any]:
+        for item in self._items(list(response.body or []), response):
+            yield item
+
+    # record
+
+    def _response(
+        self, *, value: Any = None, chunks: list[Any] | None = None, exc: BaseException | None
+    ) -> RecordedResponse:
+        redact = self.session.redactor.value
+        exception = None
+        if exc is not None:
+            exception = RecordedException(
+                type=type_name(type(exc)),
+                message=self.session.redactor.text(str(exc)),
+                args=redact(to_jsonable([a for a in exc.args if _is_plain(a)])),
+            )
+        streaming = chunks is not None
+        return RecordedResponse(
+            status=None,
+            body=redact(to_jsonable(chunks if streaming else value)),
+            is_streaming=streaming,
+            stream_format=StreamFormat.VALUES if streaming else None,
+            is_exception=exception is not None,
+            exception=exception,
+        )
+
+    def record_exception(self, exc: BaseException) -> None:
+        self.session.record_response(self.prep, self._response(exc=exc))
+
+    async def arecord_exception(self, exc: BaseException) -> None:
+        await self.session.arecord_response(self.prep, self._response(exc=exc))
+
+    def finish_chunks(self, chunks: list[Any], exc: BaseException | None) -> None:
+        self.session.record_response(self.prep, self._response(chunks=chunks, exc=exc))
+
+    async def afinish_chunks(self, chunks: list[Any], exc: BaseException | None) -> None:
+        await self.session.arecord_response(self.prep, self._response(chunks=chunks, exc=exc))
+
+    def record_result(self, result: Any) -> Any:
+        if _is_iterator(result) and not isinstance(result, (str, bytes)):
+            return _RecordingIterator(result, self)
+        if _is_async_iterator(result):
+            return _RecordingAsyncIterator(result, self)
+        self.session.record_response(self.prep, self._response(value=result, exc=None))
+        return result
+
+    async def arecord_result(self, result: Any) -> Any:
+        if _is_async_iterator(result):
+            return _RecordingAsyncIterator(result, self)
+        if _is_iterator(result) and not isinstance(result, (str, bytes)):
+            return _RecordingIterator(result, self)
+        await self.session.arecord_response(self.prep, self._response(value=result, exc=None))
+        return result
+
+
+def _is_plain(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool, list, dict))
+
+
+# --- iterators -----------------------------------------------------------------------------
+
+
+class _ReplayIterator:
+    """A recorded iterator, rebuilt item by item as it is consumed."""
+
+    def __init__(self, items: Iterator[Any]) -> None:
+        self._items = items
+
+    def __iter__(self) -> _ReplayIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._items)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> _ReplayIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _ReplayAsyncIterator:
+    def __init__(self, items: AsyncIterator[Any]) -> None:
+        self._items = items
+
+    def __aiter__(self) -> _ReplayAsyncIterator:
+        return self
+
+    async def __anext__(self) -> Any:
+        return await self._items.__anext__()
+
+    async def aclose(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def __aenter__(self) -> _ReplayAsyncIterator:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _RecordingIterator:
+    """Passes a live iterator's items through and records them when it ends or is closed.
+    Other attributes (an SDK stream's `response`, …) are the live iterator's."""
+
+    def __init__(self, inner: Iterator[Any], call: _Call) -> None:
+        self._inner = inner
+        self._call = call
+        self._chunks: list[Any] = []
+        self._done = False
+
+    def __iter__(self) -> _RecordingIterator:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            with _state.inside_call():
+                item = next(self._inner)
+        except StopIteration:
+            self._finish(None)
+            raise
+        except Exception as exc:
+            self._finish(exc)
+            raise
+        self._chunks.append(item)
+        return item
+
+    def _finish(self, exc: BaseException | None) -> None:
+        if not self._done:
+            self._done = True
+            self._call.finish_chunks(self._chunks, exc)
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        try:
+            if callable(close):
+                close()
+        finally:
+            self._finish(None)
+
+    def __enter__(self) -> _RecordingIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _RecordingAsyncIterator:
+    def __init__(self, inner: AsyncIterator[Any], call: _Call) -> None:
+        self._inner = inner
+        self._call = call
+        self._chunks: list[Any] = []
+        self._done = False
+
+    def __aiter__(self) -> _RecordingAsyncIterator:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            with _state.inside_call():
+                item = await self._inner.__anext__()
+        except StopAsyncIteration:
+            await self._finish(None)
+            raise
+        except Exception as exc:
+            await self._finish(exc)
+            raise
+        self._chunks.append(item)
+        return item
+
+    async def _finish(self, exc: BaseException | None) -> None:
+        if not self._done:
+            self._done = True
+            await self._call.afinish_chunks(self._chunks, exc)
+
+    async def aclose(self) -> None:
+        close = getattr(self._inner, "aclose", None) or getattr(self._inner, "close", None)
+        try:
+            if callable(close):
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+        finally:
+            await self._finish(None)
+
+    async def close(self) -> None:
+        await self.aclose()
+
+    async def __aenter__(self) -> _RecordingAsyncIterator:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
