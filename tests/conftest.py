@@ -39,11 +39,16 @@ class Recorder:
 
     def start(self, mode: Mode | str, **overrides: object) -> Session:
         config = load_config(self.root, env={}, mode=str(mode), **overrides)
-        self.session = Session(config)
+        if self.session is not None:
+            self.session.close()
+        # write-behind, as the pytest plugin runs it
+        self.session = Session(config, write_behind=True)
         httpx_adapter.install(self.session)
         return self.session
 
     def files(self) -> list[Path]:
+        if self.session is not None:
+            self.session.flush()
         return sorted(p for p in self.root.rglob("*.json") if ".hashreplay" not in p.parts)
 
 

@@ -43,31 +43,35 @@ def _media(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
 
-_LONG_DIGITS = re.compile(rb"\d{20,}")
+#: Every digit byte → "1", every other byte → "0": a run of 20 ones marks a long number.
+_DIGIT_RUNS = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
+_TWENTY_DIGITS = b"1" * 20
 
 
 def _loads_json(content: bytes) -> Any:
+    """Parse JSON; a body with an integer beyond 64 bits raises ValueError (orjson would
+    silently turn it into a float), so callers keep it as text, byte for byte."""
+    import json
+
     try:
         value = orjson.loads(content)
-        if _LONG_DIGITS.search(content):
-            import json
-
-            big = False
-
-            def parse_int(text: str) -> int:
-                nonlocal big
-                number = int(text)
-                big = big or not -(2**63) <= number < 2**64
-                return number
-
-            json.loads(content, parse_int=parse_int)
-            if big:
-                raise ValueError("an integer beyond 64 bits: kept as text, byte for byte")
-        return value
     except orjson.JSONDecodeError:
-        import json
+        value = json.loads(content)
+    # translate + `in` run at C speed; a regex scan here cost ~10 µs per request
+    if _TWENTY_DIGITS in content.translate(_DIGIT_RUNS):
+        big = False
 
-        return json.loads(content)  # e.g. integers beyond 64 bits, which orjson refuses
+        def parse_int(text: str) -> int:
+            nonlocal big
+            number = int(text)
+            big = big or not -(2**63) <= number < 2**64
+            return number
+
+        json.loads(content, parse_int=parse_int)
+        if big:
+            msg = "an integer beyond 64 bits: kept as text, byte for byte"
+            raise ValueError(msg)
+    return value
 
 
 def encode_body(content: bytes, content_type: str | None) -> tuple[Any, BodyEncoding]:

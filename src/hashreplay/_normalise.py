@@ -8,6 +8,7 @@ below), not code paths. Both functions are deterministic and idempotent.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -118,12 +119,29 @@ def normalise_text(
 ) -> str:
     """NFC, known ids mapped, volatile values numbered, decimals with 4+ fractional digits
     re-rendered with 5 (in that order: a timestamp's fraction belongs to the timestamp)."""
+    if not id_map and not volatile:
+        return _plain_text(text) if len(text) >= _MEMO_MIN else _plain_text.__wrapped__(text)
     if not text.isascii() and not unicodedata.is_normalized("NFC", text):
         text = unicodedata.normalize("NFC", text)
     if id_map:
         text = map_ids(text, id_map)
     if volatile:
         text = (placeholders or Placeholders()).replace(text, volatile)
+    if "." in text:
+        text = _DECIMAL_IN_TEXT.sub(_render_decimal, text)
+    return text
+
+
+#: Strings at least this long have their (pure) normalisation memoised: long prompts recur
+#: across requests, and re-scanning them dominated the cost of hashing a request.
+_MEMO_MIN = 64
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_text(text: str) -> str:
+    """NFC and decimals: the part of text normalisation that depends on the text alone."""
+    if not text.isascii() and not unicodedata.is_normalized("NFC", text):
+        text = unicodedata.normalize("NFC", text)
     if "." in text:
         text = _DECIMAL_IN_TEXT.sub(_render_decimal, text)
     return text

@@ -7,6 +7,7 @@ recording made with one key replays with another or with none. It cannot be swit
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -62,6 +63,11 @@ _QUERY_IN_TEXT = re.compile(
 )
 
 
+#: Strings at least this long have their redaction memoised.
+_MEMO_MIN = 8
+_KEY_CACHE_MAX = 65536
+
+
 def _fold(key: str) -> str:
     return key.lower().replace("-", "_")
 
@@ -72,12 +78,27 @@ class Redactor:
     def __init__(self, extra_keys: Iterable[str] = ()) -> None:
         self.keys = SECRET_KEYS | frozenset(_fold(k) for k in extra_keys)
         self.query_keys = SECRET_QUERY_KEYS | self.keys
+        # Long strings (system prompts, documents) recur across requests: scanning them
+        # for secret shapes is the costliest step of hashing a request, so it is memoised.
+        self._long_text = functools.lru_cache(maxsize=4096)(self._scan)
+        self._key_cache: dict[str, bool] = {}
 
     def is_secret_key(self, key: str) -> bool:
-        return _fold(key) in self.keys
+        found = self._key_cache.get(key)
+        if found is None:
+            found = _fold(key) in self.keys
+            if len(self._key_cache) < _KEY_CACHE_MAX:  # keys of real APIs are a small set
+                self._key_cache[key] = found
+        return found
 
     def text(self, text: str) -> str:
         """Replace secret-shaped values and credential query parameters inside free text."""
+        if len(text) >= _MEMO_MIN:
+            result: str = self._long_text(text)
+            return result
+        return self._scan(text)
+
+    def _scan(self, text: str) -> str:
         if _SHAPES.search(text) is not None:
             text = _SHAPES.sub(SECRET_PLACEHOLDER, text)
         if "=" in text and ("?" in text or "&" in text):

@@ -17,7 +17,14 @@ from typing import Any
 
 from ._bodies import BodyEncoding, decode_body, encode_body, encode_request_body
 from ._config import Config
-from ._constants import CALL_METHOD, KEY_VERSION, MISS_HEADER, MISS_STATUS, TEST_ID_HEADER
+from ._constants import (
+    CALL_METHOD,
+    KEY_VERSION,
+    MISS_HEADER,
+    MISS_STATUS,
+    MODEL_LIST_PREFIX,
+    TEST_ID_HEADER,
+)
 from ._context import current_test_id
 from ._errors import HashReplayWarning, RecordingError, ReplayMiss
 from ._hashing import (
@@ -50,7 +57,7 @@ from ._recording import (
 from ._redact import Redactor
 from ._report import miss_report, request_difference
 from ._serialise import jsonable_arg
-from ._store import Store
+from ._store import Store, dump_recording, parse_recording
 from ._streams import (
     StreamFormat,
     data_values,
@@ -60,6 +67,7 @@ from ._streams import (
     with_data_values,
 )
 from ._volatile import compile_patterns
+from ._writer import BackgroundWriter
 
 
 @dataclass(frozen=True)
@@ -151,7 +159,7 @@ class _Sequence:
 class _TestState:
     mode: Mode | None = None
     #: identifies this execution of the test (sent to servers under test, DESIGN.md §8)
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    run_id: str | None = None  # made on first use: most tests never call a server
     sequences: dict[str, _Sequence] = field(default_factory=dict)
     #: original → stable ids this test received while recording (never written).
     id_map: dict[str, str] = field(default_factory=dict)
@@ -161,9 +169,14 @@ class _TestState:
 class Session:
     """One record/replay session (a pytest run, a server process, a proxy)."""
 
-    def __init__(self, config: Config, *, store: Store | None = None) -> None:
+    def __init__(
+        self, config: Config, *, store: Store | None = None, write_behind: bool = False
+    ) -> None:
+        """`write_behind`: write recordings on a background thread (the pytest plugin does),
+        so recording costs the caller no disk latency; call `flush()` before reading files."""
         self.config = config
         self.store = store or Store(config.root, config.common_dir)
+        self.writer = BackgroundWriter() if write_behind else None
         self.redactor = Redactor(config.redact_keys)
         self.rules = RequestRules(
             ignore_body_keys=config.ignore_body_keys,
@@ -193,7 +206,10 @@ class Session:
 
     def run_id_for(self, test_id: str | None) -> str:
         with self._lock:
-            return self._state(test_id).run_id
+            state = self._state(test_id)
+            if state.run_id is None:
+                state.run_id = uuid.uuid4().hex
+            return state.run_id
 
     def enter_run(self, test_id: str | None, run_id: str | None) -> None:
         """Called by servers for each request: a new run id of a test starts it afresh
@@ -337,13 +353,13 @@ class Session:
         seq = state.sequences.get(prep.hash)
         if seq is not None:
             return seq
-        path = self.store.find(prep.test_id, prep.hash)
-        if path is None or prep.mode is Mode.RECORD:
+        found = None if prep.mode is Mode.RECORD else self._read_first(prep.test_id, prep.hash)
+        if found is None:
             seq = _Sequence(
                 [], new_id_registry(prep.hash), self.store.path_for(prep.test_id, prep.hash)
             )
         else:
-            recording = self.store.read(path)
+            path, recording = found
             _check_name(path, recording, prep)
             seq = _Sequence(
                 recording.responses,
@@ -354,10 +370,10 @@ class Session:
         return seq
 
     def _replay_model_list(self, prep: Prepared) -> tuple[RecordedResponse, Path] | None:
-        paths = self.store.model_list_paths(prep.hash, prep.test_id)
+        paths = self._model_list_paths(prep)
         if not paths:
             return None
-        recordings = [self.store.read(p) for p in paths]
+        recordings = [self._read_any(p) for p in paths]
         merged = merge_model_lists([r.response for r in recordings])
         with self._lock:
             self.stats.replayed += 1
@@ -430,8 +446,7 @@ class Session:
     def recorded_response(self, prep: Prepared, exchange: LiveExchange) -> RecordedResponse:
         """A live exchange as it will be stored: redacted, normalised, headers reduced."""
         redactor = self.redactor
-        headers = dict(redactor.headers(exchange.headers))
-        content_type = headers.get("content-type") or _get(exchange.headers, "content-type")
+        content_type = _get(exchange.headers, "content-type")
         kept = filter_headers(exchange.headers, self.kept_response_headers, redactor.header)
         fmt = stream_format_for(content_type, chunked=exchange.chunked)
         exception = None
@@ -468,14 +483,51 @@ class Session:
         """Normalise (ids, times) and write a response built by an adapter; redact it first."""
         path, recording = self._stage(prep, response)
         if recording is not None:
-            self.store.write(path, recording)
+            if self.writer is not None:
+                self.writer.submit(path, dump_recording(recording))
+            else:
+                self.store.write(path, recording)
         return path
 
     async def arecord_response(self, prep: Prepared, response: RecordedResponse) -> Path:
         path, recording = self._stage(prep, response)
         if recording is not None:
-            await self.store.awrite(path, recording)
+            if self.writer is not None:
+                self.writer.submit(path, dump_recording(recording))
+            else:
+                await self.store.awrite(path, recording)
         return path
+
+    def flush(self) -> None:
+        """Wait until every recording written so far is on disk (write-behind sessions);
+        raises a RecordingError for a write that failed."""
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    def _read_first(self, test_id: str | None, hash_hex: str) -> tuple[Path, Recording] | None:
+        """Like `Store.read_first`, but sees writes still queued behind."""
+        if self.writer is not None and self.writer.pending:
+            for directory in self.store.search_dirs(test_id):
+                path = directory / f"{hash_hex}.json"
+                content = self.writer.pending.get(path)
+                if content is not None:
+                    return path, parse_recording(content, path)
+        return self.store.read_first(test_id, hash_hex)
+
+    def _model_list_paths(self, prep: Prepared) -> list[Path]:
+        paths = set(self.store.model_list_paths(prep.hash, prep.test_id))
+        if self.writer is not None:
+            prefix = f"{MODEL_LIST_PREFIX}{prep.hash}-"
+            paths.update(p for p in list(self.writer.pending) if p.name.startswith(prefix))
+        return sorted(paths, key=lambda p: p.name)
+
+    def _read_any(self, path: Path) -> Recording:
+        content = self.writer.pending.get(path) if self.writer is not None else None
+        return parse_recording(content, path) if content is not None else self.store.read(path)
 
     def _stage(self, prep: Prepared, response: RecordedResponse) -> tuple[Path, Recording | None]:
         if prep.shared:
@@ -511,7 +563,7 @@ class Session:
         with self._lock:
             self.stats.recorded += 1
             self._use(prep.test_id, path)
-        if path.exists():
+        if path.exists() or (self.writer is not None and path in self.writer.pending):
             return path, None  # the same model set is stored already
         registry = new_id_registry(prep.hash)
         normalised = normalise_response(response, registry, model_list=True)
@@ -522,6 +574,14 @@ def _check_name(path: Path, recording: Recording, prep: Prepared) -> None:
     """Warn when a file found by its name holds another request (edited by hand, or named by
     other rules): replay still uses it, and `hashreplay verify` lists every such file."""
     stored = recording.request
+    if (
+        recording.key_version == KEY_VERSION
+        and recording.test_id == prep.test_id
+        and stored.body == prep.request.body
+        and stored.endpoint == prep.request.endpoint
+        and stored.method == prep.request.method
+    ):
+        return  # the common case, at C speed: no field-by-field walk
     if recording.key_version != KEY_VERSION:
         problem = (
             f"it was named by key_version {recording.key_version}, this hashreplay uses "

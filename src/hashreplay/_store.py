@@ -174,6 +174,20 @@ class Store:
                 return candidate
         return None
 
+    def read_first(self, test_id: str | None, hash_hex: str) -> tuple[Path, Recording] | None:
+        """The recording of this hash in the first search directory that has it: read
+        directly, without a `stat` first (one system call less on the replay path)."""
+        name = f"{hash_hex}.json"
+        for directory in self.search_dirs(test_id):
+            path = directory / name
+            try:
+                return path, read_recording(path)
+            except FileNotFoundError:
+                continue
+            except IsADirectoryError:
+                raise RecordingError(path, "is a directory, not a recording file") from None
+        return None
+
     def model_list_paths(self, hash_hex: str, test_id: str | None = None) -> list[Path]:
         """Every `models-<hash>-*.json` in the search directories, sorted by name."""
         found: dict[str, Path] = {}

@@ -7,6 +7,7 @@ miss fails the test even when the code under test swallowed the error.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator
 from typing import Any
 
@@ -16,7 +17,7 @@ from . import adapters
 from ._config import load_config
 from ._constants import MODE_ENV
 from ._context import set_process_test_id, test_context
-from ._errors import ConfigError
+from ._errors import ConfigError, RecordingError
 from ._mode import Mode
 from ._session import Session, Stats
 
@@ -45,7 +46,8 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = load_config(config.rootpath, mode=config.getoption("hashreplay_mode"))
     except ConfigError as exc:
         raise pytest.UsageError(f"hashreplay: {exc}") from None
-    session = Session(settings)
+    # write-behind: a record-mode call costs no disk latency; flushed at session end
+    session = Session(settings, write_behind=True)
     config.stash[SESSION_KEY] = session
     config.stash[WORKER_STATS_KEY] = Stats()
     try:
@@ -58,6 +60,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
     if session is not None and adapters.active_session() is session:
         adapters.deactivate()
+    if session is not None:
+        with contextlib.suppress(RecordingError):  # reported at session finish already
+            session.close()
+
+
+def _flush_recordings(session: pytest.Session, hr: Session) -> None:
+    """Every recording of the run on disk before usage is written or anything is pruned; a
+    write that failed (disk full, no permission) fails the run, naming the file."""
+    try:
+        hr.flush()
+    except RecordingError as exc:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"hashreplay: {exc}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _marker_mode(item: pytest.Item) -> Mode | None:
@@ -121,6 +138,8 @@ def pytest_runtest_makereport(
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     hr = session.config.stash.get(SESSION_KEY, None)
+    if hr is not None:
+        _flush_recordings(session, hr)
     workeroutput = getattr(session.config, "workeroutput", None)
     if hr is not None and workeroutput is not None:  # a pytest-xdist worker
         workeroutput["hashreplay_stats"] = hr.stats.as_dict()

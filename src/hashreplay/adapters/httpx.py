@@ -215,13 +215,24 @@ class _Streams:
         if plan.status is None:
             raise self.exception(plan, request)
         exc = self.exception(plan, request) if plan.exception_type else None
+        extensions = {"http_version": b"HTTP/1.1", "hashreplay": "replayed"}
+        if not plan.is_streaming and exc is None:
+            # bytes in hand: a Response built from content is read eagerly, which spares
+            # the client the chunk-by-chunk read and decode of a stream (~50 µs a call)
+            return self.module.Response(
+                plan.status,
+                headers=plan.headers,
+                content=b"".join(plan.chunks),
+                request=request,
+                extensions=extensions,
+            )
         stream_cls = self.replay_async if is_async else self.replay_sync
         return self.module.Response(
             plan.status,
             headers=plan.headers,
             stream=stream_cls(plan.chunks, exc),
             request=request,
-            extensions={"http_version": b"HTTP/1.1", "hashreplay": "replayed"},
+            extensions=extensions,
         )
 
     def recording(self, response: Any, session: Session, prep: Prepared, *, is_async: bool) -> Any:
