@@ -9,29 +9,28 @@ from __future__ import annotations
 
 import threading
 import uuid
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._bodies import BodyEncoding, decode_body, encode_body, encode_request_body
+from ._bodies import encode_request_body
 from ._config import Config
-from ._constants import (
-    CALL_METHOD,
-    KEY_VERSION,
-    MISS_HEADER,
-    MISS_STATUS,
-    MODEL_LIST_PREFIX,
-    TEST_ID_HEADER,
-)
+from ._constants import CALL_METHOD, MODEL_LIST_PREFIX, TEST_ID_HEADER
 from ._context import current_test_id
-from ._errors import HashReplayWarning, RecordingError, ReplayMiss
+from ._errors import RecordingError, ReplayMiss
+from ._exchange import (
+    IncomingRequest,
+    LiveExchange,
+    ReplayPlan,
+    miss_plan,
+    plan_for,
+    recorded_response,
+)
 from ._hashing import (
     MODEL_LIST_SUFFIXES,
     endpoint_of,
     is_model_list,
-    model_id,
     model_ids,
     model_list_filename,
 )
@@ -45,46 +44,26 @@ from ._normalise import (
     filter_headers,
     new_id_registry,
     normalise_request_body,
-    normalise_response_values,
 )
-from ._recording import (
-    RecordedException,
-    RecordedRequest,
-    RecordedResponse,
-    Recording,
-    new_recording,
-)
+from ._recording import RecordedRequest, RecordedResponse, Recording, new_recording
 from ._redact import Redactor
-from ._report import miss_report, request_difference
+from ._report import miss_report
+from ._responses import check_name, merge_model_lists, normalise_response
 from ._serialise import jsonable_arg
 from ._store import Store, dump_recording, parse_recording
-from ._streams import (
-    StreamFormat,
-    data_values,
-    parse_stream,
-    render_stream,
-    stream_format_for,
-    with_data_values,
-)
 from ._volatile import compile_patterns
 from ._writer import BackgroundWriter
 
-
-@dataclass(frozen=True)
-class IncomingRequest:
-    """What an adapter knows of a request, before any redaction."""
-
-    method: str
-    url: str
-    headers: Sequence[tuple[str, str]]
-    content: bytes
-
-    def header(self, name: str) -> str | None:
-        lname = name.lower()
-        for key, value in self.headers:
-            if key.lower() == lname:
-                return value
-        return None
+__all__ = [
+    "IncomingRequest",
+    "LiveExchange",
+    "Prepared",
+    "ReplayPlan",
+    "Session",
+    "Stats",
+    "merge_model_lists",
+    "normalise_response",
+]
 
 
 @dataclass(frozen=True)
@@ -96,31 +75,6 @@ class Prepared:
     hash: str
     shared: bool
     request: RecordedRequest
-
-
-@dataclass
-class LiveExchange:
-    """A finished live exchange as the client saw it (body already content-decoded)."""
-
-    status: int | None
-    headers: Sequence[tuple[str, str]]
-    chunks: list[bytes]
-    chunked: bool = False
-    exception: BaseException | None = None
-
-
-@dataclass(frozen=True)
-class ReplayPlan:
-    """How an adapter answers a request from a recording."""
-
-    #: None: the recorded exchange failed before any response; raise the exception at once.
-    status: int | None
-    headers: list[tuple[str, str]]
-    chunks: list[bytes]
-    is_streaming: bool
-    exception_type: str | None = None
-    exception_message: str = ""
-    path: Path | None = None
 
 
 @dataclass
@@ -360,7 +314,7 @@ class Session:
             )
         else:
             path, recording = found
-            _check_name(path, recording, prep)
+            check_name(path, recording, prep)
             seq = _Sequence(
                 recording.responses,
                 new_id_registry(prep.hash, recording.id_normalization_mapping),
@@ -382,24 +336,11 @@ class Session:
 
     def plan(self, response: RecordedResponse, path: Path | None = None) -> ReplayPlan:
         """Bytes and headers that reproduce a recorded response for a client."""
-        headers = [(k, v) for k, v in response.headers.items() if k != "content-length"]
-        exc = response.exception if response.is_exception else None
-        exc_type = exc.type if exc else None
-        exc_message = exc.message if exc else ""
-        if response.is_streaming and response.stream_format is not None:
-            chunks = render_stream(response.stream_format, response.body or [])
-            return ReplayPlan(response.status, headers, chunks, True, exc_type, exc_message, path)
-        body = decode_body(response.body, response.body_encoding)
-        headers.append(("content-length", str(len(body))))
-        return ReplayPlan(
-            response.status,
-            headers,
-            [body] if body else [],
-            False,
-            exc_type,
-            exc_message,
-            path,
-        )
+        return plan_for(response, path)
+
+    def miss_plan(self, miss: ReplayMiss) -> ReplayPlan:
+        """A prompt, non-retryable error response that carries the miss report."""
+        return miss_plan(miss)
 
     def miss(self, prep: Prepared, problem: RecordingError | None = None) -> ReplayMiss:
         """Note a replay miss (the test will fail) and return it; never raises it."""
@@ -414,29 +355,6 @@ class Session:
             self._state(prep.test_id).misses.append(miss)
         return miss
 
-    def miss_plan(self, miss: ReplayMiss) -> ReplayPlan:
-        """A prompt, non-retryable error response that carries the miss report."""
-        import orjson
-
-        body = orjson.dumps(
-            {
-                "error": {
-                    "message": miss.report,
-                    "type": "hashreplay_miss",
-                    "code": "hashreplay_miss",
-                    "hash": miss.request_hash,
-                    "test_id": miss.test_id,
-                }
-            }
-        )
-        headers = [
-            ("content-type", "application/json"),
-            ("x-should-retry", "false"),
-            (MISS_HEADER, "1"),
-            ("content-length", str(len(body))),
-        ]
-        return ReplayPlan(MISS_STATUS, headers, [body], False)
-
     # --- record -----------------------------------------------------------------------------
 
     def note_passthrough(self) -> None:
@@ -444,33 +362,8 @@ class Session:
             self.stats.passed_through += 1
 
     def recorded_response(self, prep: Prepared, exchange: LiveExchange) -> RecordedResponse:
-        """A live exchange as it will be stored: redacted, normalised, headers reduced."""
-        redactor = self.redactor
-        content_type = _get(exchange.headers, "content-type")
-        kept = filter_headers(exchange.headers, self.kept_response_headers, redactor.header)
-        fmt = stream_format_for(content_type, chunked=exchange.chunked)
-        exception = None
-        if exchange.exception is not None:
-            exc = exchange.exception
-            exception = RecordedException(
-                type=f"{type(exc).__module__}.{type(exc).__qualname__}",
-                message=redactor.text(str(exc)),
-            )
-        if fmt is not None:
-            body: Any = parse_stream(fmt, exchange.chunks)
-            encoding = BodyEncoding.JSON
-        else:
-            body, encoding = encode_body(b"".join(exchange.chunks), content_type)
-        return RecordedResponse(
-            status=exchange.status,
-            headers=kept,
-            body=redactor.value(body),
-            body_encoding=encoding,
-            is_streaming=fmt is not None,
-            stream_format=fmt,
-            is_exception=exception is not None,
-            exception=exception,
-        )
+        """A live exchange as it will be stored: redacted, headers reduced, streams parsed."""
+        return recorded_response(exchange, self.redactor, self.kept_response_headers)
 
     def record(self, prep: Prepared, exchange: LiveExchange) -> Path:
         """Normalise and write one live exchange; returns the file written."""
@@ -568,100 +461,3 @@ class Session:
         registry = new_id_registry(prep.hash)
         normalised = normalise_response(response, registry, model_list=True)
         return path, new_recording(test_id=None, request=prep.request, responses=[normalised])
-
-
-def _check_name(path: Path, recording: Recording, prep: Prepared) -> None:
-    """Warn when a file found by its name holds another request (edited by hand, or named by
-    other rules): replay still uses it, and `hashreplay verify` lists every such file."""
-    stored = recording.request
-    if (
-        recording.key_version == KEY_VERSION
-        and recording.test_id == prep.test_id
-        and stored.body == prep.request.body
-        and stored.endpoint == prep.request.endpoint
-        and stored.method == prep.request.method
-    ):
-        return  # the common case, at C speed: no field-by-field walk
-    if recording.key_version != KEY_VERSION:
-        problem = (
-            f"it was named by key_version {recording.key_version}, this hashreplay uses "
-            f"{KEY_VERSION}; run `hashreplay rehash` to re-key the store"
-        )
-    elif recording.test_id != prep.test_id:
-        problem = f"it stores test id {recording.test_id!r}, not {prep.test_id!r}"
-    else:
-        diff = request_difference(stored, prep.request)
-        if diff is None:
-            return
-        problem = f"its stored request differs ({diff.describe()}): was it edited by hand?"
-    warnings.warn(
-        HashReplayWarning(
-            f"recording {path} no longer matches its name: {problem}. It is still replayed; "
-            "`hashreplay verify` lists every such file"
-        ),
-        stacklevel=2,
-    )
-
-
-def _get(headers: Sequence[tuple[str, str]], name: str) -> str | None:
-    for key, value in headers:
-        if key.lower() == name:
-            return value
-    return None
-
-
-def normalise_response(
-    response: RecordedResponse,
-    ids: IdRegistry,
-    *,
-    model_list: bool = False,
-    where: str = "response.body",
-    known_ids: Mapping[str, str] | None = None,
-) -> RecordedResponse:
-    """Apply the response normaliser (DESIGN.md §5) to a body or to stream payloads."""
-    rewrite = not model_list
-    if response.is_streaming and response.stream_format is not None:
-        fmt = StreamFormat(response.stream_format)
-        items = list(response.body or [])
-        values = normalise_response_values(
-            data_values(fmt, items),
-            ids,
-            rewrite_ids=rewrite,
-            rewrite_times=rewrite,
-            where=where,
-            item_suffix=".data" if fmt is StreamFormat.SSE else "",
-            known_ids=known_ids,
-        )
-        body = with_data_values(fmt, items, values)
-    elif response.body_encoding is BodyEncoding.JSON:
-        body = normalise_response_values(
-            [response.body],
-            ids,
-            rewrite_ids=rewrite,
-            rewrite_times=rewrite,
-            where=where,
-            known_ids=known_ids,
-        )[0]
-    else:
-        body = response.body
-    return response.model_copy(update={"body": body})
-
-
-def merge_model_lists(responses: Sequence[RecordedResponse]) -> RecordedResponse:
-    """One model-list response holding every model of all of them (union by model id)."""
-    first = responses[0]
-    if len(responses) == 1 or not isinstance(first.body, dict):
-        return first
-    body = dict(first.body)
-    for key in ("data", "models"):
-        if not isinstance(body.get(key), list):
-            continue
-        seen: dict[str, Any] = {}
-        for response in responses:
-            items = response.body.get(key) if isinstance(response.body, dict) else None
-            for item in items or []:
-                ident = model_id(item)
-                if ident is not None and ident not in seen:
-                    seen[ident] = item
-        body[key] = list(seen.values())
-    return first.model_copy(update={"body": body})

@@ -1,0 +1,147 @@
+"""How the engine sees HTTP, with no client imported: the request an adapter hands in, the
+live exchange it hands back for recording, and the plan it answers a client with.
+
+`recorded_response` turns a live exchange into what a file stores (redacted, headers reduced,
+streams parsed); `plan_for` turns a stored response back into bytes for a client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ._bodies import BodyEncoding, decode_body, encode_body
+from ._constants import MISS_HEADER, MISS_STATUS
+from ._errors import ReplayMiss
+from ._normalise import filter_headers
+from ._recording import RecordedException, RecordedResponse
+from ._redact import Redactor
+from ._streams import parse_stream, render_stream, stream_format_for
+
+
+@dataclass(frozen=True)
+class IncomingRequest:
+    """What an adapter knows of a request, before any redaction."""
+
+    method: str
+    url: str
+    headers: Sequence[tuple[str, str]]
+    content: bytes
+
+    def header(self, name: str) -> str | None:
+        lname = name.lower()
+        for key, value in self.headers:
+            if key.lower() == lname:
+                return value
+        return None
+
+
+@dataclass
+class LiveExchange:
+    """A finished live exchange as the client saw it (body already content-decoded)."""
+
+    status: int | None
+    headers: Sequence[tuple[str, str]]
+    chunks: list[bytes]
+    chunked: bool = False
+    exception: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """How an adapter answers a request from a recording."""
+
+    #: None: the recorded exchange failed before any response; raise the exception at once.
+    status: int | None
+    headers: list[tuple[str, str]]
+    chunks: list[bytes]
+    is_streaming: bool
+    exception_type: str | None = None
+    exception_message: str = ""
+    path: Path | None = None
+
+
+def plan_for(response: RecordedResponse, path: Path | None = None) -> ReplayPlan:
+    """Bytes and headers that reproduce a recorded response for a client."""
+    headers = [(k, v) for k, v in response.headers.items() if k != "content-length"]
+    exc = response.exception if response.is_exception else None
+    exc_type = exc.type if exc else None
+    exc_message = exc.message if exc else ""
+    if response.is_streaming and response.stream_format is not None:
+        chunks = render_stream(response.stream_format, response.body or [])
+        return ReplayPlan(response.status, headers, chunks, True, exc_type, exc_message, path)
+    body = decode_body(response.body, response.body_encoding)
+    headers.append(("content-length", str(len(body))))
+    return ReplayPlan(
+        response.status,
+        headers,
+        [body] if body else [],
+        False,
+        exc_type,
+        exc_message,
+        path,
+    )
+
+
+def miss_plan(miss: ReplayMiss) -> ReplayPlan:
+    """A prompt, non-retryable error response that carries the miss report."""
+    body = orjson.dumps(
+        {
+            "error": {
+                "message": miss.report,
+                "type": "hashreplay_miss",
+                "code": "hashreplay_miss",
+                "hash": miss.request_hash,
+                "test_id": miss.test_id,
+            }
+        }
+    )
+    headers = [
+        ("content-type", "application/json"),
+        ("x-should-retry", "false"),
+        (MISS_HEADER, "1"),
+        ("content-length", str(len(body))),
+    ]
+    return ReplayPlan(MISS_STATUS, headers, [body], False)
+
+
+def recorded_response(
+    exchange: LiveExchange, redactor: Redactor, kept_headers: frozenset[str]
+) -> RecordedResponse:
+    """A live exchange as it will be stored: redacted, normalised, headers reduced."""
+    content_type = header_value(exchange.headers, "content-type")
+    kept = filter_headers(exchange.headers, kept_headers, redactor.header)
+    fmt = stream_format_for(content_type, chunked=exchange.chunked)
+    exception = None
+    if exchange.exception is not None:
+        exc = exchange.exception
+        exception = RecordedException(
+            type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+            message=redactor.text(str(exc)),
+        )
+    if fmt is not None:
+        body: Any = parse_stream(fmt, exchange.chunks)
+        encoding = BodyEncoding.JSON
+    else:
+        body, encoding = encode_body(b"".join(exchange.chunks), content_type)
+    return RecordedResponse(
+        status=exchange.status,
+        headers=kept,
+        body=redactor.value(body),
+        body_encoding=encoding,
+        is_streaming=fmt is not None,
+        stream_format=fmt,
+        is_exception=exception is not None,
+        exception=exception,
+    )
+
+
+def header_value(headers: Sequence[tuple[str, str]], name: str) -> str | None:
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None
