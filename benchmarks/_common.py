@@ -24,9 +24,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests.fakes: the fake upstream
 
-import httpx2  # noqa: E402
-import openai  # noqa: E402
-from tests.fakes.upstream import FakeUpstream  # noqa: E402
+import httpx2
+import openai
+from tests.fakes.upstream import FakeUpstream
 
 MODEL = "gpt-fake-1"
 FILLER = (

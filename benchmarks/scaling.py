@@ -11,8 +11,6 @@ Peak memory: a fresh process replays 10,000 calls and reports its peak RSS.
 from __future__ import annotations
 
 import argparse
-import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -20,11 +18,11 @@ import tempfile
 from pathlib import Path
 
 import vcr
-
 from _common import Series, Variant, chat, client_for, fake_upstream, interleave, machine
+from replay import hashreplay_call
+
 from hashreplay import Session, load_config
 from hashreplay.adapters import httpx as adapter
-from replay import hashreplay_call
 
 
 def fill(directory: Path, template: bytes, count: int) -> None:
@@ -75,7 +73,9 @@ def vcr_scaling(sizes: list[int], calls: int) -> dict[str, Series]:
                 for i in range(size):
                     chat(client, i, stream=False)
             play = vcr.VCR(
-                cassette_library_dir=str(work), record_mode="none", match_on=["method", "path", "body"]
+                cassette_library_dir=str(work),
+                record_mode="none",
+                match_on=["method", "path", "body"],
             )
 
             def call(i: int, play: vcr.VCR = play, size: int = size) -> str:
@@ -125,7 +125,9 @@ def peak_memory(n: int) -> tuple[int, int, float]:
         adapter.uninstall()
     out = subprocess.run(
         [sys.executable, "-c", MEMORY_CHILD, str(work), str(Path(__file__).parent), str(n)],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     shutil.rmtree(work, ignore_errors=True)
     return int(out[0]), int(out[1]), float(out[2])
@@ -142,20 +144,33 @@ def main() -> None:
     lines = [f"Machine: {machine()}", ""]
     hr = hashreplay_scaling(sizes, args.calls)
     smallest = hr[f"{sizes[0]:,} recordings"]
-    lines += ["### hashreplay: replay per call by store size", "",
-              "| store | median ms/call | min–max ms | vs smallest |", "| --- | --- | --- | --- |"]
+    lines += [
+        "### hashreplay: replay per call by store size",
+        "",
+        "| store | median ms/call | min–max ms | vs smallest |",
+        "| --- | --- | --- | --- |",
+    ]
     lines += [s.row(None, smallest) for s in hr.values()]
     vsizes = [int(s) for s in args.vcr_sizes.split(",")]
     vc = vcr_scaling(vsizes, args.calls)
     first = vc[f"vcrpy, cassette of {vsizes[0]:,}"]
-    lines += ["", "### vcrpy: one cassette per test, by cassette size", "",
-              "| cassette | median ms/call | min–max ms | vs smallest |", "| --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "### vcrpy: one cassette per test, by cassette size",
+        "",
+        "| cassette | median ms/call | min–max ms | vs smallest |",
+        "| --- | --- | --- | --- |",
+    ]
     lines += [s.row(None, first) for s in vc.values()]
     before, after, elapsed = peak_memory(args.memory_calls)
-    lines += ["", f"### Peak memory of a {args.memory_calls:,}-call replay session", "",
-              f"peak RSS {after / 1024:.1f} MiB (after the first call: {before / 1024:.1f} MiB; "
-              f"growth over {args.memory_calls:,} calls: {(after - before) / 1024:.1f} MiB); "
-              f"{elapsed:.1f} s, {elapsed / args.memory_calls * 1000:.3f} ms/call"]
+    lines += [
+        "",
+        f"### Peak memory of a {args.memory_calls:,}-call replay session",
+        "",
+        f"peak RSS {after / 1024:.1f} MiB (after the first call: {before / 1024:.1f} MiB; "
+        f"growth over {args.memory_calls:,} calls: {(after - before) / 1024:.1f} MiB); "
+        f"{elapsed:.1f} s, {elapsed / args.memory_calls * 1000:.3f} ms/call",
+    ]
     print("\n".join(lines))
 
 

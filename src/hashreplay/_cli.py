@@ -1,28 +1,244 @@
-"""The `hashreplay` command. `main(argv) -> int` is testable without a subprocess."""
+"""The `hashreplay` command. `main(argv) -> int` is testable without a subprocess.
+
+Exit status: 0 when all went well, 1 when the command found problems (unreadable files,
+`verify` findings, `rehash` collisions, nothing to show), 2 for usage errors (an unknown
+command or option, a path that does not exist, an invalid `[tool.hashreplay]`).
+Start-up stays fast: no SDK, HTTP client or server is imported.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
 
 from . import __version__
+from ._config import Config, load_config
+from ._console import Console
+from ._errors import ConfigError, HashReplayError, RecordingError
+from ._maintenance import Loaded, PathNotFound, default_paths, find_recordings, load
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+
+
+class Run:
+    """What every command gets: its arguments, the console and the project configuration."""
+
+    def __init__(self, args: argparse.Namespace, console: Console, config: Config) -> None:
+        self.args = args
+        self.console = console
+        self.config = config
+        self.unreadable = 0
+        self._cwd = Path.cwd().resolve()
+
+    def show_path(self, path: Path) -> str:
+        """A path relative to the working directory when it is below it."""
+        try:
+            return str(path.resolve().relative_to(self._cwd))
+        except ValueError:
+            return str(path)
+
+    def files(self, paths: Sequence[Path] | None = None) -> list[Path]:
+        return find_recordings(paths or default_paths(self.config), self.config.common_dir)
+
+    def load_all(self, paths: Sequence[Path], label: str) -> list[Loaded]:
+        """Every readable file; each unreadable one is reported, skipped and counted."""
+        loaded: list[Loaded] = []
+        for path in self.console.progress(paths, label):
+            try:
+                loaded.append(load(path))
+            except RecordingError as exc:
+                self.report_unreadable(path, exc)
+        return loaded
+
+    def report_unreadable(self, path: Path, exc: RecordingError) -> None:
+        self.unreadable += 1
+        self.console.error(
+            f"{self.show_path(path)}: unreadable: {exc.problem}; skipped, left unchanged"
+        )
+
+    @property
+    def status(self) -> int:
+        return EXIT_PROBLEMS if self.unreadable else EXIT_OK
+
+
+Command = Callable[[Run], int]
+
+
+def _add_root(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="project root (default: $HASHREPLAY_ROOT, else the current directory)",
+    )
+
+
+def _add_paths(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help="recording files or directories (default: every recordings directory of the "
+        "project and the common directory)",
+    )
+
+
+def _add_dry_run(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--dry-run", action="store_true", help=f"list what {what}; write nothing")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hashreplay",
-        description="Record and replay the LLM/HTTP calls of a test suite.",
+        description="Record and replay the LLM/HTTP calls of a test suite: inspect and "
+        "maintain its recordings.",
     )
     parser.add_argument("--version", action="version", version=f"hashreplay {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    status = sub.add_parser("status", help="mode, recordings directories, tokens they hold")
+    _add_root(status)
+
+    listing = sub.add_parser("list", help="one line per recording")
+    _add_root(listing)
+    listing.add_argument(
+        "--test", metavar="PATTERN", help="test ids containing PATTERN (a glob with * or ?)"
+    )
+    listing.add_argument(
+        "--endpoint", metavar="PATTERN", help="endpoints containing PATTERN (a glob with * or ?)"
+    )
+    _add_paths(listing)
+
+    show = sub.add_parser("show", help="one recording in readable form")
+    _add_root(show)
+    show.add_argument(
+        "target", metavar="HASH|PATH", help="a file, or a hash or its first characters"
+    )
+    show.add_argument("--raw", action="store_true", help="print the file as it is stored")
+
+    verify = sub.add_parser(
+        "verify", help="check recordings: readable, current, redacted, correctly named"
+    )
+    _add_root(verify)
+    _add_paths(verify)
+
+    rehash = sub.add_parser("rehash", help="re-key recordings after the hashing rules changed")
+    _add_root(rehash)
+    _add_dry_run(rehash, "would be renamed or updated")
+    _add_paths(rehash)
+
+    normalize = sub.add_parser("normalize", help="re-apply the response normaliser")
+    _add_root(normalize)
+    _add_dry_run(normalize, "would change")
+    _add_paths(normalize)
+
+    prune = sub.add_parser("prune", help="delete recordings no test uses (per the last pytest run)")
+    _add_root(prune)
+    _add_dry_run(prune, "would be deleted")
+
+    server = _server_cli()
+    if server is not None:  # `hashreplay serve`: the proxy registers its own options
+        server.configure_parser(sub.add_parser("serve", help="record/replay HTTP proxy"))
     return parser
+
+
+def _server_cli() -> ModuleType | None:
+    """`hashreplay.server.cli` (standard library only at import time), when present."""
+    try:
+        return importlib.import_module("hashreplay.server.cli")
+    except ImportError:
+        return None
+
+
+def _commands() -> dict[str, Command]:
+    from . import _cli_commands as c
+
+    return {
+        "status": c.status,
+        "list": c.list_recordings,
+        "show": c.show,
+        "verify": c.verify,
+        "rehash": c.rehash,
+        "normalize": c.normalize,
+        "prune": c.prune,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    parser.parse_args(argv)
-    parser.print_help()
-    return 0
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error argparse already printed
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    if args.command is None:
+        parser.print_help()
+        return EXIT_OK
+    if args.command == "serve":
+        server = _server_cli()
+        assert server is not None  # the sub-command exists only when the module does
+        code: int = server.run(args)
+        return code
+    return _run(_commands()[args.command], args)
+
+
+def _run(command: Command, args: argparse.Namespace) -> int:
+    console = Console()
+    try:
+        config = load_config(args.root)
+        return command(Run(args, console, config))
+    except PathNotFound as exc:
+        console.error(f"{exc}; give an existing recording file or directory")
+        return EXIT_USAGE
+    except ConfigError as exc:
+        console.error(str(exc))
+        return EXIT_USAGE
+    except HashReplayError as exc:
+        console.error(str(exc))
+        return EXIT_PROBLEMS
+    except BrokenPipeError:  # `hashreplay list | head`: the reader left, nothing to report
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush is quiet
+        return EXIT_OK
+    except KeyboardInterrupt:
+        console.error("interrupted")
+        return 130
+
+
+def normalize_script(argv: Sequence[str] | None = None) -> int:
+    """`scripts/normalize_recordings.py [--dry-run] [PATHS…]` (contract).
+
+    The same as `hashreplay normalize`, except that the default paths are every recordings
+    directory under `tests/` plus the common directory.
+    """
+    parser = argparse.ArgumentParser(
+        prog="normalize_recordings.py",
+        description="Re-apply the response normaliser to recordings (response bodies only).",
+    )
+    _add_root(parser)
+    _add_dry_run(parser, "would change")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help="recording files or directories (default: tests/ and the common directory)",
+    )
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    from . import _cli_commands as c
+
+    args.default_scope = "tests"
+    return _run(c.normalize, args)
 
 
 def entry_point() -> None:  # pragma: no cover - the console script

@@ -90,9 +90,26 @@ async def aread_recording(path: Path) -> Recording:
     return parse_recording(content, path)
 
 
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+#: Permissions of a new recording: what `open()` would give (mkstemp makes files 0600,
+#: which would make every recording unreadable to the rest of a team's tooling).
+_FILE_MODE = 0o666 & ~_current_umask()
+
+
 def _temp_for(path: Path) -> tuple[int, str]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        mode = path.stat().st_mode & 0o777  # an existing file keeps its permissions
+    except OSError:
+        mode = _FILE_MODE
+    os.fchmod(fd, mode)
+    return fd, tmp
 
 
 def write_bytes_atomic(path: Path, content: bytes) -> None:

@@ -61,6 +61,8 @@ def pytest_terminal_summary(terminalreporter):
 
 PYPROJECT = """
 [tool.pytest.ini_options]
+# hypothesis' plugin re-imports itself in every in-process run (1-2 s each); not needed here
+addopts = "-p no:hypothesispytest"
 asyncio_mode = "auto"
 asyncio_default_fixture_loop_scope = "function"
 """

@@ -537,3 +537,14 @@ def test_format_version_must_be_the_integer(tmp_path: Path, version: str) -> Non
     path.write_text('{"format_version": ' + version + "}")
     with pytest.raises(RecordingError, match="this hashreplay reads format_version 1"):
         store_module.read_recording(path)
+
+
+def test_new_recordings_get_ordinary_permissions(tmp_path: Path) -> None:
+    target = tmp_path / "r.json"
+    store_module.write_bytes_atomic(target, b"{}\n")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~mask
+    target.chmod(0o640)
+    store_module.write_bytes_atomic(target, b"{}\n")
+    assert target.stat().st_mode & 0o777 == 0o640  # a replaced file keeps its mode

@@ -1,0 +1,406 @@
+"""The `hashreplay` sub-commands (parsing and exit codes live in `_cli`)."""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ._bodies import BodyEncoding
+from ._cli import EXIT_OK, EXIT_PROBLEMS, Run
+from ._config import ModeSource
+from ._console import human_size
+from ._constants import MODE_ENV
+from ._errors import RecordingError
+from ._inspect import Tokens, conversation, payloads, reply, response_tokens
+from ._maintenance import (
+    Loaded,
+    Rules,
+    find_recordings,
+    hash_of_name,
+    load,
+    renormalised,
+    write_json,
+)
+from ._maintenance import verify as verify_file
+from ._prune import plan_prune, prune_project
+from ._recording import RecordedResponse
+from ._rekey import apply_rekeys, plan_rekey
+from ._usage import UsageError, read_usage
+
+# --- status ---------------------------------------------------------------------------------
+
+
+def _mode_source(run: Run) -> str:
+    config = run.config
+    source = config.mode_source
+    if source is ModeSource.ENV:
+        return f"env ({MODE_ENV})"
+    if source is ModeSource.FILE:
+        return f"config ({config.config_file})"
+    return str(source)
+
+
+def status(run: Run) -> int:
+    console, config = run.console, run.config
+    files = run.files()
+    loaded = run.load_all(files, "reading")
+    console.line(f"mode: {console.style(config.mode.value, 'bold')}")
+    console.line(f"mode source: {_mode_source(run)}")
+    console.line(f"root: {config.root}")
+    console.line(f"config: {config.config_file or 'none (defaults)'}")
+    console.line(f"common directory: {config.common_dir}")
+
+    by_dir: dict[Path, list[int]] = {}
+    for path in files:
+        by_dir.setdefault(path.parent, []).append(_size(path))
+    rows = [
+        [run.show_path(d), str(len(sizes)), _bytes(run, sum(sizes))]
+        for d, sizes in sorted(by_dir.items())
+    ]
+    total = sum(sum(s) for s in by_dir.values())
+    if console.tty:
+        if rows:
+            console.line()
+            console.table(
+                [*rows, ["total", str(len(files)), _bytes(run, total)]],
+                ["recordings directory", "files", "size"],
+            )
+            console.line()
+    else:
+        for row in rows:
+            console.line(f"recordings: {row[0]}\t{row[1]} files\t{row[2]} bytes")
+        console.line(f"total: {len(files)} files\t{total} bytes")
+    if not files:
+        console.line("no recordings yet: INFERENCE_MODE=record-if-missing pytest records them")
+
+    tokens = Tokens()
+    for item in loaded:
+        for response in item.recording.responses:
+            tokens.add(response_tokens(response))
+    console.line(
+        f"tokens: {tokens.input} input + {tokens.output} output = "
+        f"{console.style(str(tokens.total), 'bold')} total in {tokens.responses} responses "
+        "(what every replayed run saves)"
+    )
+    _last_run(run, loaded)
+    return run.status
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _bytes(run: Run, size: int) -> str:
+    return human_size(size) if run.console.tty else str(size)
+
+
+def _last_run(run: Run, loaded: list[Loaded]) -> None:
+    try:
+        usage = read_usage(run.config.root)
+    except UsageError:
+        run.console.line(
+            "last run: none recorded (the pytest plugin writes .hashreplay/usage.json)"
+        )
+        return
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(usage.finished or usage.started))
+    scope = (
+        "full suite" if usage.full_suite else "partial (" + "; ".join(usage.partial_reasons) + ")"
+    )
+    unused = plan_prune(usage, [(i.path, i.recording) for i in loaded], run.config.root)
+    count = f"{len(unused)} recording{'' if len(unused) == 1 else 's'}"
+    run.console.line(
+        f"last run: {when}, {usage.mode}, {scope}, {len(usage.tests)} tests ran; "
+        f"{count} unused (hashreplay prune --dry-run lists them)"
+    )
+
+
+# --- list -----------------------------------------------------------------------------------
+
+
+def _matches(value: str, pattern: str | None) -> bool:
+    if pattern is None:
+        return True
+    if "*" in pattern or "?" in pattern:
+        return fnmatch.fnmatchcase(value, pattern.replace("[", "[[]"))
+    return pattern in value
+
+
+def _status(response: RecordedResponse) -> str:
+    """`200`; `exception` for a failure; `-` for a call-layer result (no HTTP status)."""
+    if response.is_exception:
+        return "exception"
+    return "-" if response.status is None else str(response.status)
+
+
+def _statuses(responses: list[RecordedResponse]) -> str:
+    return ",".join(_status(r) for r in responses)
+
+
+def list_recordings(run: Run) -> int:
+    args = run.args
+    loaded = run.load_all(run.files(args.paths), "reading")
+    rows: list[list[str]] = []
+    for item in loaded:
+        recording = item.recording
+        request = recording.request
+        test = recording.test_id or ("(shared)" if item.is_model_list_file else "(no test)")
+        if not (_matches(test, args.test) and _matches(request.endpoint, args.endpoint)):
+            continue
+        rows.append(
+            [
+                test,
+                request.method,
+                request.endpoint,
+                request.model or "-",
+                _statuses(recording.responses),
+                _bytes(run, len(item.content)),
+                run.show_path(item.path),
+            ]
+        )
+    run.console.table(rows, ["test", "method", "endpoint", "model", "status", "size", "file"])
+    if not rows and run.console.tty:
+        run.console.line("no recordings match")
+    return run.status
+
+
+# --- show -----------------------------------------------------------------------------------
+
+
+def _find_target(run: Run, target: str) -> Path | None:
+    path = Path(target)
+    if path.is_file():
+        return path
+    if target.endswith(".json") or "/" in target:
+        run.console.error(f"no such recording file: {target}")
+        return None
+    key = target.lower().removesuffix(".json")
+    found = [
+        f
+        for f in run.files()
+        if (hash_of_name(f.name) or "").startswith(key) or f.name.startswith(target)
+    ]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        run.console.error(
+            f"no recording matches {target!r} under {run.config.root}: give a file path, or a "
+            "hash as in `hashreplay list`"
+        )
+    else:
+        names = "\n  ".join(run.show_path(f) for f in found[:20])
+        run.console.error(
+            f"{target!r} matches {len(found)} recordings; give more of the hash:\n  {names}"
+        )
+    return None
+
+
+def show(run: Run) -> int:
+    path = _find_target(run, run.args.target)
+    if path is None:
+        return EXIT_PROBLEMS
+    if run.args.raw:
+        run.console.line(path.read_bytes().decode("utf-8", errors="replace").rstrip("\n"))
+        return EXIT_OK
+    try:
+        item = load(path)
+    except RecordingError as exc:
+        run.report_unreadable(path, exc)
+        return EXIT_PROBLEMS
+    _render(run, item)
+    return EXIT_OK
+
+
+def _field(run: Run, name: str, value: str) -> None:
+    run.console.line(f"{run.console.style(f'{name}:'.ljust(10), 'bold')} {value}")
+
+
+def _indented(run: Run, text: str, indent: str = "  ") -> None:
+    for line in text.splitlines() or [""]:
+        run.console.line(f"{indent}{line}")
+
+
+def _pretty(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+
+
+def _render(run: Run, item: Loaded) -> None:
+    recording, request = item.recording, item.recording.request
+    _field(run, "file", run.show_path(item.path))
+    _field(run, "test", recording.test_id or "(none: shared or made outside a test)")
+    _field(run, "request", f"{request.method} {request.url}")
+    if request.model:
+        _field(run, "model", request.model)
+    if request.headers:
+        _field(run, "headers", ", ".join(f"{k}: {v}" for k, v in sorted(request.headers.items())))
+    turns = conversation(request.body, request.endpoint)
+    if turns:
+        run.console.line(run.console.style("conversation:", "bold"))
+        for turn in turns:
+            role = run.console.style(f"[{turn.role}]", "cyan")
+            _indented(run, f"{role} {turn.text}")
+    elif request.body is not None:
+        run.console.line(run.console.style(f"body ({request.body_encoding.value}):", "bold"))
+        _indented(run, _body_text(request.body, request.body_encoding))
+    responses = recording.responses
+    for index, response in enumerate(responses):
+        label = "response" if len(responses) == 1 else f"response {index + 1}/{len(responses)}"
+        _render_response(run, label, response)
+
+
+def _render_response(run: Run, label: str, response: RecordedResponse) -> None:
+    kind = response.headers.get("content-type", "")
+    if response.is_streaming:
+        kind += f" (stream: {response.stream_format}, {len(response.body or [])} events)"
+    status = _status(response)
+    failed = response.is_exception or (response.status or 0) >= 400
+    colour = "red" if failed else "green"
+    _field(run, label, f"{run.console.style(status, colour)} {kind}".rstrip())
+    if response.is_exception and response.exception is not None:
+        _field(run, "exception", f"{response.exception.type}: {response.exception.message}")
+    said = reply(response)
+    if said.text:
+        _field(run, "reply", said.text)
+    for call in said.tool_calls:
+        _field(run, "tool call", call)
+    if not said and response.body is not None:
+        run.console.line(run.console.style("body:", "bold"))
+        if response.is_streaming:
+            for value in payloads(response) or response.body:
+                _indented(run, value if isinstance(value, str) else orjson.dumps(value).decode())
+        else:
+            _indented(run, _body_text(response.body, response.body_encoding))
+    tokens = response_tokens(response)
+    if tokens.responses:
+        _field(run, "tokens", f"input {tokens.input}, output {tokens.output}, total {tokens.total}")
+
+
+def _body_text(body: Any, encoding: BodyEncoding) -> str:
+    if encoding is BodyEncoding.BASE64:
+        return f"(binary, {len(str(body)) * 3 // 4} bytes as base64)"
+    if encoding is BodyEncoding.TEXT:
+        return str(body)
+    if encoding is BodyEncoding.EMPTY or body is None:
+        return "(empty)"
+    return _pretty(body)
+
+
+# --- verify ---------------------------------------------------------------------------------
+
+
+def verify(run: Run) -> int:
+    files = run.files(run.args.paths)
+    rules = Rules(run.config)
+    bad = 0
+    for path in run.console.progress(files, "verifying"):
+        try:
+            item = load(path)
+        except RecordingError as exc:
+            problems = [f"unreadable: {exc.problem}"]
+        else:
+            problems = verify_file(item, rules)
+        bad += bool(problems)
+        for problem in problems:
+            run.console.line(f"{run.show_path(path)}: {problem}")
+    run.console.line(f"Summary: {bad}/{len(files)} files with problems")
+    return EXIT_PROBLEMS if bad else EXIT_OK
+
+
+# --- rehash ---------------------------------------------------------------------------------
+
+
+def rehash(run: Run) -> int:
+    dry = run.args.dry_run
+    files = run.files(run.args.paths)
+    rules = Rules(run.config)
+    plans = [
+        plan
+        for item in run.load_all(files, "reading")
+        if (plan := plan_rekey(item, rules)) is not None
+    ]
+    result = apply_rekeys(plans, dry_run=dry)
+    show = run.show_path
+    for plan in result.done:
+        if plan.renames:
+            verb = "Would rename" if dry else "Renamed"
+            run.console.line(f"{verb}: {show(plan.source)} -> {plan.target.name}")
+        else:
+            run.console.line(f"{'Would update' if dry else 'Updated'}: {show(plan.source)}")
+    for plan in result.duplicates:
+        verb = "Would remove duplicate" if dry else "Removed duplicate"
+        run.console.line(f"{verb}: {show(plan.source)} (the same recording is {plan.target.name})")
+    for plan, why in result.collisions:
+        run.console.error(
+            f"collision: cannot rename {show(plan.source)} to {plan.target.name}: {why}; "
+            "compare the two (hashreplay show), delete the one no test needs, then run "
+            "hashreplay rehash again"
+        )
+    changed = len(result.done) + len(result.duplicates)
+    run.console.line(f"Summary: {changed}/{len(files)} files re-keyed")
+    return EXIT_PROBLEMS if result.collisions else run.status
+
+
+# --- normalize ------------------------------------------------------------------------------
+
+
+def normalize(run: Run) -> int:
+    config, dry = run.config, run.args.dry_run
+    paths = list(run.args.paths)
+    if not paths and getattr(run.args, "default_scope", None) == "tests":
+        paths = [p for p in (config.root / "tests", config.common_dir) if p.is_dir()]
+        files = find_recordings(paths, config.common_dir) if paths else []
+    else:
+        files = run.files(paths)
+    rules = Rules(config)
+    modified = 0
+    for item in run.load_all(files, "normalizing"):
+        data = renormalised(item, rules)
+        if data is None:
+            continue
+        modified += 1
+        if dry:
+            run.console.line(f"Would normalize: {run.show_path(item.path)}")
+        else:
+            write_json(item.path, data)
+            run.console.line(f"Normalized: {run.show_path(item.path)}")
+    run.console.line(f"Summary: {modified}/{len(files)} files modified")
+    return run.status
+
+
+# --- prune ----------------------------------------------------------------------------------
+
+
+def prune(run: Run) -> int:
+    config, dry = run.config, run.args.dry_run
+    usage = read_usage(config.root)
+    result = prune_project(
+        config, usage, dry_run=dry, progress=lambda files: run.console.progress(files, "reading")
+    )
+    for exc in result.unreadable:
+        run.report_unreadable(exc.path or Path("?"), exc)
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(usage.finished or usage.started))
+    scope = "the full suite" if usage.full_suite else "a partial run"
+    run.console.line(f"Last run: {when}, {scope}, {len(usage.tests)} tests ran ({usage.mode})")
+    for entry in result.unused:
+        if entry.path in result.failed:
+            reason = result.failed[entry.path]
+            run.console.error(f"cannot delete {run.show_path(entry.path)}: {reason}")
+            continue
+        verb = "Would prune" if dry else "Pruned"
+        run.console.line(f"{verb}: {run.show_path(entry.path)} ({entry.reason})")
+    pruned = len(result.unused) - len(result.failed)
+    run.console.line(f"Summary: {pruned}/{result.total} files pruned")
+    if not usage.full_suite:
+        run.console.line(
+            "Note: the last run was not the full suite ("
+            + "; ".join(usage.partial_reasons)
+            + "): recordings of removed tests and shared model lists were kept; run the whole "
+            "suite, then prune again to find those too"
+        )
+    return EXIT_PROBLEMS if result.failed else run.status

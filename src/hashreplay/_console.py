@@ -1,0 +1,119 @@
+"""Terminal output for the CLI: plain, greppable lines when piped; colour, aligned tables and a
+progress bar on a terminal. Plain ANSI, no dependency. `NO_COLOR` turns colour off."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from typing import TextIO, TypeVar
+
+T = TypeVar("T")
+
+#: Work on fewer items than this finishes before a progress bar would be worth drawing.
+PROGRESS_MIN = 50
+_BAR_WIDTH = 30
+_CLEAR = "\r\x1b[K"
+_STYLES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Console:
+    """Where the CLI writes; created per command from the current `sys.stdout`/`sys.stderr`."""
+
+    def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
+        self.out = out if out is not None else sys.stdout
+        self.err = err if err is not None else sys.stderr
+        self.tty = _isatty(self.out)
+        self.colour = self.tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+        self._bar = False
+
+    # --- text -----------------------------------------------------------------------------
+
+    def style(self, text: str, *names: str) -> str:
+        if not self.colour or not names:
+            return text
+        codes = ";".join(_STYLES[n] for n in names)
+        return f"\x1b[{codes}m{text}\x1b[0m"
+
+    def line(self, text: str = "") -> None:
+        self._clear_bar()
+        print(text, file=self.out)
+
+    def error(self, text: str) -> None:
+        """A problem, on stderr (stdout stays clean for pipes)."""
+        self._clear_bar()
+        self.out.flush()
+        prefix = "\x1b[31merror:\x1b[0m" if self.colour and _isatty(self.err) else "error:"
+        print(f"{prefix} {text}", file=self.err)
+        self.err.flush()
+
+    def table(self, rows: Sequence[Sequence[str]], headers: Sequence[str]) -> None:
+        """Aligned columns under a header on a terminal; tab-separated lines when piped."""
+        if not self.tty:
+            for row in rows:
+                self.line("\t".join(row))
+            return
+        widths = [len(h) for h in headers]
+        for row in rows:
+            widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+        last = len(headers) - 1
+        self.line(
+            self.style(
+                "  ".join(
+                    h.ljust(w) if i < last else h
+                    for i, (h, w) in enumerate(zip(headers, widths, strict=True))
+                ),
+                "bold",
+            )
+        )
+        for row in rows:
+            cells = [
+                c.ljust(w) if i < last else c
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            ]
+            self.line("  ".join(cells).rstrip())
+
+    # --- progress -------------------------------------------------------------------------
+
+    def progress(self, items: Sequence[T], label: str) -> Iterator[T]:
+        """Yield `items`, drawing a bar on a terminal when there are many of them."""
+        draw = self.tty and len(items) >= PROGRESS_MIN
+        total = len(items)
+        shown = -1
+        for index, item in enumerate(items):
+            percent = 100 * index // total
+            if draw and percent != shown:  # at most 100 redraws, however long the work
+                self._draw(label, index, total)
+                shown = percent
+            yield item
+        self._clear_bar()
+
+    def _draw(self, label: str, done: int, total: int) -> None:
+        filled = _BAR_WIDTH * done // max(total, 1)
+        bar = "#" * filled + "-" * (_BAR_WIDTH - filled)
+        self.out.write(f"{_CLEAR}{label} [{bar}] {done}/{total}")
+        self.out.flush()
+        self._bar = True
+
+    def _clear_bar(self) -> None:
+        if self._bar:
+            self.out.write(_CLEAR)
+            self.out.flush()
+            self._bar = False
+
+
+def human_size(size: int) -> str:
+    """`812 B`, `4.1 KiB`, `2.0 MiB`."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"  # pragma: no cover - the loop always returns

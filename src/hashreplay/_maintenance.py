@@ -1,0 +1,333 @@
+"""Batch work on recording files: find them, read them, verify them, re-normalise responses.
+
+Every operation reads a file fully before deciding, reports a file it cannot read instead of
+touching it, and writes only through `write_bytes_atomic`. The hashing and normalising rules
+come from the engine (`Session`), so a file is judged exactly as a test run would name it.
+Re-keying lives in `_rekey`, pruning in `_prune`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ._config import Config
+from ._constants import (
+    CALL_METHOD,
+    KEY_VERSION,
+    MODEL_LIST_PREFIX,
+    RECORD_COMMAND,
+    RECORDINGS_DIRNAME,
+    STATE_DIRNAME,
+)
+from ._diff import first_difference
+from ._errors import HashReplayError, RecordingError
+from ._hashing import is_model_list, model_ids, model_list_filename
+from ._hashing import request_hash as compute_hash
+from ._normalise import IdRegistry, new_id_registry, normalise_request_body
+from ._recording import Recording
+from ._session import Session, normalise_response
+from ._store import dumps, parse_recording, write_bytes_atomic
+
+#: Directories never searched for recordings.
+SKIP_DIRS: frozenset[str] = frozenset(
+    {
+        ".venv",
+        ".git",
+        "node_modules",
+        STATE_DIRNAME,
+        "site-packages",
+        "__pycache__",
+        ".tox",
+        ".nox",
+        ".pytest_cache",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".hypothesis",
+    }
+)
+_HASH = re.compile(r"[0-9a-f]{32}")
+
+
+class PathNotFound(HashReplayError):
+    """A path named on the command line does not exist."""
+
+
+# --- finding files --------------------------------------------------------------------------
+
+
+def find_recordings(paths: Iterable[Path], common_dir: Path | None = None) -> list[Path]:
+    """Every recording file under `paths`, sorted and without duplicates.
+
+    A file is taken as it is; a directory named `recordings` (or the common directory) gives
+    its `*.json`; any other directory is searched for `recordings` directories, skipping
+    virtual environments, VCS and cache directories (`SKIP_DIRS`).
+    """
+    common = common_dir.resolve() if common_dir is not None else None
+    found: dict[Path, Path] = {}
+    for path in paths:
+        if path.is_file():
+            found.setdefault(path.resolve(), path)
+            continue
+        if not path.is_dir():
+            msg = f"no such file or directory: {path}"
+            raise PathNotFound(msg)
+        for directory in _recording_dirs(path, common):
+            for file in _json_files(directory):
+                found.setdefault(file.resolve(), file)
+    return [found[key] for key in sorted(found)]
+
+
+def _is_recordings_dir(directory: Path, common: Path | None) -> bool:
+    return directory.name == RECORDINGS_DIRNAME or (
+        common is not None and directory.resolve() == common
+    )
+
+
+def _recording_dirs(top: Path, common: Path | None) -> Iterator[Path]:
+    if _is_recordings_dir(top, common):
+        yield top
+        return
+    for current, dirs, _files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        here = Path(current)
+        for name in list(dirs):
+            if _is_recordings_dir(here / name, common):
+                dirs.remove(name)  # a recordings directory holds files, not more of them
+                yield here / name
+
+
+def _json_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.glob("*.json") if not p.name.startswith(".") and p.is_file())
+
+
+def default_paths(config: Config) -> list[Path]:
+    """The whole project, plus the common directory when it lies outside it."""
+    paths = [config.root]
+    if config.common_dir.is_dir():
+        paths.append(config.common_dir)
+    return paths
+
+
+# --- reading --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A readable recording file: its bytes, its JSON and its validated model."""
+
+    path: Path
+    content: bytes
+    raw: dict[str, Any]
+    recording: Recording
+
+    @property
+    def is_model_list_file(self) -> bool:
+        return self.path.name.startswith(MODEL_LIST_PREFIX)
+
+
+def load(path: Path) -> Loaded:
+    """Read and validate one file; every problem is a `RecordingError` naming the file."""
+    try:
+        content = path.read_bytes()
+    except OSError as exc:
+        raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
+    recording = parse_recording(content, path)
+    raw = orjson.loads(content)
+    return Loaded(path, content, raw, recording)
+
+
+def hash_of_name(name: str) -> str | None:
+    """The request hash in a file name: `<hash>.json` or `models-<hash>-<digest>.json`."""
+    stem = name.removesuffix(".json")
+    if stem.startswith(MODEL_LIST_PREFIX):
+        stem = stem[len(MODEL_LIST_PREFIX) :].split("-", 1)[0]
+    return stem if _HASH.fullmatch(stem) else None
+
+
+# --- the rules a test run names files by ----------------------------------------------------
+
+
+class Rules:
+    """How the engine redacts, normalises and names requests under one configuration."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        engine = Session(config)
+        self.store = engine.store
+        self.redactor = engine.redactor
+        self.request_rules = engine.rules
+        self.model_list_suffixes = engine.model_list_suffixes
+
+    def is_shared(self, recording: Recording) -> bool:
+        request = recording.request
+        return is_model_list(request.method, request.endpoint, self.model_list_suffixes)
+
+    def request_hash(self, recording: Recording, body: Any) -> str:
+        request = recording.request
+        match = (
+            {name: request.headers.get(name) for name in self.config.match_headers}
+            # call-layer recordings are hashed without `match_headers`, as the engine does
+            if self.config.match_headers and request.method != CALL_METHOD
+            else None
+        )
+        return compute_hash(
+            request.method,
+            request.endpoint,
+            body,
+            recording.test_id,
+            headers=match,
+            shared=self.is_shared(recording),
+        )
+
+    def file_name(self, recording: Recording, body: Any) -> str:
+        """The name the engine gives a file holding this request (with this stored body)."""
+        hash_hex = self.request_hash(recording, body)
+        if self.is_shared(recording):
+            return model_list_filename(hash_hex, model_ids(recording.response.body))
+        return f"{hash_hex}.json"
+
+    def renormalised_body(self, recording: Recording) -> Any:
+        return normalise_request_body(recording.request.body, self.request_rules)
+
+
+# --- verify ---------------------------------------------------------------------------------
+
+
+def verify(loaded: Loaded, rules: Rules) -> list[str]:
+    """What is wrong with a readable file (empty when nothing is)."""
+    recording = loaded.recording
+    problems: list[str] = []
+    outdated = recording.key_version != KEY_VERSION
+    if outdated:
+        problems.append(
+            f"key_version {recording.key_version}, the current hashing rules are key_version "
+            f"{KEY_VERSION}: run `hashreplay rehash` to re-key it"
+        )
+    redacted = rules.redactor.value(loaded.raw)
+    if redacted != loaded.raw:
+        difference = first_difference(loaded.raw, redacted)
+        where = difference.path if difference is not None else "(somewhere)"
+        problems.append(
+            f"holds a secret at {where}: replace the value with '[secret removed]' or "
+            "re-record the test, and revoke the secret if it is real"
+        )
+    name = loaded.path.name
+    expected = rules.file_name(recording, recording.request.body)
+    if name != expected:
+        problems.append(_name_problem(name, expected, recording, outdated))
+    elif not outdated:
+        current = rules.file_name(recording, rules.renormalised_body(recording))
+        if current != name:
+            problems.append(
+                "the current rules (ignore_body_keys, volatile_patterns) hash its request to "
+                f"{current}, so no test finds it: run `hashreplay rehash`"
+            )
+    if not rules.is_shared(recording):
+        places = rules.store.search_dirs(recording.test_id)
+        if loaded.path.parent.resolve() not in places:
+            where = " or ".join(str(p) for p in places)
+            problems.append(
+                f"unreachable: test {recording.test_id!r} looks for it in {where}; "
+                "move it there or re-record the test"
+            )
+    return problems
+
+
+def _name_problem(name: str, expected: str, recording: Recording, outdated: bool) -> str:
+    if outdated:
+        fix = "run `hashreplay rehash`"
+    elif recording.test_id:
+        command = RECORD_COMMAND.format(nodeid=recording.test_id)
+        fix = f"re-record it ({command}) or run `hashreplay rehash` to rename it"
+    else:
+        fix = "re-record it or run `hashreplay rehash` to rename it"
+    both_model_lists = name.startswith(MODEL_LIST_PREFIX) and expected.startswith(MODEL_LIST_PREFIX)
+    if both_model_lists and hash_of_name(name) == hash_of_name(expected):
+        return (
+            f"named {name} but the models it lists give {expected}: the model list was "
+            f"edited after it was recorded; {fix}"
+        )
+    return (
+        f"named {name} but its stored request hashes to {expected}: the request was edited "
+        f"after it was recorded, or the rules changed; {fix}"
+    )
+
+
+# --- normalize ------------------------------------------------------------------------------
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _resolve(data: Any, where: str) -> Any:
+    """The value at a fact path such as `response.body[0].data.id` (None when absent)."""
+    for key, index in _PATH_PART.findall(where):
+        if key and isinstance(data, dict):
+            data = data.get(key)
+        elif index and isinstance(data, list) and int(index) < len(data):
+            data = data[int(index)]
+        else:
+            return None
+    return data
+
+
+def _seed_known_ids(ids: IdRegistry, raw: dict[str, Any]) -> None:
+    """A field whose stable id the file records but whose value is no longer that id (edited
+    by hand, or written before a rule existed) gets that same stable id back."""
+    for stable, where in ids.facts.items():
+        value = _resolve(raw, where)
+        if isinstance(value, str) and value and value != stable:
+            ids.stable.setdefault(value, stable)
+
+
+def renormalised(loaded: Loaded, rules: Rules) -> dict[str, Any] | None:
+    """The file's JSON with the response normaliser applied again; None when unchanged.
+
+    Only `response`, `later_responses` and (when a new stable id was minted) the
+    `id_normalization_mapping` change; the request is carried over untouched.
+    """
+    recording = loaded.recording
+    base = hash_of_name(loaded.path.name) or rules.request_hash(recording, recording.request.body)
+    ids = new_id_registry(base, recording.id_normalization_mapping)
+    _seed_known_ids(ids, loaded.raw)
+    before = [r.to_json_dict() for r in recording.responses]
+    after = [
+        normalise_response(
+            response,
+            ids,
+            model_list=loaded.is_model_list_file,
+            where="response.body" if index == 0 else f"later_responses[{index - 1}].body",
+        ).to_json_dict()
+        for index, response in enumerate(recording.responses)
+    ]
+    if dumps(after) == dumps(before) and ids.facts == recording.id_normalization_mapping:
+        return None
+    data = dict(loaded.raw)
+    data["response"] = after[0]
+    if len(after) > 1:
+        data["later_responses"] = after[1:]
+    data["id_normalization_mapping"] = dict(ids.facts)
+    return data
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    write_like(path, dumps(data), path)
+
+
+def write_like(path: Path, content: bytes, like: Path) -> None:
+    """Write atomically, keeping the permissions of `like` (the file being replaced or
+    renamed): the atomic writer's temporary file is private (0600) by construction."""
+    try:
+        mode: int | None = stat.S_IMODE(like.stat().st_mode)
+    except OSError:
+        mode = None
+    write_bytes_atomic(path, content)
+    if mode is not None:
+        path.chmod(mode)

@@ -1,0 +1,303 @@
+"""Which recordings each test used in a run: the usage log `.hashreplay/usage.json`.
+
+The pytest plugin feeds a `UsageCollector` per process (the outcome of each test phase and
+the files each test replayed or wrote); pytest-xdist workers hand theirs to the controller as
+a plain dict, and the controller (or the only process) writes one `RunUsage` at the project
+root, in a folder whose own `.gitignore` keeps it out of `git status`. `_prune` decides from
+it which recordings are unused.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
+
+from ._constants import STATE_DIRNAME
+from ._errors import HashReplayError
+from ._mode import Mode
+from ._store import dumps, write_bytes_atomic
+
+USAGE_VERSION = 1
+USAGE_FILENAME = "usage.json"
+#: `.hashreplay/.gitignore`: nothing hashreplay writes for itself ever shows in `git status`.
+GITIGNORE_CONTENT = b"*\n"
+_INTERCEPTING = frozenset(m.value for m in Mode if m.intercepts)
+
+
+class UsageError(HashReplayError):
+    """The usage log is missing, unreadable or from another project."""
+
+
+class TestUsage(BaseModel):
+    """One test of a run: the outcome of each phase and the recordings it used."""
+
+    __test__ = False  # not a pytest test class
+    model_config = ConfigDict(extra="ignore")
+
+    setup: str | None = None
+    call: str | None = None
+    teardown: str | None = None
+    #: The mode the test ran in (a marker may differ from the run's mode).
+    mode: str | None = None
+    #: The test sent requests through `passthrough` or `live`: a server under test or the
+    #: real API may have used recordings that this process cannot see.
+    passthrough: bool = False
+    #: Recording files it replayed or wrote, relative to the project root.
+    files: list[str] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def completed(self) -> bool:
+        """Setup and call passed and teardown did not fail."""
+        return (
+            self.setup == "passed"
+            and self.call == "passed"
+            and self.teardown in ("passed", "skipped")
+        )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def outcome(self) -> str:
+        phases = (self.setup, self.call, self.teardown)
+        if "failed" in phases:
+            return "failed" if self.call == "failed" else "error"
+        if "skipped" in (self.setup, self.call):
+            return "skipped"
+        return "passed" if self.completed else "incomplete"
+
+    @property
+    def prunable(self) -> bool:
+        """Whether the files it did not use can be called unused."""
+        return self.completed and self.mode in _INTERCEPTING and not self.passthrough
+
+
+class UsagePiece(BaseModel):
+    """What one process saw; xdist workers send theirs to the controller."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    started: float = Field(default_factory=time.time)
+    #: Tests selected to run (a `RunUsage` adds the deselected ones: every test that exists).
+    collected: list[str] = Field(default_factory=list)
+    deselected: list[str] = Field(default_factory=list)
+    collection_errors: int = 0
+    tests: dict[str, TestUsage] = Field(default_factory=dict)
+    #: Files used by requests made outside any test (session start-up, threads).
+    outside_tests: list[str] = Field(default_factory=list)
+    #: Why this run may not be the full suite, beyond what the options say.
+    notes: list[str] = Field(default_factory=list)
+
+    def merge(self, other: UsagePiece) -> None:
+        self.started = min(self.started, other.started)
+        self.collected = sorted({*self.collected, *other.collected})
+        self.deselected = sorted({*self.deselected, *other.deselected})
+        self.collection_errors += other.collection_errors
+        for test_id, theirs in other.tests.items():
+            mine = self.tests.get(test_id)
+            if mine is None:
+                self.tests[test_id] = theirs.model_copy(deep=True)
+                continue
+            # The same test reported by two processes (a re-run): keep the worse outcome.
+            for phase in ("setup", "call", "teardown"):
+                values = {getattr(mine, phase), getattr(theirs, phase)}
+                worst = next((v for v in ("failed", "skipped", "passed") if v in values), None)
+                setattr(mine, phase, worst)
+            mine.passthrough = mine.passthrough or theirs.passthrough
+            mine.files = sorted({*mine.files, *theirs.files})
+            if mine.mode is None or (theirs.mode is not None and theirs.mode not in _INTERCEPTING):
+                mine.mode = theirs.mode
+        self.outside_tests = sorted({*self.outside_tests, *other.outside_tests})
+        self.notes = [*self.notes, *(n for n in other.notes if n not in self.notes)]
+
+
+class RunUsage(UsagePiece):
+    """`.hashreplay/usage.json`: the last pytest run of the project."""
+
+    version: int = USAGE_VERSION
+    root: str = ""
+    finished: float = 0.0
+    mode: str = Mode.REPLAY.value
+    #: No selection, no deselection, nothing stopped early: every test of the project ran.
+    full_suite: bool = False
+    #: Why it was not the full suite (empty when it was).
+    partial_reasons: list[str] = Field(default_factory=list)
+
+    def used_files(self) -> set[str]:
+        used = set(self.outside_tests)
+        for test in self.tests.values():
+            used.update(test.files)
+        return used
+
+    @property
+    def every_test_completed(self) -> bool:
+        return bool(self.tests) and all(
+            self.tests.get(t) is not None and self.tests[t].prunable for t in self.collected
+        )
+
+
+def relative(path: Path, root: Path) -> str:
+    """`path` relative to the project root in POSIX form (absolute when outside it)."""
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.resolve().as_posix()
+
+
+class UsageCollector:
+    """Collects one process's view of a run; fed by the pytest plugin's hooks."""
+
+    def __init__(self) -> None:
+        self.piece = UsagePiece()
+        self._passthrough_at_start: dict[str, int] = {}
+
+    def note_collected(self, test_ids: Iterable[str]) -> None:
+        self.piece.collected = sorted({*self.piece.collected, *test_ids})
+
+    def note_deselected(self, test_ids: Iterable[str]) -> None:
+        self.piece.deselected = sorted({*self.piece.deselected, *test_ids})
+
+    def note_collection_errors(self, count: int) -> None:
+        self.piece.collection_errors += count
+
+    def note(self, reason: str) -> None:
+        if reason not in self.piece.notes:
+            self.piece.notes.append(reason)
+
+    def _test(self, test_id: str) -> TestUsage:
+        found = self.piece.tests.get(test_id)
+        if found is None:
+            found = self.piece.tests[test_id] = TestUsage()
+        return found
+
+    def note_start(self, test_id: str, passed_through: int) -> None:
+        self._passthrough_at_start[test_id] = passed_through
+
+    def note_report(self, test_id: str, when: str, outcome: str) -> None:
+        if when in ("setup", "call", "teardown"):
+            setattr(self._test(test_id), when, outcome)
+
+    def note_finish(self, test_id: str, passed_through: int, mode: Mode) -> None:
+        test = self._test(test_id)
+        test.mode = mode.value
+        start = self._passthrough_at_start.pop(test_id, passed_through)
+        test.passthrough = test.passthrough or passed_through > start or not mode.intercepts
+
+    def add_files(self, usage: Mapping[str | None, Iterable[Path]], root: Path) -> None:
+        """Take the engine's `Session.usage` (test id → files it used)."""
+        for test_id, paths in usage.items():
+            names = {relative(p, root) for p in paths}
+            if test_id is None or test_id not in self.piece.tests:
+                # Outside any test, or a test id a server received that pytest did not run
+                # here: nobody's unused files, so always counted as used.
+                self.piece.outside_tests = sorted({*self.piece.outside_tests, *names})
+            else:
+                test = self.piece.tests[test_id]
+                test.files = sorted({*test.files, *names})
+
+    def merge_worker(self, data: Any) -> None:
+        """Add what a pytest-xdist worker sent (`UsagePiece.model_dump()`)."""
+        try:
+            self.piece.merge(UsagePiece.model_validate(data))
+        except ValidationError:
+            self.note("a worker sent an unreadable usage report")
+
+    def finish(self, *, root: Path, mode: Mode, reasons: Iterable[str]) -> RunUsage:
+        """The run as a whole; `reasons` are what the plugin found partial in the options.
+
+        `collected` of the result holds every test that exists (selected or deselected).
+        """
+        piece = self.piece
+        why = [*reasons, *piece.notes]
+        if piece.deselected:
+            why.append(f"deselected: {_tests(len(piece.deselected))}")
+        if piece.collection_errors:
+            why.append(f"collection errors: {piece.collection_errors}")
+        if not piece.collected:
+            why.append("no tests collected")
+        not_run = [t for t in piece.collected if not _ran(piece, t)]
+        if not_run:
+            why.append(f"did not run: {_tests(len(not_run))} (stopped early, or a worker crashed)")
+        return RunUsage(
+            **piece.model_dump(exclude={"tests", "collected"}),
+            collected=sorted({*piece.collected, *piece.deselected}),
+            tests={k: v.model_copy(deep=True) for k, v in piece.tests.items()},
+            root=str(root),
+            finished=time.time(),
+            mode=mode.value,
+            full_suite=not why,
+            partial_reasons=why,
+        )
+
+
+def _tests(count: int) -> str:
+    return f"{count} test" if count == 1 else f"{count} tests"
+
+
+def _ran(piece: UsagePiece, test_id: str) -> bool:
+    test = piece.tests.get(test_id)
+    return test is not None and test.setup is not None
+
+
+# --- the log file ---------------------------------------------------------------------------
+
+
+def usage_path(root: Path) -> Path:
+    return root / STATE_DIRNAME / USAGE_FILENAME
+
+
+def ensure_state_dir(root: Path) -> Path:
+    """`.hashreplay/` with its own `.gitignore` (`*`), so git never shows what is in it."""
+    state = root / STATE_DIRNAME
+    gitignore = state / ".gitignore"
+    try:
+        current = gitignore.read_bytes()
+    except OSError:
+        current = None
+    if current != GITIGNORE_CONTENT:
+        write_bytes_atomic(gitignore, GITIGNORE_CONTENT)
+    return state
+
+
+def write_usage(run: RunUsage, root: Path) -> Path:
+    ensure_state_dir(root)
+    path = usage_path(root)
+    write_bytes_atomic(path, dumps(run.model_dump(mode="json")))
+    return path
+
+
+def read_usage(root: Path) -> RunUsage:
+    path = usage_path(root)
+    try:
+        content = path.read_bytes()
+    except FileNotFoundError:
+        msg = (
+            f"no usage log at {path}: run the test suite first (pytest, ideally the whole "
+            "suite), then prune"
+        )
+        raise UsageError(msg) from None
+    except OSError as exc:
+        msg = f"cannot read the usage log {path}: {exc.strerror or exc}"
+        raise UsageError(msg) from None
+    try:
+        run = RunUsage.model_validate(orjson.loads(content))
+    except (orjson.JSONDecodeError, ValidationError) as exc:
+        msg = f"the usage log {path} is unreadable ({exc}); run the test suite again"
+        raise UsageError(msg) from None
+    if run.version != USAGE_VERSION:
+        msg = (
+            f"the usage log {path} has version {run.version}, this hashreplay reads "
+            f"{USAGE_VERSION}; run the test suite again"
+        )
+        raise UsageError(msg)
+    if run.root and Path(run.root).resolve() != root.resolve():
+        msg = (
+            f"the usage log {path} was written for the project at {run.root}, not {root}; "
+            "run the test suite again from this project"
+        )
+        raise UsageError(msg)
+    return run
