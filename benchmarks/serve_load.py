@@ -37,10 +37,10 @@ import httpx2
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.fakes.upstream import FakeUpstream  # noqa: E402
+from tests.fakes.upstream import FakeUpstream
 
-from hashreplay._errors import RecordingError  # noqa: E402
-from hashreplay._store import read_recording  # noqa: E402
+from hashreplay._errors import RecordingError
+from hashreplay._store import read_recording
 
 CHAT = "/v1/chat/completions"
 
@@ -150,7 +150,7 @@ async def drive(url: str, phase: Phase, requests: int, concurrency: int, deadlin
         phase.seconds = time.monotonic() - started
 
 
-def check_files(root: Path, requests: int, concurrency: int) -> dict[str, Any]:
+def check_files(root: Path, requests: int) -> dict[str, Any]:
     files = sorted(p for p in root.rglob("*.json") if ".hashreplay" not in p.parts)
     unreadable: list[str] = []
     prompts: set[str] = set()
@@ -186,7 +186,7 @@ def run(requests: int, concurrency: int, time_limit: float, workers: int) -> dic
                 asyncio.run(drive(recorder.url, record, requests, concurrency, deadline))
             finally:
                 recorder.stop()
-        files = check_files(root, requests, concurrency)
+        files = check_files(root, requests)
         replayer = Proxy(root, "replay", workers)
         try:
             replayer.wait_ready(deadline)

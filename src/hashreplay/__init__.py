@@ -12,6 +12,7 @@ from ._context import current_test_id, test_context
 from ._diff import Difference, first_difference
 from ._errors import ConfigError, HashReplayError, HashReplayWarning, RecordingError, ReplayMiss
 from ._hashing import endpoint_of, is_model_list, request_hash
+from ._install import install, uninstall
 from ._mode import Mode
 from ._normalise import normalise_request_body
 from ._recording import RecordedRequest, RecordedResponse, Recording
@@ -50,6 +51,7 @@ __all__ = [
     "endpoint_of",
     "first_difference",
     "from_jsonable",
+    "install",
     "is_model_list",
     "load_config",
     "normalise_request_body",
@@ -57,5 +59,6 @@ __all__ = [
     "request_hash",
     "test_context",
     "to_jsonable",
+    "uninstall",
     "unpatch_callables",
 ]

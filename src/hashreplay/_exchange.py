@@ -116,6 +116,12 @@ def recorded_response(
     content_type = header_value(exchange.headers, "content-type")
     kept = filter_headers(exchange.headers, kept_headers, redactor.header)
     fmt = stream_format_for(content_type, chunked=exchange.chunked)
+    coding = header_value(exchange.headers, "content-encoding")
+    if coding and coding.strip().lower() != "identity":
+        # the adapter could not decode it (br without brotli, an unknown coding): keep the
+        # bytes and the header as they came, so replay hands the client what it can decode
+        kept["content-encoding"] = coding
+        fmt, content_type = None, "application/octet-stream"
     exception = None
     if exchange.exception is not None:
         exc = exchange.exception

@@ -210,7 +210,14 @@ class Session:
         return self.config.mode
 
     def is_passthrough(self, url: str) -> bool:
-        return any(url.startswith(prefix) for prefix in self.config.passthrough)
+        """Whether `url` is under a `passthrough` prefix. A prefix ends at a boundary:
+        `http://127.0.0.1:80` covers `http://127.0.0.1:80/x`, not `http://127.0.0.1:8000`."""
+        for prefix in self.config.passthrough:
+            if url.startswith(prefix) and (
+                len(url) == len(prefix) or prefix[-1] in "/?#" or url[len(prefix)] in "/?#"
+            ):
+                return True
+        return False
 
     def intercepts(self, url: str) -> bool:
         """Whether an adapter should hand this request to the engine at all."""

@@ -202,3 +202,39 @@ def test_recorded_exception_messages_are_redacted(tmp_path: Path) -> None:
     assert stored["exception"]["message"] == (
         "cannot reach http://h/v1?api_key=[secret removed] with [secret removed]"
     )
+
+
+@pytest.mark.parametrize(
+    ("prefix", "url", "expected"),
+    [
+        ("http://127.0.0.1:80", "http://127.0.0.1:80/v1/x", True),
+        ("http://127.0.0.1:80", "http://127.0.0.1:80", True),
+        ("http://127.0.0.1:80", "http://127.0.0.1:8000/v1/x", False),
+        ("http://h/api", "http://h/api?x=1", True),
+        ("http://h/api", "http://h/apis/v1", False),
+        ("http://h/api/", "http://h/api/v1", True),
+    ],
+)
+def test_passthrough_prefixes_end_at_a_boundary(
+    tmp_path: Path, prefix: str, url: str, expected: bool
+) -> None:
+    s = Session(load_config(tmp_path, env={}, passthrough=[prefix]))
+    assert s.is_passthrough(url) is expected
+
+
+def test_undecodable_content_encoding_is_kept_with_the_raw_bytes(tmp_path: Path) -> None:
+    s = session(tmp_path, Mode.RECORD)
+    s.begin_test(TEST)
+    prep = s.prepare(request(chat("x")), test_id=TEST)
+    raw = b"\x8b\x02\x80compressed-by-an-unknown-coding"
+    headers = [("content-type", "application/json"), ("content-encoding", "zz-unknown")]
+    path = s.record(prep, LiveExchange(200, headers, [raw]))
+    stored = json.loads(path.read_text())["response"]
+    assert stored["headers"]["content-encoding"] == "zz-unknown"
+    assert stored["body_encoding"] == "base64"
+    replay = session(tmp_path, Mode.REPLAY)
+    replay.begin_test(TEST)
+    plan = replay.replay(replay.prepare(request(chat("x")), test_id=TEST))
+    assert plan is not None
+    assert b"".join(plan.chunks) == raw
+    assert ("content-encoding", "zz-unknown") in plan.headers

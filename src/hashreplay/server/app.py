@@ -1,0 +1,245 @@
+"""The ASGI app behind `hashreplay serve`: a record/replay HTTP proxy (DESIGN.md §8).
+
+Plain ASGI (no framework): lifespan, the proxy's own `/__hashreplay/health` and
+`/__hashreplay/stats`, and for every other path: route to an upstream by prefix, read the
+body (bounded by `--max-body-bytes`), take the test id from `X-HashReplay-Test-Id` (and a
+new run from `X-HashReplay-Run`), and let the `Forwarder` replay or relay it. Every failure
+becomes a JSON error that says what happened and what to do; nothing stops the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from urllib.parse import quote
+
+from hashreplay._config import load_config
+from hashreplay._constants import RUN_HEADER, TEST_ID_HEADER
+from hashreplay._context import test_context
+from hashreplay._session import Session
+from hashreplay.asgi import test_and_run_ids
+
+from .forward import Counters, Forwarder, ProxyRequest
+from .responses import ProxyError, Receive, Responder, Scope, Send, end_to_end
+from .settings import ADMIN_PREFIX, SETTINGS_ENV, ServeSettings, UnknownUpstream
+
+__all__ = ["ProxyApp", "app_from_environment"]
+
+logger = logging.getLogger("hashreplay.serve")
+
+#: Request headers the proxy consumes itself and never forwards upstream.
+_CONSUMED = ("host", "content-length", "expect", TEST_ID_HEADER, RUN_HEADER)
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its request body arrived."""
+
+
+class ProxyApp:
+    """`hashreplay serve` as an ASGI 3 app. `session` defaults to one built from `settings`
+    with `load_config` (project root, `[tool.hashreplay]`, `INFERENCE_MODE`, `--mode`)."""
+
+    def __init__(self, settings: ServeSettings, *, session: Session | None = None) -> None:
+        if session is None:
+            config = load_config(
+                settings.root, mode=settings.mode, recordings_dir=settings.recordings
+            )
+            session = Session(config)
+        self.settings = settings
+        self.session = session
+        self.counters = Counters()
+        self.forwarder = Forwarder(session, settings, self.counters)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope.get("type")
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+        elif kind == "websocket":
+            await send({"type": "websocket.close", "code": 1003})
+
+    async def aclose(self) -> None:
+        """Close the upstream connections (lifespan shutdown does it under a server)."""
+        await self.forwarder.aclose()
+
+    # --- lifespan ----------------------------------------------------------------------------
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                _configure_logging(self.settings.log_level)
+                self.forwarder.client()
+                logger.info("%s", self.describe())
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def describe(self) -> str:
+        config = self.session.config
+        routes = (
+            ", ".join(f"{u.prefix}* -> {u.url}" for u in self.settings.upstreams)
+            or "none (replay only)"
+        )
+        return (
+            f"hashreplay serve (pid {os.getpid()}): {config.mode.value} mode, project root "
+            f"{config.root}, common recordings {config.common_dir}, upstreams: {routes}"
+        )
+
+    # --- requests ----------------------------------------------------------------------------
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        reply = Responder(send)
+        path: str = scope.get("path") or "/"
+        try:
+            if path.startswith(ADMIN_PREFIX) or path == ADMIN_PREFIX.rstrip("/"):
+                await self._admin(scope, reply)
+                return
+            self.counters.requests += 1
+            self.counters.in_flight += 1
+            try:
+                await self._proxy(scope, receive, reply)
+            finally:
+                self.counters.in_flight -= 1
+        except _ClientGone:
+            return
+        except ProxyError as problem:
+            self.counters.error(problem.code)
+            logger.warning("%s %s -> %d: %s", scope.get("method"), path, problem.status, problem)
+            if not reply.started:
+                await reply.error(problem)
+        except Exception as exc:
+            self.counters.error("internal")
+            logger.exception("hashreplay serve failed on %s %s", scope.get("method"), path)
+            if not reply.started:
+                message = (
+                    f"hashreplay serve failed on {scope.get('method')} {path}: "
+                    f"{type(exc).__name__}: {exc}. This is a bug in hashreplay: please report "
+                    "it with the proxy's log"
+                )
+                await reply.error(ProxyError(500, "internal", message))
+
+    async def _proxy(self, scope: Scope, receive: Receive, reply: Responder) -> None:
+        method: str = scope["method"]
+        raw_path = scope.get("raw_path")
+        path = raw_path.decode("latin-1") if raw_path else quote(scope.get("path") or "/")
+        query = (scope.get("query_string") or b"").decode("latin-1")
+        target = f"{path}?{query}" if query else path
+        try:
+            upstream, upstream_path = self.settings.route(path)
+        except UnknownUpstream as exc:
+            raise ProxyError(404, "unknown_upstream", f"{method} {target}: {exc}") from None
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers") or ()
+        ]
+        body = await self._read_body(method, target, headers, receive)
+        if upstream is not None:
+            base = upstream.url
+        else:  # replay without an upstream: the URL the client used
+            host = next((v for k, v in headers if k.lower() == "host"), "hashreplay-serve")
+            base = f"http://{host}"
+        url = base + upstream_path + (f"?{query}" if query else "")
+        test_id, run_id = test_and_run_ids(scope.get("headers") or ())
+        request = ProxyRequest(
+            method=method,
+            url=url,
+            target=target,
+            headers=end_to_end(headers, _CONSUMED),
+            body=body,
+            test_id=test_id,
+            upstream=upstream,
+        )
+        self.session.enter_run(test_id, run_id)
+        with test_context(test_id):
+            await self.forwarder.handle(request, reply, receive)
+
+    async def _read_body(
+        self, method: str, target: str, headers: list[tuple[str, str]], receive: Receive
+    ) -> bytes:
+        limit = self.settings.max_body_bytes
+        too_large = ProxyError(
+            413,
+            "body_too_large",
+            f"the body of {method} {target} is larger than {limit} bytes, the limit of this "
+            "hashreplay serve; raise it with --max-body-bytes",
+        )
+        declared = next((v for k, v in headers if k.lower() == "content-length"), None)
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            raise too_large
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
+            chunk: bytes = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts)
+
+    # --- the proxy's own endpoints -----------------------------------------------------------
+
+    async def _admin(self, scope: Scope, reply: Responder) -> None:
+        name = scope["path"][len(ADMIN_PREFIX) :]
+        endpoints = [f"{ADMIN_PREFIX}health", f"{ADMIN_PREFIX}stats"]
+        if name not in ("health", "stats"):
+            message = (
+                f"no such hashreplay endpoint {scope['path']!r}; there are {', '.join(endpoints)}"
+            )
+            raise ProxyError(404, "unknown_endpoint", message)
+        if scope["method"] not in ("GET", "HEAD"):
+            raise ProxyError(405, "method_not_allowed", f"{scope['path']} answers GET only")
+        if name == "health":
+            await reply.json(200, {"status": "ok", "mode": self.session.config.mode.value})
+            return
+        await reply.json(200, self.stats())
+
+    def stats(self) -> dict[str, object]:
+        """Counts of this process (with --workers N, of the worker that answers)."""
+        config = self.session.config
+        return {
+            "mode": config.mode.value,
+            "pid": os.getpid(),
+            **self.session.stats.as_dict(),
+            "requests": self.counters.requests,
+            "in_flight": self.counters.in_flight,
+            "errors": dict(sorted(self.counters.errors.items())),
+            "upstreams": {u.name or "default": u.url for u in self.settings.upstreams},
+            "root": str(config.root),
+            "recordings": str(config.common_dir),
+        }
+
+
+class _Formatter(logging.Formatter):
+    """uvicorn's look: `WARNING:  message`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return f"{record.levelname + ':':<10}{text}"
+
+
+def _configure_logging(level: str) -> None:
+    """Our log lines to stderr, beside uvicorn's, unless the host app configured logging."""
+    if logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter())
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
+def app_from_environment() -> ProxyApp:
+    """The app factory uvicorn calls in each worker (`hashreplay serve` sets the variable)."""
+    text = os.environ.get(SETTINGS_ENV)
+    if not text:
+        msg = f"{SETTINGS_ENV} is not set: start the proxy with `hashreplay serve`"
+        raise RuntimeError(msg)
+    return ProxyApp(ServeSettings.from_json(text))

@@ -1,0 +1,333 @@
+"""One proxied request: answered from a recording, or relayed live (and recorded).
+
+The proxy calls the engine directly (it never patches HTTP clients): `Session.prepare` hashes
+the request under its test id, `replay` / `miss` + `miss_plan` answer from the store, and
+live answers are relayed to the client chunk by chunk *as they arrive* while a copy is
+collected for `arecord`. Bodies reach the client decoded (no `content-encoding`), exactly
+as replay hands them back, unless the encoding is one this process cannot decode: then the
+bytes and the header pass as they came, in both modes.
+
+A recording is written before the client sees the end of its response, so a client that has
+read a whole response may rely on the file being there, and a graceful shutdown (which
+waits for in-flight responses) never loses a write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+
+import httpx2
+
+from hashreplay._encoding import Decoder, decoder_for
+from hashreplay._errors import RecordingError
+from hashreplay._mode import Mode
+from hashreplay._session import IncomingRequest, LiveExchange, Prepared, ReplayPlan, Session
+
+from .responses import ProxyError, Receive, Responder, end_to_end
+from .settings import ServeSettings, Upstream
+
+logger = logging.getLogger("hashreplay.serve")
+
+MISS_HINT = (
+    "hashreplay serve answered from its recordings only ({mode} mode). To record this "
+    "request, run the client against hashreplay serve --mode record-if-missing with the "
+    "same --upstream options. Identical requests of one test replay in recorded order: "
+    "send a new X-HashReplay-Run value to replay a test from its first call again."
+)
+
+
+@dataclass(frozen=True)
+class ProxyRequest:
+    """A request as the proxy forwards it: end-to-end headers only, body read in full."""
+
+    method: str
+    url: str
+    #: What the client asked for (with any upstream prefix), for messages.
+    target: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    test_id: str | None
+    upstream: Upstream | None
+
+
+@dataclass
+class Counters:
+    """What the proxy did besides what `Session.stats` counts (errors by kind)."""
+
+    requests: int = 0
+    in_flight: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def error(self, code: str) -> None:
+        self.errors[code] = self.errors.get(code, 0) + 1
+
+
+class Forwarder:
+    def __init__(self, session: Session, settings: ServeSettings, counters: Counters) -> None:
+        self.session = session
+        self.settings = settings
+        self.counters = counters
+        self._client: httpx2.AsyncClient | None = None
+
+    def client(self) -> httpx2.AsyncClient:
+        """The upstream client: no environment proxies, redirects, cookies or defaults."""
+        if self._client is None:
+            self._client = httpx2.AsyncClient(
+                timeout=httpx2.Timeout(self.settings.upstream_timeout),
+                limits=httpx2.Limits(max_connections=None, max_keepalive_connections=64),
+                trust_env=False,
+                follow_redirects=False,
+                cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    async def handle(self, request: ProxyRequest, reply: Responder, receive: Receive) -> None:
+        session = self.session
+        incoming = IncomingRequest(request.method, request.url, request.headers, request.body)
+        prep = session.prepare(incoming, test_id=request.test_id)
+        if not prep.mode.intercepts:
+            session.note_passthrough()
+            await self._relay(request, reply, receive, None)
+            return
+        if prep.mode.may_replay:
+            plan = self._replay(prep)
+            if plan is not None:
+                await self._answer(request, plan, reply)
+                return
+        await self._relay(request, reply, receive, prep)
+
+    # --- replay ------------------------------------------------------------------------------
+
+    def _replay(self, prep: Prepared) -> ReplayPlan | None:
+        try:
+            plan = self.session.replay(prep)
+        except RecordingError as problem:
+            return self._miss(prep, problem)
+        if plan is None and prep.mode is Mode.REPLAY:
+            return self._miss(prep)
+        return plan
+
+    def _miss(self, prep: Prepared, problem: RecordingError | None = None) -> ReplayPlan:
+        session = self.session
+        miss = session.miss(prep, problem)
+        # The client gets the report now; nothing (no pytest) would collect it later.
+        session.take_misses(prep.test_id)
+        logger.warning("%s", miss.report)
+        plan = session.miss_plan(miss)
+        payload = json.loads(b"".join(plan.chunks))
+        payload["error"]["hint"] = MISS_HINT.format(mode=prep.mode.value)
+        body = json.dumps(payload).encode()
+        headers = [(k, v) for k, v in plan.headers if k.lower() != "content-length"]
+        headers.append(("content-length", str(len(body))))
+        return ReplayPlan(plan.status, headers, [body], False)
+
+    async def _answer(self, request: ProxyRequest, plan: ReplayPlan, reply: Responder) -> None:
+        if plan.status is None:
+            kind = plan.exception_type or "an unknown error"
+            status = 504 if "timeout" in kind.lower() else 502
+            message = (
+                f"the recorded exchange of {request.method} {request.target} failed before any "
+                f"response ({kind}: {plan.exception_message}), and replay repeats that; if "
+                f"the upstream works now, re-record it with --mode record (file: {plan.path})"
+            )
+            raise ProxyError(status, "recorded_failure", message)
+        await reply.start(plan.status, plan.headers)
+        if plan.exception_type is not None:
+            for chunk in plan.chunks:
+                await reply.body(chunk, more=True)
+            self.counters.error("broken_stream")
+            logger.warning(
+                "replaying a broken response of %s %s: closing the connection as the upstream "
+                "did (recorded %s: %s)",
+                request.method,
+                request.target,
+                plan.exception_type,
+                plan.exception_message,
+            )
+            return  # incomplete on purpose: the server closes the connection
+        if not plan.is_streaming and len(plan.chunks) <= 1:
+            await reply.body(plan.chunks[0] if plan.chunks else b"", more=False)
+            return
+        for chunk in plan.chunks:
+            await reply.body(chunk, more=True)
+        await reply.body(b"", more=False)
+
+    # --- live --------------------------------------------------------------------------------
+
+    async def _relay(
+        self, request: ProxyRequest, reply: Responder, receive: Receive, prep: Prepared | None
+    ) -> None:
+        upstream = request.upstream
+        if upstream is None:
+            message = (
+                f"{request.method} {request.target} must go to an upstream, but hashreplay "
+                "serve was started without --upstream; restart it with --upstream URL"
+            )
+            raise ProxyError(502, "no_upstream", message)
+        outgoing = httpx2.Request(
+            request.method, request.url, headers=request.headers, content=request.body or None
+        )
+        try:
+            response = await self.client().send(outgoing, stream=True)
+        except httpx2.TimeoutException as exc:
+            message = (
+                f"{upstream.label} did not answer {request.method} {request.target} within "
+                f"{self.settings.upstream_timeout:g} s ({type(exc).__name__}); nothing was "
+                "recorded. Is it overloaded or stuck? --upstream-timeout sets the limit"
+            )
+            raise ProxyError(504, "upstream_timeout", message, retry=True) from None
+        except httpx2.HTTPError as exc:
+            unreachable = isinstance(exc, httpx2.ConnectError)
+            what = "is unreachable" if unreachable else "failed"
+            message = (
+                f"{upstream.label} {what} for {request.method} {request.target} "
+                f"({type(exc).__name__}: {exc or 'no detail'}); nothing was recorded. Check "
+                "that the upstream is running and that --upstream is right"
+            )
+            code = "upstream_unreachable" if unreachable else "upstream_error"
+            raise ProxyError(502, code, message, retry=True) from None
+        try:
+            await self._stream(request, response, reply, receive, prep)
+        finally:
+            await response.aclose()
+
+    async def _stream(
+        self,
+        request: ProxyRequest,
+        response: httpx2.Response,
+        reply: Responder,
+        receive: Receive,
+        prep: Prepared | None,
+    ) -> None:
+        raw_headers = response.headers.multi_items()
+        encoding = (response.headers.get("content-encoding") or "").strip().lower()
+        decoder = decoder_for(encoding)
+        dropped: tuple[str, ...] = ()
+        if decoder is None:  # undecodable here: bytes and header pass as they came
+            stored = raw_headers
+        else:
+            stored = [(k, v) for k, v in raw_headers if k.lower() != "content-encoding"]
+            if encoding not in ("", "identity"):
+                dropped = ("content-encoding", "content-length")
+        client_headers = end_to_end(raw_headers, dropped)
+        await reply.start(response.status_code, client_headers)
+        # With content-length framing the client sees the end of the response with its last
+        # byte: while recording, that byte waits until the file is written.
+        hold = prep is not None and any(k.lower() == "content-length" for k, _ in client_headers)
+        relay = _Relay(reply, hold)
+        chunks: list[bytes] = []
+        gone = asyncio.Event()
+        watcher = asyncio.ensure_future(_watch_disconnect(receive, gone))
+        failure: BaseException | None = None
+        try:
+            async for raw in response.aiter_raw():
+                data = _decode(decoder, raw)
+                if data:
+                    if prep is not None:
+                        chunks.append(data)
+                    await relay.send(data)
+                if gone.is_set():
+                    break
+            else:
+                tail = _flush(decoder)
+                if tail:
+                    if prep is not None:
+                        chunks.append(tail)
+                    await relay.send(tail)
+        except httpx2.HTTPError as exc:
+            failure = exc
+        finally:
+            watcher.cancel()
+        sent = relay.sent
+        if prep is not None:
+            exchange = LiveExchange(
+                response.status_code,
+                stored,
+                chunks,
+                "content-length" not in response.headers,
+                failure,
+            )
+            await self.session.arecord(prep, exchange)
+        if failure is not None:
+            self.counters.error("broken_stream")
+            logger.warning(
+                "%s broke off the response to %s %s after %d bytes (%s: %s); %s",
+                request.upstream.label if request.upstream else "the upstream",
+                request.method,
+                request.target,
+                sent,
+                type(failure).__name__,
+                failure,
+                "recorded as it happened; closing the client's connection the same way"
+                if prep is not None
+                else "closing the client's connection the same way",
+            )
+            return  # incomplete on purpose: the server closes the connection
+        if gone.is_set():
+            logger.info(
+                "the client left during %s %s after %d bytes; stopped reading the upstream",
+                request.method,
+                request.target,
+                sent,
+            )
+            return
+        await relay.end()
+
+
+class _Relay:
+    """Sends a live body to the client as it arrives, optionally holding back its last byte
+    until `end()` (so the client cannot see the end of the response before it is recorded)."""
+
+    def __init__(self, reply: Responder, hold: bool) -> None:
+        self.reply = reply
+        self.hold = hold
+        self.held = b""
+        self.sent = 0
+
+    async def send(self, data: bytes) -> None:
+        self.sent += len(data)
+        if self.hold:
+            data, self.held = self.held + data[:-1], data[-1:]
+        if data:
+            await self.reply.body(data, more=True)
+
+    async def end(self) -> None:
+        await self.reply.body(self.held, more=False)
+
+
+def _decode(decoder: Decoder | None, data: bytes) -> bytes:
+    if decoder is None:
+        return data
+    try:
+        return decoder.decode(data)
+    except Exception as exc:  # zlib.error, brotli.error, ...: the upstream sent bad bytes
+        msg = f"cannot decode the upstream's content-encoding: {exc}"
+        raise httpx2.DecodingError(msg) from exc
+
+
+def _flush(decoder: Decoder | None) -> bytes:
+    if decoder is None:
+        return b""
+    try:
+        return decoder.flush()
+    except Exception as exc:
+        msg = f"the upstream's compressed body is truncated: {exc}"
+        raise httpx2.DecodingError(msg) from exc
+
+
+async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
+    """Sets `gone` when the client disconnects (the request body was read already)."""
+    while True:
+        message = await receive()
+        if message.get("type") == "http.disconnect":
+            gone.set()
+            return

@@ -1,0 +1,183 @@
+"""What `hashreplay serve` was asked to do: upstream routes and server options.
+
+Standard library only, so the command line (`hashreplay --help`) stays fast. The settings
+travel to uvicorn's worker processes as JSON in an environment variable.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+#: Environment variable that carries the settings to the app factory in each worker.
+SETTINGS_ENV = "HASHREPLAY_SERVE_SETTINGS"
+#: Paths under this prefix are the proxy's own endpoints, never forwarded.
+ADMIN_PREFIX = "/__hashreplay/"
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8790
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+DEFAULT_UPSTREAM_TIMEOUT = 300.0
+DEFAULT_GRACEFUL_TIMEOUT = 30
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~-]*")
+_NAMED_SPEC = re.compile(r"([^=:/?#]+)=(.*)", re.DOTALL)
+_EXAMPLE = (
+    "e.g. --upstream https://api.openai.com or --upstream anthropic=https://api.anthropic.com"
+)
+
+
+class SettingsError(ValueError):
+    """An invalid `hashreplay serve` option; the message names the option and the value."""
+
+
+class UnknownUpstream(LookupError):
+    """A request path that matches no `--upstream NAME=URL` prefix and there is no default."""
+
+    def __init__(self, path: str, settings: ServeSettings) -> None:
+        self.path = path
+        prefixes = ", ".join(u.prefix for u in settings.upstreams if u.name is not None)
+        super().__init__(
+            f"no upstream for path {path!r}: it starts with none of the configured prefixes "
+            f"({prefixes}) and there is no default upstream; call one of those prefixes, or "
+            "start hashreplay serve with a bare --upstream URL as the default"
+        )
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where requests go: the default upstream (`name` None) or the one of a path prefix."""
+
+    name: str | None
+    url: str
+
+    @property
+    def prefix(self) -> str:
+        return "/" if self.name is None else f"/{self.name}/"
+
+    @property
+    def label(self) -> str:
+        return (
+            f"default upstream {self.url}"
+            if self.name is None
+            else f"upstream {self.name!r} ({self.url})"
+        )
+
+
+def parse_upstream(spec: str) -> Upstream:
+    """`URL` (the default upstream) or `NAME=URL` (requests under `/NAME/`, prefix stripped)."""
+    spec = spec.strip()
+    named = _NAMED_SPEC.fullmatch(spec)
+    name, url = (named.group(1).strip(), named.group(2).strip()) if named else (None, spec)
+    if name is not None and not _NAME.fullmatch(name):
+        msg = (
+            f"invalid --upstream {spec!r}: the name {name!r} must start with a letter or digit "
+            "and have only letters, digits and . _ ~ - (it becomes the path prefix /NAME/)"
+        )
+        raise SettingsError(msg)
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError as exc:
+        msg = f"invalid --upstream {spec!r}: {exc}; {_EXAMPLE}"
+        raise SettingsError(msg) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        msg = f"invalid --upstream {spec!r}: expected an http:// or https:// URL; {_EXAMPLE}"
+        raise SettingsError(msg)
+    if parts.query or parts.fragment:
+        msg = f"invalid --upstream {spec!r}: the URL must have no query or fragment"
+        raise SettingsError(msg)
+    return Upstream(name, url.rstrip("/"))
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    upstreams: tuple[Upstream, ...] = ()
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    #: None: INFERENCE_MODE, then [tool.hashreplay] mode, then replay (load_config decides).
+    mode: str | None = None
+    #: The common recordings directory (relative to the root); None: the config's.
+    recordings: str | None = None
+    #: The project root; None: HASHREPLAY_ROOT, else the working directory.
+    root: str | None = None
+    workers: int = 1
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    upstream_timeout: float = DEFAULT_UPSTREAM_TIMEOUT
+    graceful_timeout: int = DEFAULT_GRACEFUL_TIMEOUT
+    log_level: str = "info"
+    access_log: bool = True
+    named: dict[str, Upstream] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        named: dict[str, Upstream] = {}
+        defaults = [u for u in self.upstreams if u.name is None]
+        if len(defaults) > 1:
+            urls = ", ".join(u.url for u in defaults)
+            msg = f"more than one default --upstream ({urls}); name the others as NAME=URL"
+            raise SettingsError(msg)
+        for upstream in self.upstreams:
+            if upstream.name is None:
+                continue
+            if upstream.name in named:
+                msg = f"--upstream name {upstream.name!r} is given twice"
+                raise SettingsError(msg)
+            named[upstream.name] = upstream
+        object.__setattr__(self, "named", named)
+        checks = (
+            (0 <= self.port <= 65535, f"--port {self.port}: expected 0-65535"),
+            (self.workers >= 1, f"--workers {self.workers}: expected 1 or more"),
+            (self.max_body_bytes >= 1, f"--max-body-bytes {self.max_body_bytes}: expected > 0"),
+            (
+                self.upstream_timeout > 0,
+                f"--upstream-timeout {self.upstream_timeout}: expected > 0",
+            ),
+            (
+                self.graceful_timeout > 0,
+                f"--graceful-timeout {self.graceful_timeout}: expected > 0",
+            ),
+            (
+                self.log_level in LOG_LEVELS,
+                f"--log-level {self.log_level!r}: expected one of {', '.join(LOG_LEVELS)}",
+            ),
+        )
+        for ok, msg in checks:
+            if not ok:
+                raise SettingsError(msg)
+
+    @property
+    def default_upstream(self) -> Upstream | None:
+        for upstream in self.upstreams:
+            if upstream.name is None:
+                return upstream
+        return None
+
+    def route(self, path: str) -> tuple[Upstream | None, str]:
+        """The upstream of a request path and the path to send it (its prefix stripped).
+
+        With no upstream at all (replay needs none), every path is its own endpoint.
+        Raises UnknownUpstream for a path that matches no prefix when there is no default.
+        """
+        first, _, rest = path.lstrip("/").partition("/")
+        upstream = self.named.get(first)
+        if upstream is not None:
+            return upstream, "/" + rest
+        default = self.default_upstream
+        if default is None and self.named:
+            raise UnknownUpstream(path, self)
+        return default, path if path.startswith("/") else "/" + path
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data.pop("named", None)
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> ServeSettings:
+        data: dict[str, Any] = json.loads(text)
+        data["upstreams"] = tuple(Upstream(**u) for u in data.get("upstreams", ()))
+        return cls(**data)

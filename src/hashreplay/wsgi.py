@@ -1,0 +1,92 @@
+"""WSGI middleware for a server under test (DESIGN.md §8): the WSGI twin of
+`hashreplay.asgi.TestIdMiddleware`.
+
+    import hashreplay
+    from hashreplay.wsgi import TestIdMiddleware
+
+    hashreplay.install()
+    app.wsgi_app = TestIdMiddleware(app.wsgi_app)      # Flask; any WSGI callable works
+
+The test id in `X-HashReplay-Test-Id` is the test context while the app is called *and* while
+the server iterates its response, so a streaming (generator) response that calls upstream
+as it goes is stored under the right test too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from ._constants import RUN_HEADER, TEST_ID_HEADER
+from ._context import test_context
+from ._install import enter_request, header_text, installed_session, leave_request
+from ._session import Session
+
+__all__ = ["TestIdMiddleware", "WSGIApp"]
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+_TEST_ID_ENVIRON = "HTTP_" + TEST_ID_HEADER.upper().replace("-", "_")
+_RUN_ENVIRON = "HTTP_" + RUN_HEADER.upper().replace("-", "_")
+_T = TypeVar("_T")
+
+
+def _environ_value(environ: dict[str, Any], key: str) -> str | None:
+    value = environ.get(key)
+    if not isinstance(value, str):
+        return None
+    # PEP 3333: header values arrive as Latin-1 decoded `str`; recover UTF-8 bytes.
+    return header_text(value.encode("latin-1", errors="replace"))
+
+
+def _as(test_id: str | None, fn: Callable[..., _T], *args: Any) -> _T:
+    with test_context(test_id):
+        return fn(*args)
+
+
+class _Body:
+    """The app's response iterable, iterated and closed in the request's test context."""
+
+    def __init__(
+        self, inner: Iterable[bytes], test_id: str | None, session: Session | None
+    ) -> None:
+        self._inner = inner
+        self._iter: Iterator[bytes] | None = None
+        self._test_id = test_id
+        self._session = session
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        if self._iter is None:
+            self._iter = _as(self._test_id, iter, self._inner)
+        chunk: bytes = _as(self._test_id, next, self._iter)
+        return chunk
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._inner, "close", None)
+            if callable(close):
+                _as(self._test_id, close)
+        finally:
+            leave_request(self._session, self._test_id)
+
+
+class TestIdMiddleware:
+    """Runs each request of a WSGI `app` in the test context its `X-HashReplay-Test-Id`
+    names; `session` defaults to the one `hashreplay.install()` created."""
+
+    __test__ = False  # a pytest collector must not take it for a test class
+
+    def __init__(self, app: WSGIApp, *, session: Session | None = None) -> None:
+        self.app = app
+        self.session = session
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        test_id = _environ_value(environ, _TEST_ID_ENVIRON)
+        run_id = _environ_value(environ, _RUN_ENVIRON)
+        session = self.session or installed_session()
+        enter_request(session, test_id, run_id)
+        return _Body(_as(test_id, self.app, environ, start_response), test_id, session)
