@@ -173,9 +173,42 @@ def check_files(root: Path, requests: int) -> dict[str, Any]:
     }
 
 
+FAKE_PROCESS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from tests.fakes.upstream import FakeUpstream
+fake = FakeUpstream().start()
+print(fake.url, flush=True)
+sys.stdin.read()
+fake.stop()
+"""
+
+
+def direct_rate(requests: int, concurrency: int, deadline: float) -> Phase:
+    """The same client against the fake upstream in a process of its own, as the proxy
+    runs: the baseline the proxy's replay throughput is compared with."""
+    phase = Phase("direct")
+    child = subprocess.Popen(
+        [sys.executable, "-c", FAKE_PROCESS, str(REPO)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        url = child.stdout.readline().strip()
+        asyncio.run(drive(url, phase, requests, concurrency, deadline))
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        child.wait(timeout=10)
+    return phase
+
+
 def run(requests: int, concurrency: int, time_limit: float, workers: int) -> dict[str, Any]:
     deadline = time.monotonic() + time_limit
     record, replay = Phase("record"), Phase("replay")
+    direct = direct_rate(requests, concurrency, deadline)
     with tempfile.TemporaryDirectory(prefix="hashreplay-load-") as tmp:
         root = Path(tmp) / "project"
         root.mkdir()
@@ -195,7 +228,7 @@ def run(requests: int, concurrency: int, time_limit: float, workers: int) -> dic
         finally:
             replayer.stop()
     ok = (
-        record.errors == replay.errors == 0
+        record.errors == replay.errors == direct.errors == 0
         and files["files"] == files["parsed"] == requests
         and files["missing"] == files["temp_files"] == 0
     )
@@ -204,6 +237,8 @@ def run(requests: int, concurrency: int, time_limit: float, workers: int) -> dic
         "requests": requests,
         "concurrency": concurrency,
         "workers": workers,
+        "direct": {**asdict(direct), "requests_per_s": round(direct.rate, 1)},
+        "replay_vs_direct": round(replay.rate / direct.rate, 2) if direct.rate else None,
         "record": {**asdict(record), "requests_per_s": round(record.rate, 1)},
         "replay": {**asdict(replay), "requests_per_s": round(replay.rate, 1)},
         "files": files,
@@ -229,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             f"hashreplay serve on 127.0.0.1: {result['requests']} requests, "
             f"{result['concurrency']} concurrent, {result['workers']} worker(s)"
         )
-        for name in ("record", "replay"):
+        for name in ("direct", "record", "replay"):
             phase = result[name]
             print(
                 f"  {name}: {phase['ok']} ok, {phase['errors']} errors in "
@@ -242,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  files: {files['files']} written, {files['parsed']} parse, "
             f"{files['missing']} requests without a file, {files['temp_files']} temporary files"
         )
+        print(f"  replay through the proxy / direct to the upstream: {result['replay_vs_direct']}x")
         if result["replay_stats"]:
             print(f"  replay server stats: {result['replay_stats']}")
         print("  OK" if result["ok"] else "  FAILED")
