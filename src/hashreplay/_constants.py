@@ -39,6 +39,9 @@ STABLE_ID_PREFIX: Final = "rec-"
 #: What string timestamps (`created_at: "2025-…"`) are replaced with.
 FIXED_EPOCH: Final = "1970-01-01T00:00:00.000000Z"
 
+#: Marks the test id of a class-, module- or session-scoped fixture: `<file>::[fixture]<name>`.
+FIXTURE_MARK: Final = "::[fixture]"
+
 #: The command a user runs to fill in a missing recording (DESIGN.md §6).
 RECORD_COMMAND: Final = "INFERENCE_MODE=record-if-missing pytest {nodeid}"
 

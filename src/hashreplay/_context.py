@@ -19,6 +19,10 @@ def current_test_id() -> str | None:
     return _process_wide[0] if value == _UNSET else value
 
 
+def process_test_id() -> str | None:
+    return _process_wide[0]
+
+
 def set_process_test_id(test_id: str | None) -> None:
     """Set the test id seen by threads and tasks that have no context of their own."""
     _process_wide[0] = test_id

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._constants import MODEL_LIST_PREFIX, RECORD_COMMAND
+from ._constants import FIXTURE_MARK, MODEL_LIST_PREFIX, RECORD_COMMAND
 from ._diff import Difference, count_differences, first_difference
 from ._errors import RecordingError
 from ._store import read_recording
@@ -115,7 +115,7 @@ def miss_report(
     else:
         lines.extend(_nearest_lines(session, prep))
     if prep.test_id:
-        lines.append(f"  to record it: {RECORD_COMMAND.format(nodeid=prep.test_id)}")
+        lines.append(f"  to record it: {RECORD_COMMAND.format(nodeid=record_target(prep.test_id))}")
     else:
         lines.append("  to record it: run the same code with INFERENCE_MODE=record-if-missing")
     return "\n".join(lines)
@@ -157,6 +157,16 @@ def request_difference(recorded: RecordedRequest, incoming: RecordedRequest) -> 
         if a != b:
             return Difference(field, a, b, "value")
     return first_difference(recorded.body, incoming.body, "body")
+
+
+def record_target(test_id: str) -> str:
+    """What to give pytest to re-run a test id: the node id itself, or, for a wide-scoped
+    fixture's id (`tests/conftest.py::[fixture]client`), the directory or module that holds
+    the tests using it."""
+    if FIXTURE_MARK not in test_id:
+        return test_id
+    where = test_id.split("::", 1)[0]
+    return where.rsplit("/", 1)[0] if where.endswith("conftest.py") and "/" in where else where
 
 
 def req_line(prep: Prepared) -> str:

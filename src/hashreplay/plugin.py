@@ -15,8 +15,8 @@ import pytest
 
 from . import adapters
 from ._config import load_config
-from ._constants import MODE_ENV
-from ._context import set_process_test_id, test_context
+from ._constants import FIXTURE_MARK, MODE_ENV
+from ._context import process_test_id, set_process_test_id, test_context
 from ._errors import ConfigError, RecordingError
 from ._mode import Mode
 from ._prune import prune_project
@@ -113,6 +113,40 @@ def pytest_runtest_protocol(
     finally:
         set_process_test_id(None)
         session.end_test(item.nodeid)
+
+
+def fixture_test_id(fixturedef: pytest.FixtureDef[Any]) -> str:
+    """The id a class-, module-, package- or session-scoped fixture records under: its own,
+    so its calls do not belong to whichever test happened to set it up first (with `-k`,
+    another test would, and replay would miss). Its file part names where it is defined, so
+    its recordings sit in that directory's `recordings/`."""
+    base = fixturedef.baseid
+    if ".py" not in base:
+        base = f"{base}/conftest.py" if base else "conftest.py"
+    return f"{base}{FIXTURE_MARK}{fixturedef.argname}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(
+    fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
+) -> Generator[None, object, object]:
+    session = request.config.stash.get(SESSION_KEY, None)
+    if session is None or fixturedef.scope == "function":
+        return (yield)
+    fixture_id = fixture_test_id(fixturedef)
+    session.begin_test(fixture_id)
+    outer = process_test_id()
+    set_process_test_id(fixture_id)
+    try:
+        with test_context(fixture_id):
+            result = yield
+    finally:
+        set_process_test_id(outer)
+    misses = session.take_misses(fixture_id)
+    if misses:
+        # fail the setup of the test that needed the fixture, with the report
+        pytest.fail("\n\n".join(miss.report for miss in misses), pytrace=False)
+    return result
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

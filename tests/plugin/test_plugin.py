@@ -280,3 +280,50 @@ def test_bad_callables_entry_is_a_usage_error(project: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(
         ["*callables entry 'nowhere.at_all:f': cannot import module 'nowhere.at_all'*"]
     )
+
+
+def test_wide_scoped_fixtures_record_under_their_own_id(
+    project: pytest.Pytester, upstream: FakeUpstream
+) -> None:
+    """A session fixture's calls must not belong to whichever test ran first, or `-k` would
+    miss in replay."""
+    (project.path / "suite" / "conftest.py").write_text(
+        "import os, httpx2, pytest\n"
+        "@pytest.fixture(scope='session')\n"
+        "def warm():\n"
+        "    return httpx2.get(os.environ['FAKE_URL'] + '/plain').text\n"
+    )
+    (project.path / "suite" / "test_uses_fixture.py").write_text(
+        "def test_first(warm):\n    assert warm == 'hello from fake upstream'\n"
+        "def test_second(warm):\n    assert warm == 'hello from fake upstream'\n"
+    )
+    project.runpytest("--inference-mode=record", "suite/test_uses_fixture.py").assert_outcomes(
+        passed=2
+    )
+    stored = [json.loads(p.read_text()) for p in recordings(project.path)]
+    assert [s["test_id"] for s in stored] == ["suite/conftest.py::[fixture]warm"]
+    result = project.runpytest("suite/test_uses_fixture.py", "-k", "second")
+    result.assert_outcomes(passed=1, deselected=1)
+    result.stdout.fnmatch_lines(["hashreplay: 1 replayed, 0 recorded, 0 missed (replay)"])
+
+
+def test_miss_in_a_session_fixture_fails_the_test_that_needs_it(project: pytest.Pytester) -> None:
+    (project.path / "suite" / "conftest.py").write_text(
+        "import os, httpx2, pytest\n"
+        "@pytest.fixture(scope='session')\n"
+        "def warm():\n"
+        "    return httpx2.get(os.environ['FAKE_URL'] + '/plain').status_code\n"
+    )
+    (project.path / "suite" / "test_uses_fixture.py").write_text(
+        "def test_needs_it(warm):\n    pass\ndef test_independent():\n    pass\n"
+    )
+    result = project.runpytest("suite/test_uses_fixture.py")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_needs_it*",
+            "*hashreplay: no recording for GET http://127.0.0.1:*/plain (replay mode)",
+            "*test:      suite/conftest.py::[[]fixture[]]warm",
+            "*to record it: INFERENCE_MODE=record-if-missing pytest suite",
+        ]
+    )
