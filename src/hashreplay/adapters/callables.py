@@ -33,6 +33,12 @@ from hashreplay._serialise import (
 from hashreplay._session import Prepared, Session
 from hashreplay._streams import StreamFormat
 from hashreplay.adapters import _state
+from hashreplay.adapters._iterators import (
+    RecordingAsyncIterator,
+    RecordingIterator,
+    ReplayAsyncIterator,
+    ReplayIterator,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -164,7 +170,7 @@ def _wrap(func: Callable[..., Any], name: str, *, skip_first: bool) -> Callable[
             source = (
                 call.replay_aiter(replayed)
                 if replayed is not None
-                else _RecordingAsyncIterator(func(*args, **kwargs), call)
+                else RecordingAsyncIterator(func(*args, **kwargs), call)
             )
             async for item in source:
                 yield item
@@ -260,8 +266,8 @@ class _Call:
         if response.is_streaming:
             items = list(response.body or [])
             if is_async:
-                return _ReplayAsyncIterator(self.replay_aiter(response))
-            return _ReplayIterator(self._items(items, response))
+                return ReplayAsyncIterator(self.replay_aiter(response))
+            return ReplayIterator(self._items(items, response))
         error = self._exception(response)
         if error is not None:
             raise error
@@ -315,168 +321,20 @@ class _Call:
 
     def record_result(self, result: Any) -> Any:
         if _is_iterator(result) and not isinstance(result, (str, bytes)):
-            return _RecordingIterator(result, self)
+            return RecordingIterator(result, self)
         if _is_async_iterator(result):
-            return _RecordingAsyncIterator(result, self)
+            return RecordingAsyncIterator(result, self)
         self.session.record_response(self.prep, self._response(value=result, exc=None))
         return result
 
     async def arecord_result(self, result: Any) -> Any:
         if _is_async_iterator(result):
-            return _RecordingAsyncIterator(result, self)
+            return RecordingAsyncIterator(result, self)
         if _is_iterator(result) and not isinstance(result, (str, bytes)):
-            return _RecordingIterator(result, self)
+            return RecordingIterator(result, self)
         await self.session.arecord_response(self.prep, self._response(value=result, exc=None))
         return result
 
 
 def _is_plain(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool, list, dict))
-
-
-# --- iterators -----------------------------------------------------------------------------
-
-
-class _ReplayIterator:
-    """A recorded iterator, rebuilt item by item as it is consumed."""
-
-    def __init__(self, items: Iterator[Any]) -> None:
-        self._items = items
-
-    def __iter__(self) -> _ReplayIterator:
-        return self
-
-    def __next__(self) -> Any:
-        return next(self._items)
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> _ReplayIterator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class _ReplayAsyncIterator:
-    def __init__(self, items: AsyncIterator[Any]) -> None:
-        self._items = items
-
-    def __aiter__(self) -> _ReplayAsyncIterator:
-        return self
-
-    async def __anext__(self) -> Any:
-        return await self._items.__anext__()
-
-    async def aclose(self) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
-
-    async def __aenter__(self) -> _ReplayAsyncIterator:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-class _RecordingIterator:
-    """Passes a live iterator's items through and records them when it ends or is closed.
-    Other attributes (an SDK stream's `response`, …) are the live iterator's."""
-
-    def __init__(self, inner: Iterator[Any], call: _Call) -> None:
-        self._inner = inner
-        self._call = call
-        self._chunks: list[Any] = []
-        self._done = False
-
-    def __iter__(self) -> _RecordingIterator:
-        return self
-
-    def __next__(self) -> Any:
-        try:
-            with _state.inside_call():
-                item = next(self._inner)
-        except StopIteration:
-            self._finish(None)
-            raise
-        except Exception as exc:
-            self._finish(exc)
-            raise
-        self._chunks.append(item)
-        return item
-
-    def _finish(self, exc: BaseException | None) -> None:
-        if not self._done:
-            self._done = True
-            self._call.finish_chunks(self._chunks, exc)
-
-    def close(self) -> None:
-        close = getattr(self._inner, "close", None)
-        try:
-            if callable(close):
-                close()
-        finally:
-            self._finish(None)
-
-    def __enter__(self) -> _RecordingIterator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-class _RecordingAsyncIterator:
-    def __init__(self, inner: AsyncIterator[Any], call: _Call) -> None:
-        self._inner = inner
-        self._call = call
-        self._chunks: list[Any] = []
-        self._done = False
-
-    def __aiter__(self) -> _RecordingAsyncIterator:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            with _state.inside_call():
-                item = await self._inner.__anext__()
-        except StopAsyncIteration:
-            await self._finish(None)
-            raise
-        except Exception as exc:
-            await self._finish(exc)
-            raise
-        self._chunks.append(item)
-        return item
-
-    async def _finish(self, exc: BaseException | None) -> None:
-        if not self._done:
-            self._done = True
-            await self._call.afinish_chunks(self._chunks, exc)
-
-    async def aclose(self) -> None:
-        close = getattr(self._inner, "aclose", None) or getattr(self._inner, "close", None)
-        try:
-            if callable(close):
-                result = close()
-                if inspect.isawaitable(result):
-                    await result
-        finally:
-            await self._finish(None)
-
-    async def close(self) -> None:
-        await self.aclose()
-
-    async def __aenter__(self) -> _RecordingAsyncIterator:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
