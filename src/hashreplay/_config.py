@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ._constants import MODE_ENV, RECORDINGS_DIRNAME, ROOT_ENV
+from ._constants import MODE_ENV, MODE_OPTION, RECORDINGS_DIRNAME, ROOT_ENV
 from ._errors import ConfigError
 from ._mode import Mode
 from ._volatile import compile_patterns
@@ -94,12 +94,6 @@ class Config(BaseModel):
         """The common recordings directory: `recordings_dir` relative to the project root."""
         return (self.root / self.recordings_dir).resolve()
 
-    @property
-    def state_dir(self) -> Path:
-        from ._constants import STATE_DIRNAME
-
-        return self.root / STATE_DIRNAME
-
     def with_mode(self, mode: Mode, source: ModeSource) -> Config:
         return self.model_copy(update={"mode": mode, "mode_source": source})
 
@@ -170,7 +164,7 @@ def load_config(
         raise ConfigError(f"{where}: [tool.hashreplay] {exc}") from None
     env_mode = env.get(MODE_ENV)
     if mode is not None:
-        config = config.with_mode(Mode.parse(mode, source="--inference-mode"), ModeSource.OPTION)
+        config = config.with_mode(Mode.parse(mode, source=MODE_OPTION), ModeSource.OPTION)
     elif env_mode:
         config = config.with_mode(Mode.parse(env_mode, source=MODE_ENV), ModeSource.ENV)
     else:

@@ -192,6 +192,4 @@ def exception_from_json(
         BaseException.__init__(exc, *(args or [message]))
     if list(exc.args) != args:
         exc.args = tuple(args)
-    if str(exc) != message and message:
-        exc.__hashreplay_message__ = message  # type: ignore[attr-defined]
     return exc

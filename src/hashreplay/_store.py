@@ -183,14 +183,6 @@ class Store:
     def path_for(self, test_id: str | None, hash_hex: str) -> Path:
         return self.dir_for(test_id) / f"{hash_hex}.json"
 
-    def find(self, test_id: str | None, hash_hex: str) -> Path | None:
-        name = f"{hash_hex}.json"
-        for directory in self.search_dirs(test_id):
-            candidate = directory / name
-            if candidate.is_file():
-                return candidate
-        return None
-
     def read_first(self, test_id: str | None, hash_hex: str) -> tuple[Path, Recording] | None:
         """The recording of this hash in the first search directory that has it: read
         directly, without a `stat` first (one system call less on the replay path)."""
@@ -201,8 +193,6 @@ class Store:
                 return path, read_recording(path)
             except FileNotFoundError:
                 continue
-            except IsADirectoryError:
-                raise RecordingError(path, "is a directory, not a recording file") from None
         return None
 
     def model_list_paths(self, hash_hex: str, test_id: str | None = None) -> list[Path]:

@@ -15,7 +15,7 @@ import pytest
 
 from . import adapters
 from ._config import load_config
-from ._constants import FIXTURE_MARK, MODE_ENV
+from ._constants import FIXTURE_MARK, MODE_ENV, MODE_OPTION
 from ._context import process_test_id, set_process_test_id, test_context
 from ._errors import ConfigError, RecordingError
 from ._mode import Mode
@@ -32,7 +32,7 @@ _MODES = ", ".join(m.value for m in Mode)
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("hashreplay", "hashreplay: record and replay LLM/HTTP calls")
     group.addoption(
-        "--inference-mode",
+        MODE_OPTION,
         dest="hashreplay_mode",
         default=None,
         metavar="MODE",

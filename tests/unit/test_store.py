@@ -156,21 +156,29 @@ def test_path_for(store: Store, root: Path) -> None:
     assert store.path_for(None, HASH) == root / "recordings" / f"{HASH}.json"
 
 
-def test_find_prefers_the_test_dir_then_common(store: Store) -> None:
-    assert store.find(NODE, HASH) is None
+def found_path(store: Store, test_id: str | None, hash_hex: str) -> Path | None:
+    found = store.read_first(test_id, hash_hex)
+    return None if found is None else found[0]
+
+
+def test_read_first_prefers_the_test_dir_then_common(store: Store) -> None:
+    assert found_path(store, NODE, HASH) is None
     common = store.common_dir / f"{HASH}.json"
     Store.write(common, make_recording("common", test_id=None))
-    assert store.find(NODE, HASH) == common
+    assert found_path(store, NODE, HASH) == common
     own = store.path_for(NODE, HASH)
     Store.write(own, make_recording("own"))
-    assert store.find(NODE, HASH) == own
-    assert store.find(None, HASH) == common
-    assert store.find(NODE, "f" * 32) is None
+    assert found_path(store, NODE, HASH) == own
+    assert found_path(store, None, HASH) == common
+    assert found_path(store, NODE, "f" * 32) is None
 
 
-def test_find_ignores_directories(store: Store) -> None:
-    (store.common_dir / f"{HASH}.json").mkdir(parents=True)
-    assert store.find(None, HASH) is None
+def test_read_first_refuses_a_directory_named_like_a_recording(store: Store) -> None:
+    path = store.common_dir / f"{HASH}.json"
+    path.mkdir(parents=True)
+    with pytest.raises(RecordingError, match="cannot read the file: Is a directory") as info:
+        store.read_first(None, HASH)
+    assert str(path) in str(info.value)
 
 
 def test_write_creates_directories(store: Store, root: Path) -> None:
@@ -510,10 +518,10 @@ def test_killed_writer_leaves_previous_content(tmp_path: Path, with_previous: bo
     if with_previous:
         assert path.read_bytes() == old
         assert Store.read(path) == make_recording("old")
-        assert store.find(NODE, HASH) == path
+        assert found_path(store, NODE, HASH) == path
     else:
         assert not path.exists()
-        assert store.find(NODE, HASH) is None
+        assert found_path(store, NODE, HASH) is None
     # Any leftover is a hidden temp file that no lookup ever matches.
     rest = leftovers(path.parent, path)
     assert all(name.startswith(".") and name.endswith(".tmp") for name in rest)
