@@ -120,16 +120,23 @@ def normalise_text(
     """NFC, known ids mapped, volatile values numbered, decimals with 4+ fractional digits
     re-rendered with 5 (in that order: a timestamp's fraction belongs to the timestamp)."""
     if not id_map and not volatile:
-        return _plain_text(text) if len(text) >= _MEMO_MIN else _plain_text.__wrapped__(text)
-    if not text.isascii() and not unicodedata.is_normalized("NFC", text):
-        text = unicodedata.normalize("NFC", text)
+        return _plain_text(text) if len(text) >= _MEMO_MIN else _decimals(_nfc(text))
+    text = _nfc(text)
     if id_map:
         text = map_ids(text, id_map)
     if volatile:
         text = (placeholders or Placeholders()).replace(text, volatile)
-    if "." in text:
-        text = _DECIMAL_IN_TEXT.sub(_render_decimal, text)
-    return text
+    return _decimals(text)
+
+
+def _nfc(text: str) -> str:
+    if text.isascii() or unicodedata.is_normalized("NFC", text):
+        return text
+    return unicodedata.normalize("NFC", text)
+
+
+def _decimals(text: str) -> str:
+    return _DECIMAL_IN_TEXT.sub(_render_decimal, text) if "." in text else text
 
 
 #: Strings at least this long have their (pure) normalisation memoised: long prompts recur
@@ -140,11 +147,7 @@ _MEMO_MIN = 64
 @functools.lru_cache(maxsize=4096)
 def _plain_text(text: str) -> str:
     """NFC and decimals: the part of text normalisation that depends on the text alone."""
-    if not text.isascii() and not unicodedata.is_normalized("NFC", text):
-        text = unicodedata.normalize("NFC", text)
-    if "." in text:
-        text = _DECIMAL_IN_TEXT.sub(_render_decimal, text)
-    return text
+    return _decimals(_nfc(text))
 
 
 #: Ids shorter than this are only mapped where they are a whole value, never inside text,
