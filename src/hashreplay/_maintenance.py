@@ -20,7 +20,6 @@ import orjson
 
 from ._config import Config
 from ._constants import (
-    CALL_METHOD,
     KEY_VERSION,
     MODEL_LIST_PREFIX,
     RECORD_COMMAND,
@@ -29,8 +28,7 @@ from ._constants import (
 )
 from ._diff import first_difference
 from ._errors import HashReplayError, RecordingError
-from ._hashing import is_model_list, model_ids, model_list_filename
-from ._hashing import request_hash as compute_hash
+from ._hashing import model_ids, model_list_filename
 from ._normalise import IdRegistry, new_id_registry, normalise_request_body
 from ._recording import Recording
 from ._session import Session, normalise_response
@@ -160,32 +158,18 @@ class Rules:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        engine = Session(config)
-        self.store = engine.store
-        self.redactor = engine.redactor
-        self.request_rules = engine.rules
-        self.model_list_suffixes = engine.model_list_suffixes
+        self.engine = Session(config)
+        self.store = self.engine.store
+        self.redactor = self.engine.redactor
+        self.request_rules = self.engine.rules
 
     def is_shared(self, recording: Recording) -> bool:
-        request = recording.request
-        return is_model_list(request.method, request.endpoint, self.model_list_suffixes)
+        return self.engine.key_of(recording.request, recording.test_id)[1]
 
     def request_hash(self, recording: Recording, body: Any) -> str:
-        request = recording.request
-        match = (
-            {name: request.headers.get(name) for name in self.config.match_headers}
-            # call-layer recordings are hashed without `match_headers`, as the engine does
-            if self.config.match_headers and request.method != CALL_METHOD
-            else None
-        )
-        return compute_hash(
-            request.method,
-            request.endpoint,
-            body,
-            recording.test_id,
-            headers=match,
-            shared=self.is_shared(recording),
-        )
+        """The hash the engine names this recording's request by, with `body` as its body."""
+        request = recording.request.model_copy(update={"body": body})
+        return self.engine.key_of(request, recording.test_id)[0]
 
     def file_name(self, recording: Recording, body: Any) -> str:
         """The name the engine gives a file holding this request (with this stored body)."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from ._bodies import encode_request_body
 from ._config import Config
-from ._constants import CALL_METHOD, MODEL_LIST_PREFIX, TEST_ID_HEADER
+from ._constants import CALL_METHOD, MODEL_LIST_PREFIX, RUN_HEADER, TEST_ID_HEADER
 from ._context import current_test_id
 from ._errors import RecordingError, ReplayMiss
 from ._exchange import (
@@ -137,9 +137,10 @@ class Session:
             volatile=compile_patterns(config.volatile_patterns),
         )
         self.model_list_suffixes = (*MODEL_LIST_SUFFIXES, *config.model_list_endpoints)
+        # hashreplay's own headers are never stored (nor hashed through match_headers)
         self.kept_request_headers = (
             KEPT_REQUEST_HEADERS | frozenset(config.match_headers) | self.redactor.keys
-        )
+        ) - {TEST_ID_HEADER.lower(), RUN_HEADER.lower()}
         self.kept_response_headers = KEPT_RESPONSE_HEADERS | frozenset(config.keep_response_headers)
         self.stats = Stats()
         #: recording files each test id used (replayed or wrote), for `hashreplay prune`
@@ -235,33 +236,19 @@ class Session:
         redactor = self.redactor
         url = redactor.url(incoming.url)
         endpoint = endpoint_of(incoming.url, redactor.is_query_secret)
-        content_type = incoming.header("content-type")
-        raw_body, encoding = encode_request_body(incoming.content, content_type)
-        state = self._tests.get(test_id)
-        id_map = dict(state.id_map) if state is not None and state.id_map else None
-        body = normalise_request_body(redactor.value(raw_body), self.rules, id_map)
-        headers = filter_headers(
-            ((k, v) for k, v in incoming.headers if k.lower() != TEST_ID_HEADER.lower()),
-            self.kept_request_headers,
-            redactor.header,
-        )
-        match = (
-            {name: headers.get(name) for name in self.config.match_headers}
-            if self.config.match_headers
-            else None
-        )
-        shared = is_model_list(method, endpoint, self.model_list_suffixes)
-        hash_hex = compute_hash(method, endpoint, body, test_id, headers=match, shared=shared)
+        raw_body, encoding = encode_request_body(incoming.content, incoming.header("content-type"))
+        body = self._hashed_body(raw_body, test_id)
         model = body.get("model") if isinstance(body, dict) else None
         request = RecordedRequest(
             method=method,
             url=url,
             endpoint=endpoint,
-            headers=headers,
+            headers=filter_headers(incoming.headers, self.kept_request_headers, redactor.header),
             body=body,
             body_encoding=encoding,
             model=model if isinstance(model, str) else None,
         )
+        hash_hex, shared = self.key_of(request, test_id)
         return Prepared(test_id, self.mode_for(test_id), hash_hex, shared, request)
 
     def prepare_call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Prepared:
@@ -270,10 +257,7 @@ class Session:
         redacted, normalised and hashed like a body."""
         test_id = current_test_id()
         raw = {"args": [jsonable_arg(a) for a in args], "kwargs": jsonable_arg(dict(kwargs))}
-        state = self._tests.get(test_id)
-        id_map = dict(state.id_map) if state is not None and state.id_map else None
-        body = normalise_request_body(self.redactor.value(raw), self.rules, id_map)
-        hash_hex = compute_hash(CALL_METHOD, name, body, test_id)
+        body = self._hashed_body(raw, test_id)
         model = body["kwargs"].get("model")
         request = RecordedRequest(
             method=CALL_METHOD,
@@ -282,7 +266,33 @@ class Session:
             body=body,
             model=model if isinstance(model, str) else None,
         )
-        return Prepared(test_id, self.mode_for(test_id), hash_hex, False, request)
+        hash_hex, shared = self.key_of(request, test_id)
+        return Prepared(test_id, self.mode_for(test_id), hash_hex, shared, request)
+
+    def _hashed_body(self, raw: Any, test_id: str | None) -> Any:
+        """A body as hashed and stored: redacted, then normalised with the ids this test
+        received earlier mapped to their stable form."""
+        state = self._tests.get(test_id)
+        id_map = dict(state.id_map) if state is not None and state.id_map else None
+        return normalise_request_body(self.redactor.value(raw), self.rules, id_map)
+
+    def key_of(self, request: RecordedRequest, test_id: str | None) -> tuple[str, bool]:
+        """The hash that names the file of `request` made by `test_id`, and whether it is a
+        shared model list (DESIGN.md §3). The one place the naming rule is applied: to live
+        requests here, and to stored ones by `hashreplay verify` and `rehash`."""
+        is_call = request.method == CALL_METHOD
+        shared = not is_call and is_model_list(
+            request.method, request.endpoint, self.model_list_suffixes
+        )
+        match = (
+            {name: request.headers.get(name) for name in self.config.match_headers}
+            if self.config.match_headers and not is_call
+            else None
+        )
+        hash_hex = compute_hash(
+            request.method, request.endpoint, request.body, test_id, headers=match, shared=shared
+        )
+        return hash_hex, shared
 
     # --- replay -----------------------------------------------------------------------------
 
