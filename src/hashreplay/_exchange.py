@@ -16,6 +16,7 @@ import orjson
 
 from ._bodies import BodyEncoding, decode_body, encode_body
 from ._constants import MISS_HEADER, MISS_STATUS
+from ._encoding import decoder_for
 from ._errors import ReplayMiss
 from ._normalise import filter_headers
 from ._recording import RecordedException, RecordedResponse
@@ -151,3 +152,64 @@ def header_value(headers: Sequence[tuple[str, str]], name: str) -> str | None:
         if key.lower() == name:
             return value
     return None
+
+
+class LiveBody:
+    """A live response body as it passes to its client, kept decoded for the recording.
+
+    Files store decoded bodies so they stay readable; a content-encoding this process cannot
+    decode is kept as it came, bytes and header, so replay hands a client what it can decode.
+    Shared by every front end that sees live responses (the httpx adapter, the proxy).
+    """
+
+    def __init__(
+        self, status: int, headers: Sequence[tuple[str, str]], *, keep: bool = True
+    ) -> None:
+        coding = (header_value(headers, "content-encoding") or "").strip().lower()
+        self.status = status
+        self.decoder = decoder_for(coding)
+        #: the bytes differ from the wire's: a client must not see the original coding
+        self.decodes = self.decoder is not None and coding not in ("", "identity")
+        self.headers: list[tuple[str, str]] = (
+            list(headers)
+            if self.decoder is None
+            else [(k, v) for k, v in headers if k.lower() != "content-encoding"]
+        )
+        self.chunked = header_value(headers, "content-length") is None
+        self.keep = keep
+        self.chunks: list[bytes] = []
+        self._done = False
+
+    def feed(self, raw: bytes) -> bytes:
+        """The decoded bytes of one raw chunk (kept for the recording); a ValueError naming
+        the coding when the upstream's bytes do not decode."""
+        data = raw
+        if self.decoder is not None:
+            try:
+                data = self.decoder.decode(raw)
+            except Exception as exc:  # zlib.error, brotli.error, ...
+                msg = f"cannot decode the response's content-encoding: {exc}"
+                raise ValueError(msg) from exc
+        if data and self.keep:
+            self.chunks.append(data)
+        return data
+
+    def tail(self) -> bytes:
+        """What the decoder still holds at the end; a ValueError for a truncated body."""
+        if self.decoder is None:
+            return b""
+        try:
+            data = self.decoder.flush()
+        except Exception as exc:
+            msg = f"the compressed response body is truncated: {exc}"
+            raise ValueError(msg) from exc
+        if data and self.keep:
+            self.chunks.append(data)
+        return data
+
+    def exchange(self, exc: BaseException | None) -> LiveExchange | None:
+        """The finished exchange, once (None when it was taken already)."""
+        if self._done:
+            return None
+        self._done = True
+        return LiveExchange(self.status, self.headers, self.chunks, self.chunked, exc)

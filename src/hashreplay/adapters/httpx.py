@@ -10,6 +10,7 @@ clients that SDKs create internally are covered; `ASGITransport`, `WSGITransport
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import threading
@@ -20,8 +21,8 @@ from typing import Any
 
 from hashreplay._constants import RUN_HEADER, TEST_ID_HEADER
 from hashreplay._context import current_test_id
-from hashreplay._encoding import decoder_for
 from hashreplay._errors import RecordingError
+from hashreplay._exchange import LiveBody
 from hashreplay._mode import Mode
 from hashreplay._session import IncomingRequest, LiveExchange, Prepared, ReplayPlan, Session
 from hashreplay.adapters import _state
@@ -236,7 +237,7 @@ class _Streams:
         )
 
     def recording(self, response: Any, session: Session, prep: Prepared, *, is_async: bool) -> Any:
-        tee = _Tee(session, prep, response)
+        tee = _Tee(session, prep, response, self.module)
         stream_cls = self.tee_async if is_async else self.tee_sync
         response.stream = stream_cls(response.stream, tee)
         return response
@@ -272,41 +273,24 @@ class _AsyncReplayStream:
 
 
 class _Tee:
-    """Collects a live response's decoded bytes and records them once it ends."""
+    """A live response's body on its way to the caller, recorded once it ends."""
 
-    def __init__(self, session: Session, prep: Prepared, response: Any) -> None:
+    def __init__(self, session: Session, prep: Prepared, response: Any, module: Any) -> None:
         self.session = session
         self.prep = prep
-        self.status: int = response.status_code
-        raw_headers = response.headers.multi_items()
-        encoding = response.headers.get("content-encoding")
-        self.decoder = decoder_for(encoding)
-        if self.decoder is None:
-            self.headers = raw_headers  # undecodable: keep bytes and header as they came
-        else:
-            self.headers = [(k, v) for k, v in raw_headers if k.lower() != "content-encoding"]
-        self.chunked = "content-length" not in response.headers
-        self.chunks: list[bytes] = []
-        self.done = False
+        self.module = module
+        self.body = LiveBody(response.status_code, response.headers.multi_items())
 
     def feed(self, chunk: bytes) -> None:
-        if self.decoder is not None:
-            chunk = self.decoder.decode(chunk)
-        if chunk:
-            self.chunks.append(chunk)
+        try:
+            self.body.feed(chunk)
+        except ValueError as exc:  # the bytes do not decode: as httpx itself would say
+            raise self.module.DecodingError(str(exc)) from exc
 
     def exchange(self, exc: BaseException | None) -> LiveExchange | None:
-        if self.done:
-            return None
-        self.done = True
-        if self.decoder is not None:
-            try:
-                tail = self.decoder.flush()
-            except Exception:  # a truncated compressed stream: keep what decoded
-                tail = b""
-            if tail:
-                self.chunks.append(tail)
-        return LiveExchange(self.status, self.headers, self.chunks, self.chunked, exc)
+        with contextlib.suppress(ValueError):  # a truncated compressed stream: keep what decoded
+            self.body.tail()
+        return self.body.exchange(exc)
 
 
 class _RecordingStream:

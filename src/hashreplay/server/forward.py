@@ -17,15 +17,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx2
 
-from hashreplay._encoding import Decoder, decoder_for
 from hashreplay._errors import RecordingError
+from hashreplay._exchange import LiveBody
 from hashreplay._mode import Mode
-from hashreplay._session import IncomingRequest, LiveExchange, Prepared, ReplayPlan, Session
+from hashreplay._session import IncomingRequest, Prepared, ReplayPlan, Session
 
 from .responses import ProxyError, Receive, Responder, end_to_end
 from .settings import ServeSettings, Upstream
@@ -209,53 +210,36 @@ class Forwarder:
         prep: Prepared | None,
     ) -> None:
         raw_headers = response.headers.multi_items()
-        encoding = (response.headers.get("content-encoding") or "").strip().lower()
-        decoder = decoder_for(encoding)
-        dropped: tuple[str, ...] = ()
-        if decoder is None:  # undecodable here: bytes and header pass as they came
-            stored = raw_headers
-        else:
-            stored = [(k, v) for k, v in raw_headers if k.lower() != "content-encoding"]
-            if encoding not in ("", "identity"):
-                dropped = ("content-encoding", "content-length")
+        # decoded for the file and the client alike; undecodable bytes pass as they came
+        live = LiveBody(response.status_code, raw_headers, keep=prep is not None)
+        dropped = ("content-encoding", "content-length") if live.decodes else ()
         client_headers = end_to_end(raw_headers, dropped)
         await reply.start(response.status_code, client_headers)
         # With content-length framing the client sees the end of the response with its last
         # byte: while recording, that byte waits until the file is written.
         hold = prep is not None and any(k.lower() == "content-length" for k, _ in client_headers)
         relay = _Relay(reply, hold)
-        chunks: list[bytes] = []
         gone = asyncio.Event()
         watcher = asyncio.ensure_future(_watch_disconnect(receive, gone))
         failure: BaseException | None = None
         try:
             async for raw in response.aiter_raw():
-                data = _decode(decoder, raw)
+                data = _decoded(live.feed, raw)
                 if data:
-                    if prep is not None:
-                        chunks.append(data)
                     await relay.send(data)
                 if gone.is_set():
                     break
             else:
-                tail = _flush(decoder)
+                tail = _decoded(lambda _: live.tail(), b"")
                 if tail:
-                    if prep is not None:
-                        chunks.append(tail)
                     await relay.send(tail)
         except httpx2.HTTPError as exc:
             failure = exc
         finally:
             watcher.cancel()
         sent = relay.sent
-        if prep is not None:
-            exchange = LiveExchange(
-                response.status_code,
-                stored,
-                chunks,
-                "content-length" not in response.headers,
-                failure,
-            )
+        exchange = live.exchange(failure)
+        if prep is not None and exchange is not None:
             await self.session.arecord(prep, exchange)
         if failure is not None:
             self.counters.error("broken_stream")
@@ -304,24 +288,14 @@ class _Relay:
         await self.reply.body(self.held, more=False)
 
 
-def _decode(decoder: Decoder | None, data: bytes) -> bytes:
-    if decoder is None:
-        return data
+def _decoded(step: Callable[[bytes], bytes], raw: bytes) -> bytes:
+    """One decoding step of the live body; bytes that do not decode are the upstream's
+    failure, reported to the client as an httpx2.DecodingError."""
     try:
-        return decoder.decode(data)
-    except Exception as exc:  # zlib.error, brotli.error, ...: the upstream sent bad bytes
-        msg = f"cannot decode the upstream's content-encoding: {exc}"
-        raise httpx2.DecodingError(msg) from exc
-
-
-def _flush(decoder: Decoder | None) -> bytes:
-    if decoder is None:
-        return b""
-    try:
-        return decoder.flush()
-    except Exception as exc:
-        msg = f"the upstream's compressed body is truncated: {exc}"
-        raise httpx2.DecodingError(msg) from exc
+        data: bytes = step(raw)
+    except ValueError as exc:
+        raise httpx2.DecodingError(f"upstream: {exc}") from exc
+    return data
 
 
 async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
