@@ -24,8 +24,8 @@ from hashreplay.server.settings import (
     ("spec", "expected"),
     [
         ("http://127.0.0.1:8000", Upstream(None, "http://127.0.0.1:8000")),
-        ("https://api.openai.com/v1/", Upstream(None, "https://api.openai.com/v1")),
-        ("openai=https://api.openai.com", Upstream("openai", "https://api.openai.com")),
+        ("https://llm.example.com/v1/", Upstream(None, "https://llm.example.com/v1")),
+        ("openai=https://llm.example.com", Upstream("openai", "https://llm.example.com")),
         (" ollama = http://localhost:11434 ", Upstream("ollama", "http://localhost:11434")),
         ("a.b-c_d~e=http://x", Upstream("a.b-c_d~e", "http://x")),
     ],
@@ -37,7 +37,7 @@ def test_upstream_specs(spec: str, expected: Upstream) -> None:
 @pytest.mark.parametrize(
     ("spec", "problem"),
     [
-        ("api.openai.com", "expected an http:// or https:// URL"),
+        ("llm.example.com", "expected an http:// or https:// URL"),
         ("ftp://x", "expected an http:// or https:// URL"),
         ("openai=", "expected an http:// or https:// URL"),
         ("http://x/?key=1", "must have no query or fragment"),

@@ -166,7 +166,7 @@ def test_shared_hash_equals_hash_of_any_test_id() -> None:
     "url",
     [
         "http://localhost:8000/v1/chat/completions",
-        "https://api.openai.com/v1/chat/completions",
+        "https://llm.example.com/v1/chat/completions",
         "https://proxy.internal:8443/v1/chat/completions",
         "http://127.0.0.1/v1/chat/completions",
     ],
@@ -193,8 +193,7 @@ def test_endpoint_query_sorted() -> None:
 def test_endpoint_credentials_removed_with_redactor() -> None:
     redactor = Redactor()
     url = (
-        "https://generativelanguage.googleapis.com/v1beta/models/gemini:generateContent"
-        "?key=AIzaSyD-SECRET&alt=sse"
+        "https://gemini.example.com/v1beta/models/gemini:generateContent?key=AIzaSyD-SECRET&alt=sse"
     )
     assert endpoint_of(url, redactor.is_query_secret) == (
         "/v1beta/models/gemini:generateContent?alt=sse"

@@ -159,7 +159,7 @@ def test_url_user_without_password_kept() -> None:
 
 
 def test_url_without_secrets_unchanged() -> None:
-    url = "https://api.openai.com/v1/chat/completions?limit=5&order=asc"
+    url = "https://llm.example.com/v1/chat/completions?limit=5&order=asc"
     assert Redactor().url(url) == url
 
 
