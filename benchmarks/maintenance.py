@@ -24,7 +24,7 @@ from pathlib import Path
 from _common import ROOT, machine, prompt
 
 from hashreplay import IncomingRequest, Session, load_config, test_context
-from hashreplay._exchange import LiveExchange
+from hashreplay.engine.http import LiveExchange
 
 
 def build_store(root: Path, files: int) -> Path:

@@ -33,8 +33,8 @@ from _common import (
 )
 
 from hashreplay import Mode, Session, load_config
-from hashreplay._context import set_process_test_id, test_context
 from hashreplay.adapters import httpx as adapter
+from hashreplay.core.context import set_process_test_id, test_context
 
 
 def test_id(i: int) -> str:

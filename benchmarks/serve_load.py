@@ -39,8 +39,8 @@ sys.path.insert(0, str(REPO))
 
 from tests.fakes.upstream import FakeUpstream
 
-from hashreplay._errors import RecordingError
-from hashreplay._store import read_recording
+from hashreplay.core.errors import RecordingError
+from hashreplay.core.store import read_recording
 
 CHAT = "/v1/chat/completions"
 

@@ -6,21 +6,32 @@ files and replays them offline. See DESIGN.md for the contract and README.md to 
 
 from __future__ import annotations
 
-from ._config import Config, ModeSource, load_config
-from ._constants import FORMAT_VERSION, KEY_VERSION, SECRET_PLACEHOLDER, TEST_ID_HEADER
-from ._context import current_test_id, test_context
-from ._diff import Difference, first_difference
-from ._errors import ConfigError, HashReplayError, HashReplayWarning, RecordingError, ReplayMiss
-from ._hashing import endpoint_of, is_model_list, request_hash
-from ._install import install, uninstall
-from ._mode import Mode
-from ._normalise import normalise_request_body
-from ._recording import RecordedRequest, RecordedResponse, Recording
-from ._redact import Redactor
-from ._serialise import TypeAllowlist, from_jsonable, to_jsonable
-from ._session import IncomingRequest, Session
-from ._store import Store
-from .adapters.callables import record_callable, unpatch_callables
+from hashreplay.adapters.callables import record_callable, unpatch_callables
+from hashreplay.core.config import Config, ModeSource, load_config
+from hashreplay.core.constants import (
+    FORMAT_VERSION,
+    KEY_VERSION,
+    SECRET_PLACEHOLDER,
+    TEST_ID_HEADER,
+)
+from hashreplay.core.context import current_test_id, test_context
+from hashreplay.core.diff import Difference, first_difference
+from hashreplay.core.errors import (
+    ConfigError,
+    HashReplayError,
+    HashReplayWarning,
+    RecordingError,
+    ReplayMiss,
+)
+from hashreplay.core.key import endpoint_of, is_model_list, request_hash
+from hashreplay.core.mode import Mode
+from hashreplay.core.normalise import normalise_request_body
+from hashreplay.core.recording import RecordedRequest, RecordedResponse, Recording
+from hashreplay.core.redact import Redactor
+from hashreplay.core.store import Store
+from hashreplay.core.typed import TypeAllowlist, from_jsonable, to_jsonable
+from hashreplay.engine.session import IncomingRequest, Session
+from hashreplay.server.install import install, uninstall
 
 __version__ = "0.1.0"
 

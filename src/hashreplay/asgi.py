@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-from ._constants import RUN_HEADER, TEST_ID_HEADER
-from ._context import test_context
-from ._install import enter_request, header_text, installed_session, leave_request
-from ._session import Session
+from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.context import test_context
+from hashreplay.engine.session import Session
+from hashreplay.server.install import enter_request, header_text, installed_session, leave_request
 
 __all__ = ["ASGIApp", "TestIdMiddleware", "test_and_run_ids"]
 

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from . import adapters
-from ._config import load_config
-from ._constants import FIXTURE_MARK, MODE_ENV, MODE_OPTION
-from ._context import process_test_id, set_process_test_id, test_context
-from ._errors import ConfigError, RecordingError
-from ._mode import Mode
-from ._prune import prune_project
-from ._session import Session, Stats
-from ._usage import RunUsage, UsageCollector, relative, write_usage
+from hashreplay import adapters
+from hashreplay.core.config import load_config
+from hashreplay.core.constants import FIXTURE_MARK, MODE_ENV, MODE_OPTION
+from hashreplay.core.context import process_test_id, set_process_test_id, test_context
+from hashreplay.core.errors import ConfigError, RecordingError
+from hashreplay.core.mode import Mode
+from hashreplay.engine.session import Session, Stats
+from hashreplay.engine.usage_log import RunUsage, UsageCollector, relative, write_usage
+from hashreplay.maintenance.prune import prune_project
 
 SESSION_KEY = pytest.StashKey[Session]()
 WORKER_STATS_KEY = pytest.StashKey[Stats]()

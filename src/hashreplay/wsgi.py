@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from ._constants import RUN_HEADER, TEST_ID_HEADER
-from ._context import test_context
-from ._install import enter_request, header_text, installed_session, leave_request
-from ._session import Session
+from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.context import test_context
+from hashreplay.engine.session import Session
+from hashreplay.server.install import enter_request, header_text, installed_session, leave_request
 
 __all__ = ["TestIdMiddleware", "WSGIApp"]
 

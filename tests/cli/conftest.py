@@ -21,8 +21,8 @@ import orjson
 import pytest
 
 from hashreplay import Mode, test_context
-from hashreplay._cli import main
 from hashreplay.adapters import httpx as httpx_adapter
+from hashreplay.cli.main import main
 from tests.conftest import Recorder
 from tests.fakes.upstream import FakeUpstream
 

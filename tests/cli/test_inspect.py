@@ -11,9 +11,9 @@ import openai
 import pytest
 
 from hashreplay import Mode, test_context
-from hashreplay._inspect import conversation, reply, response_tokens
-from hashreplay._recording import RecordedResponse
-from hashreplay._store import read_recording
+from hashreplay.core.conversation import conversation, reply, response_tokens
+from hashreplay.core.recording import RecordedResponse
+from hashreplay.core.store import read_recording
 from tests.cli.conftest import (
     CHAT,
     CLAUDE,
@@ -256,7 +256,7 @@ def test_terminal_output_is_a_table_with_colour(
     monkeypatch.setenv("TERM", "xterm")
     terminal = _Terminal()
     monkeypatch.setattr("sys.stdout", terminal)
-    from hashreplay._cli import main
+    from hashreplay.cli.main import main
 
     assert main(["list"]) == 0
     lines = terminal.getvalue().splitlines()
@@ -268,7 +268,7 @@ def test_terminal_output_is_a_table_with_colour(
 
 
 def test_progress_bar_is_drawn_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hashreplay._console import PROGRESS_MIN, Console
+    from hashreplay.cli.console import PROGRESS_MIN, Console
 
     items = list(range(PROGRESS_MIN))
     terminal = _Terminal()

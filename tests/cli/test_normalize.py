@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hashreplay._store import dumps
+from hashreplay.core.store import dumps
 from tests.cli.conftest import CHAT, OLLAMA_CHAT, STREAM, Cli, Project, Result
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "normalize_recordings.py"

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from hashreplay import Mode
-from hashreplay._prune import REASON_GONE, REASON_UNUSED, plan_prune
-from hashreplay._recording import RecordedRequest, RecordedResponse, new_recording
-from hashreplay._usage import TestUsage, UsageCollector
+from hashreplay.core.recording import RecordedRequest, RecordedResponse, new_recording
+from hashreplay.engine.usage_log import TestUsage, UsageCollector
+from hashreplay.maintenance.prune import REASON_GONE, REASON_UNUSED, plan_prune
 from hashreplay.plugin import USAGE_KEY, _merge_worker_usage
 
 

@@ -10,11 +10,11 @@ from typing import Any
 import orjson
 
 from hashreplay import KEY_VERSION, Session, load_config, request_hash, test_context
-from hashreplay._hashing import model_list_filename
-from hashreplay._recording import RecordedResponse
-from hashreplay._rekey import Rekey, apply_rekeys
-from hashreplay._session import IncomingRequest
-from hashreplay._store import dumps
+from hashreplay.core.key import model_list_filename
+from hashreplay.core.recording import RecordedResponse
+from hashreplay.core.store import dumps
+from hashreplay.engine.session import IncomingRequest
+from hashreplay.maintenance.rekey import Rekey, apply_rekeys
 from tests.cli.conftest import CHAT, STREAM, TOOLS, Cli, Project
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hashreplay import HashReplayWarning, IncomingRequest, Mode, Session, load_config
-from hashreplay._session import LiveExchange
+from hashreplay.engine.session import LiveExchange
 
 URL = "http://127.0.0.1:9/v1/chat/completions"
 TEST = "tests/suite/test_chat.py::test_one"

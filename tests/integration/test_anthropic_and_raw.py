@@ -181,7 +181,7 @@ def test_gzip_sse_stream(recorder: Recorder) -> None:
 
 def _stable(lines: list[str], recorder: Recorder) -> list[str]:
     """The live SSE lines with per-call values replaced as the normaliser does."""
-    from hashreplay._streams import parse_sse, render_sse_event
+    from hashreplay.core.streams import parse_sse, render_sse_event
 
     stored = json.loads(recorder.files()[0].read_text())["response"]["body"]
     expected = b"".join(render_sse_event(e) for e in stored).decode().splitlines()

@@ -13,8 +13,8 @@ import pytest
 
 import hashreplay
 from hashreplay import Mode, Session, load_config
-from hashreplay._session import LiveExchange
 from hashreplay.adapters import httpx as httpx_adapter
+from hashreplay.engine.session import LiveExchange
 from hashreplay.server.app import ProxyApp
 from hashreplay.server.settings import ServeSettings, parse_upstream
 from tests.fakes.upstream import FakeUpstream, Scripted

@@ -1,4 +1,4 @@
-"""`hashreplay._bodies`: bodies to and from their stored form; forms and multipart parsed."""
+"""`hashreplay.core.bodies`: bodies to and from their stored form; forms and multipart parsed."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hashreplay._bodies import BodyEncoding, decode_body, encode_body, encode_request_body
-from hashreplay._hashing import request_hash
-from hashreplay._normalise import normalise_request_body
+from hashreplay.core.bodies import BodyEncoding, decode_body, encode_body, encode_request_body
+from hashreplay.core.key import request_hash
+from hashreplay.core.normalise import normalise_request_body
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
 

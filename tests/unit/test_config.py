@@ -1,4 +1,4 @@
-"""`hashreplay._config`: `[tool.hashreplay]` validation and mode precedence (DESIGN.md §1, §9)."""
+"""`hashreplay.core.config`: `[tool.hashreplay]` validation and mode precedence (DESIGN.md §1, §9)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from hashreplay._config import Config, ModeSource, load_config
-from hashreplay._constants import RECORDINGS_DIRNAME
-from hashreplay._errors import ConfigError
-from hashreplay._mode import Mode
+from hashreplay.core.config import Config, ModeSource, load_config
+from hashreplay.core.constants import RECORDINGS_DIRNAME
+from hashreplay.core.errors import ConfigError
+from hashreplay.core.mode import Mode
 
 MODES_LISTED = "replay, record-if-missing, record, live"
 VALID_KEYS = (

@@ -15,8 +15,7 @@ FORBIDDEN = ("httpx", "httpx2", "aiohttp", "requests", "pytest", "hashreplay.ada
 NOT_CORE = (
     "adapters",
     "plugin.py",
-    "_cli.py",
-    "_install.py",
+    "cli",
     "asgi.py",
     "wsgi.py",
     "server",
@@ -95,7 +94,7 @@ def forbidden_imports(path: Path) -> list[str]:
 
 def test_core_modules_found() -> None:
     names = {p.name for p in core_modules()}
-    assert {"_config.py", "_normalise.py", "_store.py", "_session.py"} <= names
+    assert {"config.py", "normalise.py", "store.py", "session.py"} <= names
     assert "plugin.py" not in names
     assert "_cli.py" not in names
 

@@ -1,4 +1,4 @@
-"""`hashreplay._hashing`: the request hash and model-list naming (DESIGN.md §3, contract).
+"""`hashreplay.core.key`: the request hash and model-list naming (DESIGN.md §3, contract).
 
 The golden hashes below guard the contract: if one changes, every existing recording is
 orphaned, so the change needs a KEY_VERSION bump and a `hashreplay rehash`.
@@ -15,8 +15,8 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hashreplay._constants import KEY_VERSION
-from hashreplay._hashing import (
+from hashreplay.core.constants import KEY_VERSION
+from hashreplay.core.key import (
     canonical_json,
     endpoint_of,
     is_model_list,
@@ -24,7 +24,7 @@ from hashreplay._hashing import (
     model_list_filename,
     request_hash,
 )
-from hashreplay._redact import Redactor
+from hashreplay.core.redact import Redactor
 
 CHAT_BODY = {
     "model": "gpt-4o-mini",

@@ -6,7 +6,7 @@ import gzip
 
 import pytest
 
-from hashreplay._exchange import LiveBody
+from hashreplay.engine.http import LiveBody
 
 JSON = [("content-type", "application/json")]
 

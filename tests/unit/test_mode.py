@@ -1,11 +1,11 @@
-"""`hashreplay._mode.Mode`: the four modes (DESIGN.md §1)."""
+"""`hashreplay.core.mode.Mode`: the four modes (DESIGN.md §1)."""
 
 from __future__ import annotations
 
 import pytest
 
-from hashreplay._errors import ConfigError
-from hashreplay._mode import Mode
+from hashreplay.core.errors import ConfigError
+from hashreplay.core.mode import Mode
 
 MODES_LISTED = "replay, record-if-missing, record, live"
 

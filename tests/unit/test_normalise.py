@@ -1,4 +1,4 @@
-"""`hashreplay._normalise`: request normaliser (§3) and response normaliser (§5)."""
+"""`hashreplay.core.normalise`: request normaliser (§3) and response normaliser (§5)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hashreplay._constants import FIXED_EPOCH
-from hashreplay._normalise import (
+from hashreplay.core.constants import FIXED_EPOCH
+from hashreplay.core.normalise import (
     KEPT_RESPONSE_HEADERS,
     RequestRules,
     filter_headers,
@@ -395,7 +395,7 @@ def test_filter_headers_transform_applied() -> None:
 
 
 def test_short_ids_are_mapped_only_as_whole_values() -> None:
-    from hashreplay._normalise import map_ids
+    from hashreplay.core.normalise import map_ids
 
     id_map = {"1": "rec-aaaaaaaaaaaa", "chatcmpl-abcdef123": "rec-bbbbbbbbbbbb"}
     assert map_ids("1", id_map) == "rec-aaaaaaaaaaaa"

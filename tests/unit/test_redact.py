@@ -1,4 +1,4 @@
-"""`hashreplay._redact.Redactor`: secrets by key and by value shape (DESIGN.md §7, contract)."""
+"""`hashreplay.core.redact.Redactor`: secrets by key and by value shape (DESIGN.md §7, contract)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hashreplay._constants import SECRET_PLACEHOLDER
-from hashreplay._hashing import endpoint_of
-from hashreplay._redact import Redactor
+from hashreplay.core.constants import SECRET_PLACEHOLDER
+from hashreplay.core.key import endpoint_of
+from hashreplay.core.redact import Redactor
 
 SECRET = SECRET_PLACEHOLDER
 DESIGN_KEYS = [

@@ -1,4 +1,4 @@
-"""`hashreplay._serialise`: typed values to and from JSON, behind a type allowlist (§2)."""
+"""`hashreplay.core.typed`: typed values to and from JSON, behind a type allowlist (§2)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from hashreplay._errors import RecordingError
-from hashreplay._serialise import TypeAllowlist, from_jsonable, to_jsonable
+from hashreplay.core.errors import RecordingError
+from hashreplay.core.typed import TypeAllowlist, from_jsonable, to_jsonable
 
 ALLOW = TypeAllowlist([__name__])
 

@@ -1,4 +1,4 @@
-"""`hashreplay._store` and `hashreplay._recording`: the store layout and file format (§4)."""
+"""`hashreplay.core.store` and `hashreplay.core.recording`: the store layout and file format (§4)."""
 
 from __future__ import annotations
 
@@ -15,24 +15,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import hashreplay._store as store_module
-from hashreplay._bodies import BodyEncoding
-from hashreplay._errors import RecordingError
-from hashreplay._recording import (
+import hashreplay.core.store as store_module
+from hashreplay.core.bodies import BodyEncoding
+from hashreplay.core.errors import RecordingError
+from hashreplay.core.recording import (
     RecordedException,
     RecordedRequest,
     RecordedResponse,
     Recording,
     new_recording,
 )
-from hashreplay._store import (
+from hashreplay.core.store import (
     Store,
     dump_recording,
     dumps,
     parse_recording,
     write_bytes_atomic,
 )
-from hashreplay._streams import StreamFormat
+from hashreplay.core.streams import StreamFormat
 
 HASH = "0123456789abcdef0123456789abcdef"
 NODE = "tests/a/b/test_x.py::test_y[p]"
@@ -481,7 +481,7 @@ CHILD = textwrap.dedent(
 
     Path.replace = slow_replace
 
-    from hashreplay._store import write_bytes_atomic
+    from hashreplay.core.store import write_bytes_atomic
 
     write_bytes_atomic(Path(sys.argv[1]), b'{"big": "' + b"x" * 5_000_000 + b'"}\\n')
     print("DONE", flush=True)

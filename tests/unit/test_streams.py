@@ -1,4 +1,4 @@
-"""`hashreplay._streams`: SSE events, NDJSON lines and raw chunks as ordered records."""
+"""`hashreplay.core.streams`: SSE events, NDJSON lines and raw chunks as ordered records."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hashreplay._streams import (
+from hashreplay.core.streams import (
     StreamFormat,
     data_values,
     decode_chunk,

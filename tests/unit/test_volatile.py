@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from hashreplay._hashing import request_hash
-from hashreplay._normalise import RequestRules, normalise_request_body
-from hashreplay._volatile import compile_patterns
+from hashreplay.core.key import request_hash
+from hashreplay.core.normalise import RequestRules, normalise_request_body
+from hashreplay.core.volatile import compile_patterns
 
 RULES = RequestRules(volatile=compile_patterns(["uuid", "iso-timestamp", "unix-ms"]))
 

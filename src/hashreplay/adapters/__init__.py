@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from hashreplay.adapters import _state
 
 if TYPE_CHECKING:
-    from hashreplay._session import Session
+    from hashreplay.engine.session import Session
 
 active_session = _state.active_session
 

@@ -9,7 +9,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hashreplay._session import Session
+    from hashreplay.engine.session import Session
 
 _active: list[Session | None] = [None]
 _in_call: ContextVar[bool] = ContextVar("hashreplay_in_call", default=False)

@@ -18,20 +18,6 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from hashreplay._context import current_test_id
-from hashreplay._errors import ConfigError, RecordingError
-from hashreplay._mode import Mode
-from hashreplay._recording import RecordedException, RecordedResponse
-from hashreplay._serialise import (
-    EXCEPTION_KEY,
-    TypeAllowlist,
-    exception_from_json,
-    from_jsonable,
-    to_jsonable,
-    type_name,
-)
-from hashreplay._session import Prepared, Session
-from hashreplay._streams import StreamFormat
 from hashreplay.adapters import _state
 from hashreplay.adapters._iterators import (
     RecordingAsyncIterator,
@@ -39,6 +25,20 @@ from hashreplay.adapters._iterators import (
     ReplayAsyncIterator,
     ReplayIterator,
 )
+from hashreplay.core.context import current_test_id
+from hashreplay.core.errors import ConfigError, RecordingError
+from hashreplay.core.mode import Mode
+from hashreplay.core.recording import RecordedException, RecordedResponse
+from hashreplay.core.streams import StreamFormat
+from hashreplay.core.typed import (
+    EXCEPTION_KEY,
+    TypeAllowlist,
+    exception_from_json,
+    from_jsonable,
+    to_jsonable,
+    type_name,
+)
+from hashreplay.engine.session import Prepared, Session
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from hashreplay._constants import RUN_HEADER, TEST_ID_HEADER
-from hashreplay._context import current_test_id
-from hashreplay._errors import RecordingError
-from hashreplay._exchange import LiveBody
-from hashreplay._mode import Mode
-from hashreplay._session import IncomingRequest, LiveExchange, Prepared, ReplayPlan, Session
 from hashreplay.adapters import _state
+from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.context import current_test_id
+from hashreplay.core.errors import RecordingError
+from hashreplay.core.mode import Mode
+from hashreplay.engine.http import LiveBody
+from hashreplay.engine.session import IncomingRequest, LiveExchange, Prepared, ReplayPlan, Session
 
 MODULE_NAMES: tuple[str, ...] = ("httpx2", "httpx")
 

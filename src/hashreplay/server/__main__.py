@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .cli import configure_parser, run
+from hashreplay.server.cli import configure_parser, run
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,15 +14,14 @@ import os
 import sys
 from urllib.parse import quote
 
-from hashreplay._config import load_config
-from hashreplay._constants import RUN_HEADER, TEST_ID_HEADER
-from hashreplay._context import test_context
-from hashreplay._session import Session
 from hashreplay.asgi import test_and_run_ids
-
-from .forward import Counters, Forwarder, ProxyRequest
-from .responses import ProxyError, Receive, Responder, Scope, Send, end_to_end
-from .settings import ADMIN_PREFIX, SETTINGS_ENV, ServeSettings, UnknownUpstream
+from hashreplay.core.config import load_config
+from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.context import test_context
+from hashreplay.engine.session import Session
+from hashreplay.server.forward import Counters, Forwarder, ProxyRequest
+from hashreplay.server.responses import ProxyError, Receive, Responder, Scope, Send, end_to_end
+from hashreplay.server.settings import ADMIN_PREFIX, SETTINGS_ENV, ServeSettings, UnknownUpstream
 
 __all__ = ["ProxyApp", "app_from_environment"]
 

@@ -1,6 +1,6 @@
 """`hashreplay serve`: the command line of the record/replay proxy.
 
-`hashreplay._cli` registers the subcommand through `configure_parser` and `run`;
+`hashreplay.cli.main` registers the subcommand through `configure_parser` and `run`;
 `python -m hashreplay.server` does the same on its own. Only the standard library is
 imported here at module level: uvicorn and httpx2 are imported by `run`, so `--help` is fast.
 """
@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from .settings import (
+from hashreplay.server.settings import (
     DEFAULT_GRACEFUL_TIMEOUT,
     DEFAULT_HOST,
     DEFAULT_MAX_BODY_BYTES,
@@ -139,9 +139,9 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         return _fail(f"{exc}; hashreplay serve forwards with httpx2: pip install httpx2")
 
-    from hashreplay._config import load_config
-    from hashreplay._errors import ConfigError
-    from hashreplay._mode import Mode
+    from hashreplay.core.config import load_config
+    from hashreplay.core.errors import ConfigError
+    from hashreplay.core.mode import Mode
 
     try:
         config = load_config(settings.root, mode=settings.mode, recordings_dir=settings.recordings)
@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
             f"{config.mode.value} mode (from {config.mode_source}) sends requests upstream, "
             "but no --upstream was given; add --upstream URL (or NAME=URL)"
         )
-    from .protocol import JsonErrorH11Protocol
+    from hashreplay.server.protocol import JsonErrorH11Protocol
 
     os.environ[SETTINGS_ENV] = settings.to_json()  # read by each worker's app factory
     try:

@@ -23,13 +23,12 @@ from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx2
 
-from hashreplay._errors import RecordingError
-from hashreplay._exchange import LiveBody
-from hashreplay._mode import Mode
-from hashreplay._session import IncomingRequest, Prepared, ReplayPlan, Session
-
-from .responses import ProxyError, Receive, Responder, end_to_end
-from .settings import ServeSettings, Upstream
+from hashreplay.core.errors import RecordingError
+from hashreplay.core.mode import Mode
+from hashreplay.engine.http import LiveBody
+from hashreplay.engine.session import IncomingRequest, Prepared, ReplayPlan, Session
+from hashreplay.server.responses import ProxyError, Receive, Responder, end_to_end
+from hashreplay.server.settings import ServeSettings, Upstream
 
 logger = logging.getLogger("hashreplay.serve")
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from ._recording import RecordedResponse
-from ._streams import StreamFormat, data_values
+from hashreplay.core.recording import RecordedResponse
+from hashreplay.core.streams import StreamFormat, data_values
 
 # --- tokens ---------------------------------------------------------------------------------
 

@@ -9,14 +9,16 @@ from typing import Any
 
 import orjson
 
-from ._bodies import BodyEncoding
-from ._cli import EXIT_OK, EXIT_PROBLEMS, Run
-from ._config import ModeSource
-from ._console import human_size
-from ._constants import MODE_ENV
-from ._errors import RecordingError
-from ._inspect import Tokens, conversation, payloads, reply, response_tokens
-from ._maintenance import (
+from hashreplay.cli.console import human_size
+from hashreplay.cli.main import EXIT_OK, EXIT_PROBLEMS, Run
+from hashreplay.core.bodies import BodyEncoding
+from hashreplay.core.config import ModeSource
+from hashreplay.core.constants import MODE_ENV
+from hashreplay.core.conversation import Tokens, conversation, payloads, reply, response_tokens
+from hashreplay.core.errors import RecordingError
+from hashreplay.core.recording import RecordedResponse
+from hashreplay.engine.usage_log import UsageError, read_usage
+from hashreplay.maintenance.files import (
     Loaded,
     Rules,
     find_recordings,
@@ -25,11 +27,9 @@ from ._maintenance import (
     renormalised,
     write_json,
 )
-from ._maintenance import verify as verify_file
-from ._prune import plan_prune, prune_project
-from ._recording import RecordedResponse
-from ._rekey import apply_rekeys, plan_rekey
-from ._usage import UsageError, read_usage
+from hashreplay.maintenance.files import verify as verify_file
+from hashreplay.maintenance.prune import plan_prune, prune_project
+from hashreplay.maintenance.rekey import apply_rekeys, plan_rekey
 
 # --- status ---------------------------------------------------------------------------------
 

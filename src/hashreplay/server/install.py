@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from ._config import load_config
-from ._constants import TEST_ID_HEADER
-from ._session import Session
+from hashreplay.core.config import load_config
+from hashreplay.core.constants import TEST_ID_HEADER
+from hashreplay.engine.session import Session
 
 logger = logging.getLogger("hashreplay")
 
@@ -36,7 +36,7 @@ def install() -> Session:
     in-process by a fixture), that session is returned and left to its owner. Raises
     `ConfigError` for an invalid configuration, with nothing left patched.
     """
-    from . import adapters
+    from hashreplay import adapters
 
     with _lock:
         session = _installed[0]
@@ -61,7 +61,7 @@ def uninstall() -> None:
         if session is None:
             return
         _installed[0] = None
-        from . import adapters
+        from hashreplay import adapters
 
         if adapters.active_session() is session:
             adapters.deactivate()
@@ -72,7 +72,7 @@ def installed_session() -> Session | None:
     session = _installed[0]
     if session is not None:
         return session
-    from . import adapters
+    from hashreplay import adapters
 
     return adapters.active_session()
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
-from ._constants import SECRET_PLACEHOLDER
+from hashreplay.core.constants import SECRET_PLACEHOLDER
 
 #: Secret key names (compared case-insensitively, with `-` and `_` treated alike).
 SECRET_KEYS: frozenset[str] = frozenset(

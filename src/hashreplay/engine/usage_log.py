@@ -17,10 +17,10 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
-from ._constants import STATE_DIRNAME
-from ._errors import HashReplayError
-from ._mode import Mode
-from ._store import dumps, write_bytes_atomic
+from hashreplay.core.constants import STATE_DIRNAME
+from hashreplay.core.errors import HashReplayError
+from hashreplay.core.mode import Mode
+from hashreplay.core.store import dumps, write_bytes_atomic
 
 USAGE_VERSION = 1
 USAGE_FILENAME = "usage.json"

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._constants import FIXTURE_MARK, MODEL_LIST_PREFIX, RECORD_COMMAND
-from ._diff import Difference, count_differences, first_difference
-from ._errors import RecordingError
-from ._store import read_recording
+from hashreplay.core.constants import FIXTURE_MARK, MODEL_LIST_PREFIX, RECORD_COMMAND
+from hashreplay.core.diff import Difference, count_differences, first_difference
+from hashreplay.core.errors import RecordingError
+from hashreplay.core.store import read_recording
 
 if TYPE_CHECKING:
-    from ._recording import RecordedRequest, Recording
-    from ._session import Prepared, Session
+    from hashreplay.core.recording import RecordedRequest, Recording
+    from hashreplay.engine.session import Prepared, Session
 
 
 @dataclass(frozen=True)

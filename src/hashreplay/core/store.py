@@ -19,9 +19,9 @@ import aiofiles.os
 import orjson
 from pydantic import ValidationError
 
-from ._constants import FORMAT_VERSION, MODEL_LIST_PREFIX, RECORDINGS_DIRNAME
-from ._errors import RecordingError
-from ._recording import Recording
+from hashreplay.core.constants import FORMAT_VERSION, MODEL_LIST_PREFIX, RECORDINGS_DIRNAME
+from hashreplay.core.errors import RecordingError
+from hashreplay.core.recording import Recording
 
 _DUMP = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
 

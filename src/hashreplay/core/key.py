@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import orjson
 import xxhash
 
-from ._constants import MODEL_LIST_PREFIX
+from hashreplay.core.constants import MODEL_LIST_PREFIX
 
 #: Path endings of model-list calls (`GET`): hashed without the test id, shared by every test.
 MODEL_LIST_SUFFIXES: tuple[str, ...] = ("/models", "/api/tags", "/api/ps")

@@ -13,8 +13,8 @@ import queue
 import threading
 from pathlib import Path
 
-from ._errors import RecordingError
-from ._store import write_bytes_atomic
+from hashreplay.core.errors import RecordingError
+from hashreplay.core.store import write_bytes_atomic
 
 
 class BackgroundWriter:

@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._bodies import BodyEncoding
-from ._constants import FORMAT_VERSION, KEY_VERSION
-from ._streams import StreamFormat
+from hashreplay.core.bodies import BodyEncoding
+from hashreplay.core.constants import FORMAT_VERSION, KEY_VERSION
+from hashreplay.core.streams import StreamFormat
 
 
 class _Model(BaseModel):

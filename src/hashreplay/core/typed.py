@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ._errors import RecordingError
+from hashreplay.core.errors import RecordingError
 
 TYPE_KEY = "__type__"
 DATA_KEY = "__data__"

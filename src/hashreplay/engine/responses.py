@@ -8,17 +8,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._bodies import BodyEncoding
-from ._constants import KEY_VERSION
-from ._errors import HashReplayWarning
-from ._hashing import model_id
-from ._normalise import IdRegistry, normalise_response_values
-from ._recording import RecordedResponse, Recording
-from ._report import request_difference
-from ._streams import StreamFormat, data_values, with_data_values
+from hashreplay.core.bodies import BodyEncoding
+from hashreplay.core.constants import KEY_VERSION
+from hashreplay.core.errors import HashReplayWarning
+from hashreplay.core.key import model_id
+from hashreplay.core.normalise import IdRegistry, normalise_response_values
+from hashreplay.core.recording import RecordedResponse, Recording
+from hashreplay.core.streams import StreamFormat, data_values, with_data_values
+from hashreplay.engine.miss_report import request_difference
 
 if TYPE_CHECKING:
-    from ._session import Prepared
+    from hashreplay.engine.session import Prepared
 
 
 def check_name(path: Path, recording: Recording, prep: Prepared) -> None:

@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ._constants import MODE_ENV, MODE_OPTION, RECORDINGS_DIRNAME, ROOT_ENV
-from ._errors import ConfigError
-from ._mode import Mode
-from ._volatile import compile_patterns
+from hashreplay.core.constants import MODE_ENV, MODE_OPTION, RECORDINGS_DIRNAME, ROOT_ENV
+from hashreplay.core.errors import ConfigError
+from hashreplay.core.mode import Mode
+from hashreplay.core.volatile import compile_patterns
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -14,14 +14,14 @@ from typing import Any
 
 import orjson
 
-from ._bodies import BodyEncoding, decode_body, encode_body
-from ._constants import MISS_HEADER, MISS_STATUS
-from ._encoding import decoder_for
-from ._errors import ReplayMiss
-from ._normalise import filter_headers
-from ._recording import RecordedException, RecordedResponse
-from ._redact import Redactor
-from ._streams import parse_stream, render_stream, stream_format_for
+from hashreplay.core.bodies import BodyEncoding, decode_body, encode_body
+from hashreplay.core.constants import MISS_HEADER, MISS_STATUS
+from hashreplay.core.content_coding import decoder_for
+from hashreplay.core.errors import ReplayMiss
+from hashreplay.core.normalise import filter_headers
+from hashreplay.core.recording import RecordedException, RecordedResponse
+from hashreplay.core.redact import Redactor
+from hashreplay.core.streams import parse_stream, render_stream, stream_format_for
 
 
 @dataclass(frozen=True)

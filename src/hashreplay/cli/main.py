@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
-from . import __version__
-from ._config import Config, load_config
-from ._console import Console
-from ._errors import ConfigError, HashReplayError, RecordingError
-from ._maintenance import Loaded, PathNotFound, default_paths, find_recordings, load
+from hashreplay import __version__
+from hashreplay.cli.console import Console
+from hashreplay.core.config import Config, load_config
+from hashreplay.core.errors import ConfigError, HashReplayError, RecordingError
+from hashreplay.maintenance.files import Loaded, PathNotFound, default_paths, find_recordings, load
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -159,7 +159,7 @@ def _server_cli() -> ModuleType | None:
 
 
 def _commands() -> dict[str, Command]:
-    from . import _cli_commands as c
+    from hashreplay.cli import commands as c
 
     return {
         "status": c.status,
@@ -235,7 +235,7 @@ def normalize_script(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    from . import _cli_commands as c
+    from hashreplay.cli import commands as c
 
     args.default_scope = "tests"
     return _run(c.normalize, args)

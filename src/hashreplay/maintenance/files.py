@@ -18,21 +18,21 @@ from typing import Any
 
 import orjson
 
-from ._config import Config
-from ._constants import (
+from hashreplay.core.config import Config
+from hashreplay.core.constants import (
     KEY_VERSION,
     MODEL_LIST_PREFIX,
     RECORD_COMMAND,
     RECORDINGS_DIRNAME,
     STATE_DIRNAME,
 )
-from ._diff import first_difference
-from ._errors import HashReplayError, RecordingError
-from ._hashing import model_ids, model_list_filename
-from ._normalise import IdRegistry, new_id_registry, normalise_request_body
-from ._recording import Recording
-from ._session import Session, normalise_response
-from ._store import dumps, parse_recording, write_bytes_atomic
+from hashreplay.core.diff import first_difference
+from hashreplay.core.errors import HashReplayError, RecordingError
+from hashreplay.core.key import model_ids, model_list_filename
+from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_request_body
+from hashreplay.core.recording import Recording
+from hashreplay.core.store import dumps, parse_recording, write_bytes_atomic
+from hashreplay.engine.session import Session, normalise_response
 
 #: Directories never searched for recordings.
 SKIP_DIRS: frozenset[str] = frozenset(

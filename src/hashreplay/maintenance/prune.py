@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._config import Config
-from ._constants import MODEL_LIST_PREFIX
-from ._errors import RecordingError
-from ._maintenance import default_paths, find_recordings, load
-from ._recording import Recording
-from ._usage import RunUsage, relative
+from hashreplay.core.config import Config
+from hashreplay.core.constants import MODEL_LIST_PREFIX
+from hashreplay.core.errors import RecordingError
+from hashreplay.core.recording import Recording
+from hashreplay.engine.usage_log import RunUsage, relative
+from hashreplay.maintenance.files import default_paths, find_recordings, load
 
 
 @dataclass(frozen=True)

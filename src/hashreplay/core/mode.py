@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from ._errors import ConfigError
+from hashreplay.core.errors import ConfigError
 
 
 class Mode(str, Enum):

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from typing import Any
 
-from ._constants import FIXED_EPOCH, STABLE_ID_PREFIX
-from ._volatile import Placeholders, VolatilePatterns
+from hashreplay.core.constants import FIXED_EPOCH, STABLE_ID_PREFIX
+from hashreplay.core.volatile import Placeholders, VolatilePatterns
 
 FLOAT_DIGITS = 5
 _DECIMAL_IN_TEXT = re.compile(r"-?\d+\.\d{4,}")

@@ -14,29 +14,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._bodies import encode_request_body
-from ._config import Config
-from ._constants import CALL_METHOD, MODEL_LIST_PREFIX, RUN_HEADER, TEST_ID_HEADER
-from ._context import current_test_id
-from ._errors import RecordingError, ReplayMiss
-from ._exchange import (
-    IncomingRequest,
-    LiveExchange,
-    ReplayPlan,
-    miss_plan,
-    plan_for,
-    recorded_response,
-)
-from ._hashing import (
+from hashreplay.core.bodies import encode_request_body
+from hashreplay.core.config import Config
+from hashreplay.core.constants import CALL_METHOD, MODEL_LIST_PREFIX, RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.context import current_test_id
+from hashreplay.core.errors import RecordingError, ReplayMiss
+from hashreplay.core.key import (
     MODEL_LIST_SUFFIXES,
     endpoint_of,
     is_model_list,
     model_ids,
     model_list_filename,
 )
-from ._hashing import request_hash as compute_hash
-from ._mode import Mode
-from ._normalise import (
+from hashreplay.core.key import request_hash as compute_hash
+from hashreplay.core.mode import Mode
+from hashreplay.core.normalise import (
     KEPT_REQUEST_HEADERS,
     KEPT_RESPONSE_HEADERS,
     IdRegistry,
@@ -45,14 +37,22 @@ from ._normalise import (
     new_id_registry,
     normalise_request_body,
 )
-from ._recording import RecordedRequest, RecordedResponse, Recording, new_recording
-from ._redact import Redactor
-from ._report import miss_report
-from ._responses import check_name, merge_model_lists, normalise_response
-from ._serialise import jsonable_arg
-from ._store import Store, dump_recording, parse_recording
-from ._volatile import compile_patterns
-from ._writer import BackgroundWriter
+from hashreplay.core.recording import RecordedRequest, RecordedResponse, Recording, new_recording
+from hashreplay.core.redact import Redactor
+from hashreplay.core.store import Store, dump_recording, parse_recording
+from hashreplay.core.typed import jsonable_arg
+from hashreplay.core.volatile import compile_patterns
+from hashreplay.core.writer import BackgroundWriter
+from hashreplay.engine.http import (
+    IncomingRequest,
+    LiveExchange,
+    ReplayPlan,
+    miss_plan,
+    plan_for,
+    recorded_response,
+)
+from hashreplay.engine.miss_report import miss_report
+from hashreplay.engine.responses import check_name, merge_model_lists, normalise_response
 
 __all__ = [
     "IncomingRequest",

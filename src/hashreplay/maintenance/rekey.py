@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._constants import KEY_VERSION
-from ._maintenance import Loaded, Rules, write_like
-from ._store import dump_recording
+from hashreplay.core.constants import KEY_VERSION
+from hashreplay.core.store import dump_recording
+from hashreplay.maintenance.files import Loaded, Rules, write_like
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Core: pure rules and the store (no engine, adapters, clients or pytest)."""

@@ -1,0 +1,1 @@
+"""The engine: the one record/replay decision per request, per-test state, the miss report."""

@@ -1,0 +1,1 @@
+"""Tools over a store of recordings: find, verify, re-key, re-normalise, prune."""
