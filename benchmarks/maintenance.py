@@ -23,8 +23,10 @@ from pathlib import Path
 
 from _common import ROOT, machine, prompt
 
-from hashreplay import IncomingRequest, Session, load_config, test_context
-from hashreplay.engine.http import LiveExchange
+from hashreplay import test_context
+from hashreplay.core.config import load_config
+from hashreplay.engine.http import IncomingRequest, LiveExchange
+from hashreplay.engine.session import Session
 
 
 def build_store(root: Path, files: int) -> Path:

@@ -32,9 +32,11 @@ from _common import (
     machine,
 )
 
-from hashreplay import Mode, Session, load_config
+from hashreplay import Mode
 from hashreplay.adapters import httpx as adapter
+from hashreplay.core.config import load_config
 from hashreplay.core.context import set_process_test_id, test_context
+from hashreplay.engine.session import Session
 
 
 def test_id(i: int) -> str:

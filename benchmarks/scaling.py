@@ -21,8 +21,9 @@ import vcr
 from _common import Series, Variant, chat, client_for, fake_upstream, interleave, machine
 from replay import hashreplay_call
 
-from hashreplay import Session, load_config
 from hashreplay.adapters import httpx as adapter
+from hashreplay.core.config import load_config
+from hashreplay.engine.session import Session
 
 
 def fill(directory: Path, template: bytes, count: int) -> None:
@@ -93,7 +94,8 @@ import resource, sys, time
 sys.path.insert(0, sys.argv[2])
 from pathlib import Path
 from _common import chat, client_for
-from hashreplay import Session, load_config
+from hashreplay.engine.session import Session
+from hashreplay.core.config import load_config
 from hashreplay.adapters import httpx as adapter
 from replay import hashreplay_call
 root, n = Path(sys.argv[1]), int(sys.argv[3])

@@ -7,8 +7,10 @@ import httpcore  # noqa: F401
 import httpcore2  # noqa: F401
 import pytest
 
-from hashreplay import Mode, Session, load_config
+from hashreplay import Mode
 from hashreplay.adapters import httpx as httpx_adapter
+from hashreplay.core.config import load_config
+from hashreplay.engine.session import Session
 from tests.fakes.upstream import FakeUpstream
 from tests.guards import ConnectGuard
 

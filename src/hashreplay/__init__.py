@@ -1,21 +1,19 @@
 """hashreplay: deterministic, offline, free tests for LLM applications.
 
 Records the HTTP calls a test suite makes into a content-addressed store of small JSON
-files and replays them offline. See DESIGN.md for the contract and README.md to start.
+files and replays them offline. The pytest plugin needs no import; this module holds what
+code calls directly. See docs/design.md for how it works and README.md to start.
+Internals stay importable from their own modules (`hashreplay.core.…`, `hashreplay.engine.…`)
+but are not part of the public API.
 """
 
 from __future__ import annotations
 
-from hashreplay.adapters.callables import record_callable, unpatch_callables
-from hashreplay.core.config import Config, ModeSource, load_config
-from hashreplay.core.constants import (
-    FORMAT_VERSION,
-    KEY_VERSION,
-    SECRET_PLACEHOLDER,
-    TEST_ID_HEADER,
-)
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
 from hashreplay.core.context import current_test_id, test_context
-from hashreplay.core.diff import Difference, first_difference
 from hashreplay.core.errors import (
     ConfigError,
     HashReplayError,
@@ -23,53 +21,55 @@ from hashreplay.core.errors import (
     RecordingError,
     ReplayMiss,
 )
-from hashreplay.core.key import endpoint_of, is_model_list, request_hash
 from hashreplay.core.mode import Mode
-from hashreplay.core.normalise import normalise_request_body
-from hashreplay.core.recording import RecordedRequest, RecordedResponse, Recording
-from hashreplay.core.redact import Redactor
-from hashreplay.core.store import Store
-from hashreplay.core.typed import TypeAllowlist, from_jsonable, to_jsonable
-from hashreplay.engine.session import IncomingRequest, Session
-from hashreplay.server.install import install, uninstall
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from hashreplay.adapters.callables import record_callable, unpatch_callables
+    from hashreplay.asgi import TestIdMiddleware
+    from hashreplay.server.install import install, uninstall
+    from hashreplay.wsgi import TestIdMiddleware as WSGITestIdMiddleware
+
+#: Names loaded on first use, so `import hashreplay` (which the pytest plugin's import runs)
+#: stays light: `name -> (module, attribute)`.
+_LAZY = {
+    "TestIdMiddleware": ("hashreplay.asgi", "TestIdMiddleware"),
+    "WSGITestIdMiddleware": ("hashreplay.wsgi", "TestIdMiddleware"),
+    "install": ("hashreplay.server.install", "install"),
+    "record_callable": ("hashreplay.adapters.callables", "record_callable"),
+    "uninstall": ("hashreplay.server.install", "uninstall"),
+    "unpatch_callables": ("hashreplay.adapters.callables", "unpatch_callables"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        msg = f"module 'hashreplay' has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(target[0]), target[1])
+    globals()[name] = value
+    return value
+
+
+try:
+    __version__ = version("hashreplay")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree not installed
+    __version__ = "0.0.0"
 
 __all__ = [
-    "FORMAT_VERSION",
-    "KEY_VERSION",
-    "SECRET_PLACEHOLDER",
-    "TEST_ID_HEADER",
-    "Config",
     "ConfigError",
-    "Difference",
     "HashReplayError",
     "HashReplayWarning",
-    "IncomingRequest",
     "Mode",
-    "ModeSource",
-    "RecordedRequest",
-    "RecordedResponse",
-    "Recording",
     "RecordingError",
-    "Redactor",
     "ReplayMiss",
-    "Session",
-    "Store",
-    "TypeAllowlist",
+    "TestIdMiddleware",
+    "WSGITestIdMiddleware",
     "__version__",
     "current_test_id",
-    "endpoint_of",
-    "first_difference",
-    "from_jsonable",
     "install",
-    "is_model_list",
-    "load_config",
-    "normalise_request_body",
     "record_callable",
-    "request_hash",
     "test_context",
-    "to_jsonable",
     "uninstall",
     "unpatch_callables",
 ]

@@ -20,8 +20,8 @@ from hashreplay.core.context import process_test_id, set_process_test_id, test_c
 from hashreplay.core.errors import ConfigError, RecordingError
 from hashreplay.core.mode import Mode
 from hashreplay.engine.session import Session, Stats
-from hashreplay.engine.usage_log import RunUsage, UsageCollector, relative, write_usage
-from hashreplay.maintenance.prune import prune_project
+from hashreplay.engine.usage_log import UsageCollector
+from hashreplay.pytest_usage import UsageTracker, finish_usage, merge_worker_usage
 
 SESSION_KEY = pytest.StashKey[Session]()
 WORKER_STATS_KEY = pytest.StashKey[Stats]()
@@ -188,7 +188,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
     if hr is not None and workeroutput is not None:  # a pytest-xdist worker
         workeroutput["hashreplay_stats"] = hr.stats.as_dict()
-    _finish_usage(session)
+    finish_usage(session, SESSION_KEY, USAGE_KEY)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -197,7 +197,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     stats = getattr(node, "workeroutput", {}).get("hashreplay_stats")
     if stats:
         node.config.stash[WORKER_STATS_KEY].merge(Stats(**stats))
-    _merge_worker_usage(node)
+    merge_worker_usage(node, USAGE_KEY)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -216,160 +216,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_line(line)
 
 
-# --- the usage log (`.hashreplay/usage.json`) and `--hashreplay-prune` ------------------------
-
-
-class _UsageTracker:
-    """Feeds the run's `UsageCollector` from pytest's reporting hooks.
-
-    On a pytest-xdist controller it records nothing itself: the workers that ran the tests
-    send their whole view (outcomes and files together) at the end, so a worker that
-    crashed leaves its tests out rather than half in.
-    """
-
-    def __init__(self, config: pytest.Config, engine: Session, collector: UsageCollector) -> None:
-        self.engine = engine
-        self.collector = collector
-        self.controller = config.pluginmanager.has_plugin("dsession")
-
-    def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        self.collector.note_deselected(item.nodeid for item in items)
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        if self.controller:
-            return
-        self.collector.note_collected(item.nodeid for item in session.items)
-        if session.testsfailed:  # nothing ran yet: these are collection errors
-            self.collector.note_collection_errors(session.testsfailed)
-
-    def pytest_runtest_logstart(self, nodeid: str) -> None:
-        if not self.controller:
-            self.collector.note_start(nodeid, self.engine.stats.passed_through)
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if not self.controller:
-            self.collector.note_report(report.nodeid, report.when, report.outcome)
-
-    def pytest_runtest_logfinish(self, nodeid: str) -> None:
-        if not self.controller:
-            passed_through = self.engine.stats.passed_through
-            self.collector.note_finish(nodeid, passed_through, self.engine.mode_for(nodeid))
-
-
 def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     engine = config.stash.get(SESSION_KEY, None)
     if engine is None:
         return
     collector = config.stash[USAGE_KEY] = UsageCollector()
-    config.pluginmanager.register(_UsageTracker(config, engine, collector), "hashreplay-usage")
-
-
-def _partial_reasons(session: pytest.Session) -> list[str]:
-    """Why this run is not the full suite, as far as the command line and the run tell.
-
-    Anything that selects or skips tests counts: paths or node ids as arguments, a run from
-    a subdirectory without `testpaths`, `-k`, `-m`, `--lf`, `--sw`, `--deselect`,
-    `--ignore(-glob)`, `--collect-only`, and a run that stopped or failed to start. (The
-    collector adds deselection, collection errors and tests that never ran.)
-    """
-    config = session.config
-    reasons: list[str] = []
-    source = config.args_source
-    if source is pytest.Config.ArgsSource.ARGS:
-        reasons.append("paths or node ids given")
-    elif (
-        source is pytest.Config.ArgsSource.INVOCATION_DIR
-        and config.invocation_params.dir != config.rootpath
-    ):
-        reasons.append(f"run from {config.invocation_params.dir}, not the root")
-    for option, label in (
-        ("keyword", "-k"),
-        ("markexpr", "-m"),
-        ("lf", "--lf"),
-        ("stepwise", "--sw"),
-        ("stepwise_skip", "--sw-skip"),
-        ("deselect", "--deselect"),
-        ("ignore", "--ignore"),
-        ("ignore_glob", "--ignore-glob"),
-        ("collectonly", "--collect-only"),
-    ):
-        value = config.getoption(option, None)
-        if value:
-            reasons.append(label if value is True else f"{label} {value!r}")
-    if session.shouldstop:
-        reasons.append(f"stopped early: {session.shouldstop}")
-    if session.shouldfail:
-        reasons.append(f"stopped: {session.shouldfail}")
-    status = session.exitstatus
-    if status in (
-        pytest.ExitCode.INTERRUPTED,
-        pytest.ExitCode.INTERNAL_ERROR,
-        pytest.ExitCode.USAGE_ERROR,
-        pytest.ExitCode.NO_TESTS_COLLECTED,
-    ):
-        reasons.append(f"exit status {pytest.ExitCode(status).name}")
-    return reasons
-
-
-def _finish_usage(session: pytest.Session) -> None:
-    """Workers hand their view to the controller; the controller (or the only process)
-    writes the run's usage log and, with `--hashreplay-prune`, prunes."""
-    config = session.config
-    engine = config.stash.get(SESSION_KEY, None)
-    collector = config.stash.get(USAGE_KEY, None)
-    if engine is None or collector is None:
-        return
-    root = engine.config.root
-    collector.add_files(engine.usage, root)
-    workeroutput = getattr(config, "workeroutput", None)
-    if workeroutput is not None:
-        workeroutput["hashreplay_usage"] = collector.piece.model_dump(mode="json")
-        return
-    run = collector.finish(root=root, mode=engine.config.mode, reasons=_partial_reasons(session))
-    lines: list[str] = []
-    try:
-        write_usage(run, root)
-    except OSError as exc:
-        lines.append(f"hashreplay: could not write the usage log under {root}: {exc}")
-    if config.getoption("hashreplay_prune"):
-        lines.extend(_prune(engine, run))
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and lines:
-        reporter.ensure_newline()
-        for line in lines:
-            reporter.write_line(line)
-
-
-def _prune(engine: Session, run: RunUsage) -> list[str]:
-    root = engine.config.root
-    result = prune_project(engine.config, run, dry_run=False)
-    lines = [
-        f"hashreplay: {exc.path}: unreadable: {exc.problem}; skipped, left unchanged"
-        for exc in result.unreadable
-    ]
-    pruned = [u for u in result.unused if u.path not in result.failed]
-    lines.append(f"hashreplay: pruned {len(pruned)} unused recordings (of {result.total})")
-    lines.extend(f"  {relative(u.path, root)} ({u.reason})" for u in pruned)
-    lines.extend(
-        f"hashreplay: cannot delete {relative(path, root)}: {why}"
-        for path, why in result.failed.items()
-    )
-    if not run.full_suite:
-        lines.append(
-            "hashreplay: not the full suite (" + "; ".join(run.partial_reasons) + "): only "
-            "recordings of tests that ran to completion were considered"
-        )
-    return lines
-
-
-def _merge_worker_usage(node: Any) -> None:
-    collector = node.config.stash.get(USAGE_KEY, None)
-    if collector is None:
-        return
-    data = getattr(node, "workeroutput", {}).get("hashreplay_usage")
-    if data is None:
-        worker = getattr(getattr(node, "gateway", None), "id", "?")
-        collector.note(f"worker {worker} ended without reporting its usage")
-    else:
-        collector.merge_worker(data)
+    config.pluginmanager.register(UsageTracker(config, engine, collector), "hashreplay-usage")

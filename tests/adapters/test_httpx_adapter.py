@@ -13,8 +13,9 @@ import httpx2
 import openai
 import pytest
 
-from hashreplay import TEST_ID_HEADER, Mode, test_context
+from hashreplay import Mode, test_context
 from hashreplay.adapters import httpx as adapter
+from hashreplay.core.constants import TEST_ID_HEADER
 from tests.conftest import Recorder
 from tests.fakes.upstream import FakeUpstream, Scripted
 from tests.guards import ConnectGuard
@@ -48,7 +49,8 @@ def test_aliased_httpx_is_patched_once() -> None:
 import httpx2
 httpx2.alias_httpx()
 import httpx
-from hashreplay import Session, load_config
+from hashreplay.engine.session import Session
+from hashreplay.core.config import load_config
 from hashreplay.adapters import httpx as adapter
 original = httpx2.HTTPTransport.handle_request
 adapter.install(Session(load_config(env={})))

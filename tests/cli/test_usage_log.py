@@ -12,7 +12,8 @@ from hashreplay import Mode
 from hashreplay.core.recording import RecordedRequest, RecordedResponse, new_recording
 from hashreplay.engine.usage_log import TestUsage, UsageCollector
 from hashreplay.maintenance.prune import REASON_GONE, REASON_UNUSED, plan_prune
-from hashreplay.plugin import USAGE_KEY, _merge_worker_usage
+from hashreplay.plugin import USAGE_KEY
+from hashreplay.pytest_usage import merge_worker_usage
 
 
 @pytest.mark.parametrize(
@@ -70,7 +71,7 @@ def test_workers_are_merged_and_a_silent_worker_makes_the_run_partial(tmp_path: 
     stash = pytest.Stash()
     stash[USAGE_KEY] = crashed
     node = SimpleNamespace(config=SimpleNamespace(stash=stash), gateway=SimpleNamespace(id="gw1"))
-    _merge_worker_usage(node)  # testnodedown of a worker that died: no workeroutput
+    merge_worker_usage(node, USAGE_KEY)  # testnodedown of a worker that died: no workeroutput
     partial = crashed.finish(root=tmp_path, mode=Mode.REPLAY, reasons=[])
     assert not partial.full_suite
     assert partial.partial_reasons == [

@@ -9,11 +9,15 @@ from typing import Any
 
 import orjson
 
-from hashreplay import KEY_VERSION, Session, load_config, request_hash, test_context
-from hashreplay.core.key import model_list_filename
+from hashreplay import test_context
+from hashreplay.core.config import load_config
+from hashreplay.core.constants import KEY_VERSION
+from hashreplay.core.key import request_hash
+from hashreplay.core.names import model_list_filename
 from hashreplay.core.recording import RecordedResponse
 from hashreplay.core.store import dumps
-from hashreplay.engine.session import IncomingRequest
+from hashreplay.engine.http import IncomingRequest
+from hashreplay.engine.session import Session
 from hashreplay.maintenance.rekey import Rekey, apply_rekeys
 from tests.cli.conftest import CHAT, STREAM, TOOLS, Cli, Project
 
@@ -292,7 +296,7 @@ def test_call_layer_recordings_are_named_without_match_headers(tmp_path: Path, c
     session = Session(load_config(tmp_path, env={}, mode="record"))
     with test_context("tests/test_tools.py::test_search"):
         prep = session.prepare_call("app.search:lookup", ["Paris"], {"limit": 3})
-        path = session.record_response(prep, RecordedResponse(status=None, body=["a", "b"]))
+        path = session.record(prep, RecordedResponse(status=None, body=["a", "b"]))
     assert path.name == f"{prep.hash}.json"
     result = cli("verify", "--root", str(tmp_path))
     assert result.lines == ["Summary: 0/1 files with problems"], result.out

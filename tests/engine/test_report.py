@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 
-from hashreplay import HashReplayWarning, IncomingRequest, Mode, Session, load_config
-from hashreplay.engine.session import LiveExchange
+from hashreplay import HashReplayWarning, Mode
+from hashreplay.core.config import load_config
+from hashreplay.engine.decision import Miss, Replay
+from hashreplay.engine.http import IncomingRequest, LiveExchange
+from hashreplay.engine.session import Session
 
 URL = "http://127.0.0.1:9/v1/chat/completions"
 TEST = "tests/suite/test_chat.py::test_one"
@@ -40,9 +43,9 @@ def record(root: Path, test_id: str | None, incoming: IncomingRequest) -> Path:
 def miss(root: Path, test_id: str | None, incoming: IncomingRequest) -> str:
     s = session(root, Mode.REPLAY)
     s.begin_test(test_id)
-    prep = s.prepare(incoming, test_id=test_id)
-    assert s.replay(prep) is None
-    return s.miss(prep).report
+    decision = s.decide(incoming, test_id=test_id)
+    assert isinstance(decision, Miss)
+    return decision.error.report
 
 
 def test_same_test_and_endpoint_shows_the_first_differing_field(tmp_path: Path) -> None:
@@ -125,10 +128,10 @@ def test_beyond_the_recorded_sequence_says_how_many(tmp_path: Path) -> None:
     record(tmp_path, TEST, incoming)
     s = session(tmp_path, Mode.REPLAY)
     s.begin_test(TEST)
-    assert s.replay(s.prepare(incoming, test_id=TEST)) is not None
-    prep = s.prepare(incoming, test_id=TEST)
-    assert s.replay(prep) is None
-    report = s.miss(prep).report
+    assert isinstance(s.decide(incoming, test_id=TEST), Replay)
+    decision = s.decide(incoming, test_id=TEST)
+    assert isinstance(decision, Miss)
+    report = decision.error.report
     assert (
         "  this request was recorded once in this test; call 2 has no recording "
         "(the code now makes more identical calls than when recorded)"
@@ -170,7 +173,7 @@ def test_hand_edited_recording_is_replayed_with_a_warning(tmp_path: Path) -> Non
     s = session(tmp_path, Mode.REPLAY)
     s.begin_test(TEST)
     with pytest.warns(HashReplayWarning) as caught:
-        assert s.replay(s.prepare(incoming, test_id=TEST)) is not None
+        assert isinstance(s.decide(incoming, test_id=TEST), Replay)
     message = str(caught[0].message)
     assert str(path) in message
     assert "body.messages[0].content: recorded 'edited by hand', incoming 'original'" in message
@@ -184,7 +187,7 @@ def test_untouched_recording_replays_without_warning(tmp_path: Path) -> None:
     s.begin_test(TEST)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert s.replay(s.prepare(incoming, test_id=TEST)) is not None
+        assert isinstance(s.decide(incoming, test_id=TEST), Replay)
 
 
 def test_recorded_exception_messages_are_redacted(tmp_path: Path) -> None:
@@ -234,7 +237,8 @@ def test_undecodable_content_encoding_is_kept_with_the_raw_bytes(tmp_path: Path)
     assert stored["body_encoding"] == "base64"
     replay = session(tmp_path, Mode.REPLAY)
     replay.begin_test(TEST)
-    plan = replay.replay(replay.prepare(request(chat("x")), test_id=TEST))
-    assert plan is not None
+    decision = replay.decide(request(chat("x")), test_id=TEST)
+    assert isinstance(decision, Replay)
+    plan = decision.plan()
     assert b"".join(plan.chunks) == raw
     assert ("content-encoding", "zz-unknown") in plan.headers

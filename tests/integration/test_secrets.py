@@ -13,8 +13,10 @@ import httpx2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hashreplay import Mode, Session, load_config, test_context
+from hashreplay import Mode, test_context
 from hashreplay.adapters import httpx as adapter
+from hashreplay.core.config import load_config
+from hashreplay.engine.session import Session
 from tests.fakes.upstream import FakeUpstream, Scripted
 from tests.guards import ConnectGuard
 

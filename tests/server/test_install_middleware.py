@@ -12,9 +12,11 @@ import httpx2
 import pytest
 
 import hashreplay
-from hashreplay import Mode, Session, current_test_id, load_config
+from hashreplay import Mode, current_test_id
 from hashreplay.adapters import httpx as httpx_adapter
 from hashreplay.asgi import TestIdMiddleware as AsgiMiddleware
+from hashreplay.core.config import load_config
+from hashreplay.engine.session import Session
 from hashreplay.wsgi import TestIdMiddleware as WsgiMiddleware
 from tests.fakes.upstream import FakeUpstream
 from tests.server.conftest import chat, load, recordings

@@ -12,9 +12,11 @@ import httpx2
 import pytest
 
 import hashreplay
-from hashreplay import Mode, Session, load_config
+from hashreplay import Mode
 from hashreplay.adapters import httpx as httpx_adapter
-from hashreplay.engine.session import LiveExchange
+from hashreplay.core.config import load_config
+from hashreplay.engine.http import IncomingRequest, LiveExchange
+from hashreplay.engine.session import Session
 from hashreplay.server.app import ProxyApp
 from hashreplay.server.settings import ServeSettings, parse_upstream
 from tests.fakes.upstream import FakeUpstream, Scripted
@@ -139,7 +141,7 @@ async def test_named_upstreams_strip_their_prefix_and_hash_like_direct_calls(
     assert endpoints == ["/plain", CHAT]
     # The same request made in-process by the SDK would have the same file name.
     prep = Session(load_config(root, env={}, mode="record")).prepare(
-        hashreplay.IncomingRequest(
+        IncomingRequest(
             "POST",
             f"{upstream.url}{CHAT}",
             [("content-type", "application/json")],
@@ -187,7 +189,7 @@ async def test_a_recorded_transport_failure_replays_as_a_gateway_error(
 ) -> None:
     """E.g. an in-process test recorded a refused connection: replay repeats it as a 502."""
     session = Session(load_config(root, env={}, mode="record"))
-    incoming = hashreplay.IncomingRequest(
+    incoming = IncomingRequest(
         "POST",
         f"http://up{CHAT}",
         [("content-type", "application/json")],

@@ -20,10 +20,9 @@ from hashreplay.core.key import (
     canonical_json,
     endpoint_of,
     is_model_list,
-    model_ids,
-    model_list_filename,
     request_hash,
 )
+from hashreplay.core.names import model_ids, model_list_filename
 from hashreplay.core.redact import Redactor
 
 CHAT_BODY = {

@@ -173,7 +173,7 @@ def test_headers() -> None:
         ("Content-Type", "application/json"),
         ("X-Debug", "token Bearer abcdefghijklmnop"),
     ]
-    assert redactor.headers(headers) == [
+    assert [(name, redactor.header(name, value)) for name, value in headers] == [
         ("Authorization", SECRET),
         ("x-api-key", SECRET),
         ("X-Goog-Api-Key", SECRET),

@@ -240,7 +240,9 @@ def test_round_trip_with_streams_exceptions_and_later_responses(tmp_path: Path) 
         exception=RecordedException(type="httpx.ReadTimeout", message="timed out", args=["t"]),
     )
     binary = RecordedResponse(status=200, body="AAEC", body_encoding=BodyEncoding.BASE64)
-    recording = make_recording().with_responses([stream, failure, binary])
+    recording = make_recording().model_copy(
+        update={"response": stream, "later_responses": [failure, binary]}
+    )
     path = tmp_path / f"{HASH}.json"
     Store.write(path, recording)
     back = Store.read(path)

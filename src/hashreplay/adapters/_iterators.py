@@ -7,7 +7,7 @@ import inspect
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol
 
-from hashreplay.adapters import _state
+from hashreplay.core.context import inside_call
 
 
 class ChunkSink(Protocol):
@@ -78,7 +78,7 @@ class RecordingIterator:
 
     def __next__(self) -> Any:
         try:
-            with _state.inside_call():
+            with inside_call():
                 item = next(self._inner)
         except StopIteration:
             self._finish(None)
@@ -124,7 +124,7 @@ class RecordingAsyncIterator:
 
     async def __anext__(self) -> Any:
         try:
-            with _state.inside_call():
+            with inside_call():
                 item = await self._inner.__anext__()
         except StopAsyncIteration:
             await self._finish(None)

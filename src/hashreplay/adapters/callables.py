@@ -25,9 +25,8 @@ from hashreplay.adapters._iterators import (
     ReplayAsyncIterator,
     ReplayIterator,
 )
-from hashreplay.core.context import current_test_id
-from hashreplay.core.errors import ConfigError, RecordingError
-from hashreplay.core.mode import Mode
+from hashreplay.core.context import inside_call
+from hashreplay.core.errors import ConfigError
 from hashreplay.core.recording import RecordedException, RecordedResponse
 from hashreplay.core.streams import StreamFormat
 from hashreplay.core.typed import (
@@ -38,7 +37,9 @@ from hashreplay.core.typed import (
     to_jsonable,
     type_name,
 )
-from hashreplay.engine.session import Prepared, Session
+from hashreplay.engine.decision import Miss, Record, Replay
+from hashreplay.engine.keying import Prepared
+from hashreplay.engine.session import Session
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -146,13 +147,17 @@ def allowlist(session: Session) -> TypeAllowlist:
 # --- the wrappers --------------------------------------------------------------------------
 
 
-def _session_for_call() -> Session | None:
+def _decide(name: str, args: Any, kwargs: Any) -> tuple[Session, Replay | Record] | None:
+    """The engine's decision for one call; None when nothing intercepts it."""
     session = _state.active_session()
-    if session is None or _state.in_call():
+    if session is None:
         return None
-    if not session.mode_for(current_test_id()).intercepts:
-        return None
-    return session
+    decision = session.decide_call(name, list(args), kwargs)
+    if isinstance(decision, Miss):
+        raise decision.error
+    if isinstance(decision, (Replay, Record)):
+        return session, decision
+    return None  # Live or Passthrough: not intercepted
 
 
 def _wrap(func: Callable[..., Any], name: str, *, skip_first: bool) -> Callable[..., Any]:
@@ -160,16 +165,15 @@ def _wrap(func: Callable[..., Any], name: str, *, skip_first: bool) -> Callable[
 
         @functools.wraps(func)
         async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-            session = _session_for_call()
-            if session is None:
+            decided = _decide(name, args[1:] if skip_first else args, kwargs)
+            if decided is None:
                 async for item in func(*args, **kwargs):
                     yield item
                 return
-            call = _Call(session, name, args[1:] if skip_first else args, kwargs)
-            replayed = call.replayed()
+            call = _Call(*decided)
             source = (
-                call.replay_aiter(replayed)
-                if replayed is not None
+                call.replay_aiter(call.replayed)
+                if call.replayed is not None
                 else RecordingAsyncIterator(func(*args, **kwargs), call)
             )
             async for item in source:
@@ -181,18 +185,17 @@ def _wrap(func: Callable[..., Any], name: str, *, skip_first: bool) -> Callable[
 
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            session = _session_for_call()
-            if session is None:
+            decided = _decide(name, args[1:] if skip_first else args, kwargs)
+            if decided is None:
                 return await func(*args, **kwargs)
-            call = _Call(session, name, args[1:] if skip_first else args, kwargs)
-            replayed = call.replayed()
-            if replayed is not None:
-                return call.rebuild(replayed, is_async=True)
+            call = _Call(*decided)
+            if call.replayed is not None:
+                return call.rebuild(call.replayed, is_async=True)
             try:
-                with _state.inside_call():
+                with inside_call():
                     result = await func(*args, **kwargs)
             except Exception as exc:
-                await call.arecord_exception(exc)
+                await call.arecord(call.response(exc=exc))
                 raise
             return await call.arecord_result(result)
 
@@ -200,18 +203,17 @@ def _wrap(func: Callable[..., Any], name: str, *, skip_first: bool) -> Callable[
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        session = _session_for_call()
-        if session is None:
+        decided = _decide(name, args[1:] if skip_first else args, kwargs)
+        if decided is None:
             return func(*args, **kwargs)
-        call = _Call(session, name, args[1:] if skip_first else args, kwargs)
-        replayed = call.replayed()
-        if replayed is not None:
-            return call.rebuild(replayed, is_async=False)
+        call = _Call(*decided)
+        if call.replayed is not None:
+            return call.rebuild(call.replayed, is_async=False)
         try:
-            with _state.inside_call():
+            with inside_call():
                 result = func(*args, **kwargs)
         except Exception as exc:
-            call.record_exception(exc)
+            call.record(call.response(exc=exc))
             raise
         return call.record_result(result)
 
@@ -227,28 +229,16 @@ def _is_async_iterator(value: Any) -> bool:
 
 
 class _Call:
-    """One call of a target: its prepared request and how it is answered or recorded."""
+    """One intercepted call of a target: replayed from `replayed`, or recorded (the engine's
+    staging redacts and normalises what it is handed)."""
 
-    def __init__(self, session: Session, name: str, args: Any, kwargs: Any) -> None:
+    def __init__(self, session: Session, decision: Replay | Record) -> None:
         self.session = session
-        self.prep: Prepared = session.prepare_call(name, list(args), kwargs)
+        self.prep: Prepared = decision.prep
+        self.replayed: RecordedResponse | None = None
         self.path: Any = None
-
-    def replayed(self) -> RecordedResponse | None:
-        """The recorded response, None to go live; raises the miss in replay mode."""
-        prep = self.prep
-        if not prep.mode.may_replay:
-            return None
-        try:
-            found = self.session.replay_response(prep)
-        except RecordingError as problem:
-            raise self.session.miss(prep, problem) from None
-        if found is not None:
-            response, self.path = found
-            return response
-        if prep.mode is Mode.REPLAY:
-            raise self.session.miss(prep)
-        return None
+        if isinstance(decision, Replay):
+            self.replayed, self.path = decision.response, decision.path
 
     # replay
 
@@ -286,45 +276,45 @@ class _Call:
 
     # record
 
-    def _response(
+    def response(
         self, *, value: Any = None, chunks: list[Any] | None = None, exc: BaseException | None
     ) -> RecordedResponse:
-        redact = self.session.redactor.value
+        """An outcome as typed JSON values (redacted by the engine's staging)."""
         exception = None
         if exc is not None:
             exception = RecordedException(
                 type=type_name(type(exc)),
-                message=self.session.redactor.text(str(exc)),
-                args=redact(to_jsonable([a for a in exc.args if _is_plain(a)])),
+                message=str(exc),
+                args=to_jsonable([a for a in exc.args if _is_plain_arg(a)]),
             )
         streaming = chunks is not None
         return RecordedResponse(
             status=None,
-            body=redact(to_jsonable(chunks if streaming else value)),
+            body=to_jsonable(chunks if streaming else value),
             is_streaming=streaming,
             stream_format=StreamFormat.VALUES if streaming else None,
             is_exception=exception is not None,
             exception=exception,
         )
 
-    def record_exception(self, exc: BaseException) -> None:
-        self.session.record_response(self.prep, self._response(exc=exc))
+    def record(self, response: RecordedResponse) -> None:
+        self.session.record(self.prep, response)
 
-    async def arecord_exception(self, exc: BaseException) -> None:
-        await self.session.arecord_response(self.prep, self._response(exc=exc))
+    async def arecord(self, response: RecordedResponse) -> None:
+        await self.session.arecord(self.prep, response)
 
     def finish_chunks(self, chunks: list[Any], exc: BaseException | None) -> None:
-        self.session.record_response(self.prep, self._response(chunks=chunks, exc=exc))
+        self.record(self.response(chunks=chunks, exc=exc))
 
     async def afinish_chunks(self, chunks: list[Any], exc: BaseException | None) -> None:
-        await self.session.arecord_response(self.prep, self._response(chunks=chunks, exc=exc))
+        await self.arecord(self.response(chunks=chunks, exc=exc))
 
     def record_result(self, result: Any) -> Any:
         if _is_iterator(result) and not isinstance(result, (str, bytes)):
             return RecordingIterator(result, self)
         if _is_async_iterator(result):
             return RecordingAsyncIterator(result, self)
-        self.session.record_response(self.prep, self._response(value=result, exc=None))
+        self.record(self.response(value=result, exc=None))
         return result
 
     async def arecord_result(self, result: Any) -> Any:
@@ -332,9 +322,11 @@ class _Call:
             return RecordingAsyncIterator(result, self)
         if _is_iterator(result) and not isinstance(result, (str, bytes)):
             return RecordingIterator(result, self)
-        await self.session.arecord_response(self.prep, self._response(value=result, exc=None))
+        await self.arecord(self.response(value=result, exc=None))
         return result
 
 
-def _is_plain(value: Any) -> bool:
+def _is_plain_arg(value: Any) -> bool:
+    """Exception args kept in a recording: plain JSON values only (an SDK error's response
+    object is not rebuilt)."""
     return value is None or isinstance(value, (str, int, float, bool, list, dict))

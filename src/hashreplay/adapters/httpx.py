@@ -20,12 +20,11 @@ from types import ModuleType
 from typing import Any
 
 from hashreplay.adapters import _state
-from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
-from hashreplay.core.context import current_test_id
-from hashreplay.core.errors import RecordingError
-from hashreplay.core.mode import Mode
-from hashreplay.engine.http import LiveBody
-from hashreplay.engine.session import IncomingRequest, LiveExchange, Prepared, ReplayPlan, Session
+from hashreplay.core.constants import TEST_ID_HEADER
+from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
+from hashreplay.engine.http import IncomingRequest, LiveBody, LiveExchange, ReplayPlan
+from hashreplay.engine.keying import Prepared
+from hashreplay.engine.session import Session
 
 MODULE_NAMES: tuple[str, ...] = ("httpx2", "httpx")
 
@@ -78,6 +77,7 @@ def uninstall() -> None:
 
 
 def is_installed() -> bool:
+    """Whether the transports are patched now (tests check that nothing stays patched)."""
     return bool(_patches)
 
 
@@ -90,13 +90,13 @@ def _patch_module(module: ModuleType) -> None:
 
     def handle_request(self: Any, request: Any) -> Any:
         session = _state.active_session()
-        if session is None or _state.in_call():
+        if session is None:
             return sync_original(self, request)
         return _handle_sync(session, streams, sync_original, self, request)
 
     async def handle_async_request(self: Any, request: Any) -> Any:
         session = _state.active_session()
-        if session is None or _state.in_call():
+        if session is None:
             return await async_original(self, request)
         return await _handle_async(session, streams, async_original, self, request)
 
@@ -111,21 +111,6 @@ def _patch_module(module: ModuleType) -> None:
 # --- the two I/O edges ---------------------------------------------------------------------
 
 
-def _passthrough(session: Session, request: Any) -> bool:
-    url = str(request.url)
-    if session.is_passthrough(url):
-        test_id = current_test_id()
-        if test_id is not None and TEST_ID_HEADER not in request.headers:
-            request.headers[TEST_ID_HEADER] = test_id  # server mode (DESIGN.md §8)
-            request.headers[RUN_HEADER] = session.run_id_for(test_id)
-        session.note_passthrough()
-        return True
-    if not session.mode_for(current_test_id()).intercepts:
-        session.note_passthrough()
-        return True
-    return False
-
-
 def _incoming(request: Any) -> IncomingRequest:
     return IncomingRequest(
         method=request.method,
@@ -135,58 +120,48 @@ def _incoming(request: Any) -> IncomingRequest:
     )
 
 
-def _decide(
-    session: Session, streams: _Streams, request: Any, prep: Prepared, *, is_async: bool
-) -> Any | None:
-    """A replayed (or miss) response, or None when the call must go live."""
-    if not prep.mode.may_replay:
-        return None
-    try:
-        plan = session.replay(prep)
-    except RecordingError as problem:
-        plan = session.miss_plan(session.miss(prep, problem))
-    else:
-        if plan is None and prep.mode is Mode.REPLAY:
-            plan = session.miss_plan(session.miss(prep))
-    if plan is None:
-        return None
-    return streams.response(plan, request, is_async=is_async)
+def _add_headers(request: Any, decision: Passthrough) -> None:
+    if decision.headers and TEST_ID_HEADER not in request.headers:
+        for name, value in decision.headers:
+            request.headers[name] = value
 
 
 def _handle_sync(
     session: Session, streams: _Streams, original: Callable[..., Any], self: Any, request: Any
 ) -> Any:
-    if _passthrough(session, request):
-        return original(self, request)
     request.read()
-    prep = session.prepare(_incoming(request))
-    replayed = _decide(session, streams, request, prep, is_async=False)
-    if replayed is not None:
-        return replayed
+    decision = session.decide(_incoming(request))
+    if isinstance(decision, (Replay, Miss)):
+        return streams.response(decision.plan(), request, is_async=False)
+    if isinstance(decision, Passthrough):
+        _add_headers(request, decision)
+    if not isinstance(decision, Record):
+        return original(self, request)
     try:
         response = original(self, request)
     except streams.module.TransportError as exc:
-        session.record(prep, LiveExchange(None, [], [], exception=exc))
+        session.record(decision.prep, LiveExchange(None, [], [], exception=exc))
         raise
-    return streams.recording(response, session, prep, is_async=False)
+    return streams.recording(response, session, decision.prep, is_async=False)
 
 
 async def _handle_async(
     session: Session, streams: _Streams, original: Callable[..., Any], self: Any, request: Any
 ) -> Any:
-    if _passthrough(session, request):
-        return await original(self, request)
     await request.aread()
-    prep = session.prepare(_incoming(request))
-    replayed = _decide(session, streams, request, prep, is_async=True)
-    if replayed is not None:
-        return replayed
+    decision = session.decide(_incoming(request))
+    if isinstance(decision, (Replay, Miss)):
+        return streams.response(decision.plan(), request, is_async=True)
+    if isinstance(decision, Passthrough):
+        _add_headers(request, decision)
+    if not isinstance(decision, Record):
+        return await original(self, request)
     try:
         response = await original(self, request)
     except streams.module.TransportError as exc:
-        await session.arecord(prep, LiveExchange(None, [], [], exception=exc))
+        await session.arecord(decision.prep, LiveExchange(None, [], [], exception=exc))
         raise
-    return streams.recording(response, session, prep, is_async=True)
+    return streams.recording(response, session, decision.prep, is_async=True)
 
 
 # --- streams -------------------------------------------------------------------------------

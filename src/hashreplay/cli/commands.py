@@ -10,19 +10,19 @@ from typing import Any
 import orjson
 
 from hashreplay.cli.console import human_size
-from hashreplay.cli.main import EXIT_OK, EXIT_PROBLEMS, Run
+from hashreplay.cli.run import EXIT_OK, EXIT_PROBLEMS, Run
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.config import ModeSource
 from hashreplay.core.constants import MODE_ENV
 from hashreplay.core.conversation import Tokens, conversation, payloads, reply, response_tokens
-from hashreplay.core.errors import RecordingError
+from hashreplay.core.errors import RecordingError, UsageError
+from hashreplay.core.names import hash_of_name
 from hashreplay.core.recording import RecordedResponse
-from hashreplay.engine.usage_log import UsageError, read_usage
+from hashreplay.engine.usage_log import read_usage
 from hashreplay.maintenance.files import (
     Loaded,
     Rules,
     find_recordings,
-    hash_of_name,
     load,
     renormalised,
     write_json,

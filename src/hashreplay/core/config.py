@@ -160,7 +160,7 @@ def load_config(
         )
     except ValidationError as exc:
         raise ConfigError(_explain(exc, where)) from None
-    except ConfigError as exc:  # pragma: no cover - pydantic wraps validator errors
+    except ConfigError as exc:  # a validator's own error (pydantic wraps only ValueErrors)
         raise ConfigError(f"{where}: [tool.hashreplay] {exc}") from None
     env_mode = env.get(MODE_ENV)
     if mode is not None:

@@ -39,3 +39,21 @@ def test_context(test_id: str | None) -> Iterator[None]:
 
 
 test_context.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+_in_call: ContextVar[bool] = ContextVar("hashreplay_in_call", default=False)
+
+
+def in_call() -> bool:
+    """True while a recorded call-layer target runs live: the HTTP it makes underneath is
+    part of that call's recording and is not recorded a second time."""
+    return _in_call.get()
+
+
+@contextmanager
+def inside_call() -> Iterator[None]:
+    token = _in_call.set(True)
+    try:
+        yield
+    finally:
+        _in_call.reset(token)

@@ -7,7 +7,10 @@ such. The miss report is built on it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hashreplay.core.recording import RecordedRequest
 
 _MISSING: Any = object()
 SHORTEN_AT = 80
@@ -126,3 +129,12 @@ def count_differences(recorded: Any, incoming: Any, cap: int = 1000) -> int:
                 return cap
         return total
     return 0 if recorded == incoming else 1
+
+
+def request_difference(recorded: RecordedRequest, incoming: RecordedRequest) -> Difference | None:
+    """The first difference, the method and endpoint before any body field."""
+    for field in ("method", "endpoint"):
+        a, b = getattr(recorded, field), getattr(incoming, field)
+        if a != b:
+            return Difference(field, a, b, "value")
+    return first_difference(recorded.body, incoming.body, "body")

@@ -1,8 +1,13 @@
-"""One exception root; every error says what happened, where, and what to do next."""
+"""Every error hashreplay raises, under one root; every one says what happened, where, and
+what to do next. Also the one JSON error body that HTTP clients receive from hashreplay (a
+replay miss, a proxy error, a malformed request)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 
 class HashReplayError(Exception):
@@ -31,6 +36,50 @@ class ReplayMiss(HashReplayError):
         self.test_id = test_id
         self.request_hash = request_hash
         super().__init__(report)
+
+
+class SettingsError(HashReplayError, ValueError):
+    """An invalid `hashreplay serve` option; the message names the option and the value."""
+
+
+class UnknownUpstream(HashReplayError, LookupError):
+    """A request path that matches no `--upstream NAME=URL` prefix and there is no default."""
+
+    def __init__(self, path: str, prefixes: list[str]) -> None:
+        self.path = path
+        super().__init__(
+            f"no upstream for path {path!r}: it starts with none of the configured prefixes "
+            f"({', '.join(prefixes)}) and there is no default upstream; call one of those "
+            "prefixes, or start hashreplay serve with a bare --upstream URL as the default"
+        )
+
+
+class ProxyError(HashReplayError):
+    """A request the proxy answers with a JSON error of its own (never a crash)."""
+
+    def __init__(self, status: int, code: str, message: str, *, retry: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retry = retry
+
+    def body(self) -> bytes:
+        return error_body(self.message, f"hashreplay_{self.code}", self.code)
+
+
+class PathNotFound(HashReplayError):
+    """A path named on the command line does not exist."""
+
+
+class UsageError(HashReplayError):
+    """The usage log is missing, unreadable or from another project."""
+
+
+def error_body(message: str, kind: str, code: str, **extra: Any) -> bytes:
+    """`{"error": {"message", "type", "code", ...}}`: the shape OpenAI-style SDKs read, so
+    they surface the message to the user."""
+    return orjson.dumps({"error": {"message": message, "type": kind, "code": code, **extra}})
 
 
 class HashReplayWarning(UserWarning):

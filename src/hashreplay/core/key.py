@@ -1,4 +1,4 @@
-"""The request hash (DESIGN.md §3, contract) and model-list naming.
+"""The request hash (docs/design.md "The key", contract).
 
 `xxh3_128` hex of the canonical JSON (orjson, sorted keys) of method, endpoint, normalised
 body and test id. A changed hash for the same request is a contract break: golden hashes are
@@ -13,8 +13,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import orjson
 import xxhash
-
-from hashreplay.core.constants import MODEL_LIST_PREFIX
 
 #: Path endings of model-list calls (`GET`): hashed without the test id, shared by every test.
 MODEL_LIST_SUFFIXES: tuple[str, ...] = ("/models", "/api/tags", "/api/ps")
@@ -79,37 +77,3 @@ def request_hash(
     if headers:
         payload["headers"] = dict(headers)
     return digest(canonical_json(payload))
-
-
-def model_ids(body: Any) -> list[str]:
-    """The model ids a model-list response names (OpenAI `data[].id`, Ollama `models[].name`)."""
-    found: set[str] = set()
-    if isinstance(body, dict):
-        for list_key in MODEL_LIST_KEYS:
-            items = body.get(list_key)
-            if isinstance(items, list):
-                for item in items:
-                    ident = model_id(item)
-                    if ident is not None:
-                        found.add(ident)
-    return sorted(found)
-
-
-#: Where model lists keep their entries, and which field names an entry.
-MODEL_LIST_KEYS: tuple[str, ...] = ("data", "models")
-MODEL_ID_KEYS: tuple[str, ...] = ("id", "name", "model")
-
-
-def model_id(item: Any) -> str | None:
-    if isinstance(item, dict):
-        for key in MODEL_ID_KEYS:
-            value = item.get(key)
-            if isinstance(value, str):
-                return value
-    return None
-
-
-def model_list_filename(hash_hex: str, ids: Iterable[str]) -> str:
-    """`models-<hash>-<8 hex digest of the sorted model ids>.json`."""
-    ids_digest = digest("\n".join(sorted(ids)).encode())[:8]
-    return f"{MODEL_LIST_PREFIX}{hash_hex}-{ids_digest}.json"

@@ -74,9 +74,6 @@ class Recording(_Model):
     def responses(self) -> list[RecordedResponse]:
         return [self.response, *self.later_responses]
 
-    def with_responses(self, responses: list[RecordedResponse]) -> Recording:
-        return self.model_copy(update={"response": responses[0], "later_responses": responses[1:]})
-
     def to_json_dict(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", exclude={"response", "later_responses"})
         data["response"] = self.response.to_json_dict()

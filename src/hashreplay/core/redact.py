@@ -136,9 +136,6 @@ class Redactor:
             return SECRET_PLACEHOLDER
         return self.text(value)
 
-    def headers(self, headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-        return [(name, self.header(name, value)) for name, value in headers]
-
     def url(self, url: str) -> str:
         """The URL with credential query values and userinfo passwords removed."""
         parts = urlsplit(url)

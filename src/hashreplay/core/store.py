@@ -19,8 +19,9 @@ import aiofiles.os
 import orjson
 from pydantic import ValidationError
 
-from hashreplay.core.constants import FORMAT_VERSION, MODEL_LIST_PREFIX, RECORDINGS_DIRNAME
+from hashreplay.core.constants import FORMAT_VERSION, RECORDINGS_DIRNAME
 from hashreplay.core.errors import RecordingError
+from hashreplay.core.names import model_list_glob, recording_name
 from hashreplay.core.recording import Recording
 
 _DUMP = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
@@ -181,12 +182,12 @@ class Store:
         return [own] if own == self.common_dir else [own, self.common_dir]
 
     def path_for(self, test_id: str | None, hash_hex: str) -> Path:
-        return self.dir_for(test_id) / f"{hash_hex}.json"
+        return self.dir_for(test_id) / recording_name(hash_hex)
 
     def read_first(self, test_id: str | None, hash_hex: str) -> tuple[Path, Recording] | None:
         """The recording of this hash in the first search directory that has it: read
         directly, without a `stat` first (one system call less on the replay path)."""
-        name = f"{hash_hex}.json"
+        name = recording_name(hash_hex)
         for directory in self.search_dirs(test_id):
             path = directory / name
             try:
@@ -199,7 +200,7 @@ class Store:
         """Every `models-<hash>-*.json` in the search directories, sorted by name."""
         found: dict[str, Path] = {}
         for directory in reversed(self.search_dirs(test_id)):
-            for path in directory.glob(f"{MODEL_LIST_PREFIX}{hash_hex}-*.json"):
+            for path in directory.glob(model_list_glob(hash_hex)):
                 found[path.name] = path
         return [found[name] for name in sorted(found)]
 
@@ -209,6 +210,7 @@ class Store:
 
     @staticmethod
     async def aread(path: Path) -> Recording:
+        """Read on aiofiles' threads (for callers that must never block their loop)."""
         return await aread_recording(path)
 
     @staticmethod

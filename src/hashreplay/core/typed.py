@@ -164,12 +164,12 @@ def jsonable_arg(value: Any) -> Any:
 def exception_to_json(exc: BaseException) -> dict[str, Any]:
     return {
         EXCEPTION_KEY: type_name(type(exc)),
-        "args": [to_jsonable(a) if _is_plain(a) else repr(a) for a in exc.args],
+        "args": [to_jsonable(a) if _serialisable_arg(a) else repr(a) for a in exc.args],
         "message": str(exc),
     }
 
 
-def _is_plain(value: Any) -> bool:
+def _serialisable_arg(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool, list, dict, BaseModel))
 
 

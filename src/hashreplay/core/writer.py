@@ -22,13 +22,13 @@ class BackgroundWriter:
         self._queue: queue.Queue[tuple[Path, bytes] | None] = queue.Queue()
         self._lock = threading.Lock()
         #: path → latest bytes queued for it and not yet on disk
-        self.pending: dict[Path, bytes] = {}
+        self._pending: dict[Path, bytes] = {}
         self._errors: list[RecordingError] = []
         self._thread: threading.Thread | None = None
 
     def submit(self, path: Path, content: bytes) -> None:
         with self._lock:
-            self.pending[path] = content
+            self._pending[path] = content
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="hashreplay-writer", daemon=True
@@ -51,10 +51,19 @@ class BackgroundWriter:
                             RecordingError(path, f"cannot write the recording: {exc}")
                         )
                 with self._lock:
-                    if self.pending.get(path) is content:
-                        del self.pending[path]
+                    if self._pending.get(path) is content:
+                        del self._pending[path]
             finally:
                 self._queue.task_done()
+
+    def pending(self, path: Path) -> bytes | None:
+        """The bytes queued for `path` and not yet on disk, or None."""
+        return self._pending.get(path)
+
+    def pending_paths(self) -> list[Path]:
+        """Every path with a write still queued (a snapshot)."""
+        with self._lock:
+            return list(self._pending)
 
     def flush(self) -> None:
         """Wait until every queued write is on disk; raise the first write error."""

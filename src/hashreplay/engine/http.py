@@ -1,8 +1,7 @@
-"""How the engine sees HTTP, with no client imported: the request an adapter hands in, the
-live exchange it hands back for recording, and the plan it answers a client with.
-
-`recorded_response` turns a live exchange into what a file stores (redacted, headers reduced,
-streams parsed); `plan_for` turns a stored response back into bytes for a client.
+"""How the engine sees HTTP, with no client imported: the request an adapter hands in
+(`IncomingRequest`), the live body it collects while passing it on (`LiveBody`) and the
+finished exchange it hands back for recording (`LiveExchange`), and the plan it answers a
+client with (`ReplayPlan`, made from a stored response by `plan_for`).
 """
 
 from __future__ import annotations
@@ -10,18 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import orjson
-
-from hashreplay.core.bodies import BodyEncoding, decode_body, encode_body
-from hashreplay.core.constants import MISS_HEADER, MISS_STATUS
+from hashreplay.core.bodies import decode_body
 from hashreplay.core.content_coding import decoder_for
-from hashreplay.core.errors import ReplayMiss
-from hashreplay.core.normalise import filter_headers
-from hashreplay.core.recording import RecordedException, RecordedResponse
-from hashreplay.core.redact import Redactor
-from hashreplay.core.streams import parse_stream, render_stream, stream_format_for
+from hashreplay.core.recording import RecordedResponse
+from hashreplay.core.streams import render_stream
 
 
 @dataclass(frozen=True)
@@ -85,65 +77,6 @@ def plan_for(response: RecordedResponse, path: Path | None = None) -> ReplayPlan
         exc_type,
         exc_message,
         path,
-    )
-
-
-def miss_plan(miss: ReplayMiss) -> ReplayPlan:
-    """A prompt, non-retryable error response that carries the miss report."""
-    body = orjson.dumps(
-        {
-            "error": {
-                "message": miss.report,
-                "type": "hashreplay_miss",
-                "code": "hashreplay_miss",
-                "hash": miss.request_hash,
-                "test_id": miss.test_id,
-            }
-        }
-    )
-    headers = [
-        ("content-type", "application/json"),
-        ("x-should-retry", "false"),
-        (MISS_HEADER, "1"),
-        ("content-length", str(len(body))),
-    ]
-    return ReplayPlan(MISS_STATUS, headers, [body], False)
-
-
-def recorded_response(
-    exchange: LiveExchange, redactor: Redactor, kept_headers: frozenset[str]
-) -> RecordedResponse:
-    """A live exchange as it will be stored: redacted, normalised, headers reduced."""
-    content_type = header_value(exchange.headers, "content-type")
-    kept = filter_headers(exchange.headers, kept_headers, redactor.header)
-    fmt = stream_format_for(content_type, chunked=exchange.chunked)
-    coding = header_value(exchange.headers, "content-encoding")
-    if coding and coding.strip().lower() != "identity":
-        # the adapter could not decode it (br without brotli, an unknown coding): keep the
-        # bytes and the header as they came, so replay hands the client what it can decode
-        kept["content-encoding"] = coding
-        fmt, content_type = None, "application/octet-stream"
-    exception = None
-    if exchange.exception is not None:
-        exc = exchange.exception
-        exception = RecordedException(
-            type=f"{type(exc).__module__}.{type(exc).__qualname__}",
-            message=redactor.text(str(exc)),
-        )
-    if fmt is not None:
-        body: Any = parse_stream(fmt, exchange.chunks)
-        encoding = BodyEncoding.JSON
-    else:
-        body, encoding = encode_body(b"".join(exchange.chunks), content_type)
-    return RecordedResponse(
-        status=exchange.status,
-        headers=kept,
-        body=redactor.value(body),
-        body_encoding=encoding,
-        is_streaming=fmt is not None,
-        stream_format=fmt,
-        is_exception=exception is not None,
-        exception=exception,
     )
 
 

@@ -10,14 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hashreplay.core.constants import FIXTURE_MARK, MODEL_LIST_PREFIX, RECORD_COMMAND
-from hashreplay.core.diff import Difference, count_differences, first_difference
+from hashreplay.core.constants import FIXTURE_MARK, RECORD_COMMAND
+from hashreplay.core.diff import count_differences, request_difference
 from hashreplay.core.errors import RecordingError
+from hashreplay.core.names import is_model_list_name, recording_name
 from hashreplay.core.store import read_recording
 
 if TYPE_CHECKING:
-    from hashreplay.core.recording import RecordedRequest, Recording
-    from hashreplay.engine.session import Prepared, Session
+    from hashreplay.core.recording import Recording
+    from hashreplay.core.store import Store
+    from hashreplay.engine.keying import Prepared
 
 
 @dataclass(frozen=True)
@@ -39,17 +41,17 @@ def _comparable(method: str, endpoint: str, body: Any) -> dict[str, Any]:
     return {"method": method, "endpoint": endpoint, "body": body}
 
 
-def _candidates(session: Session, prep: Prepared) -> tuple[list[_Candidate], int]:
+def _candidates(store: Store, prep: Prepared) -> tuple[list[_Candidate], int]:
     """Readable recordings near this request, and how many recordings the test has."""
     found: list[_Candidate] = []
     own = 0
     incoming = _comparable(prep.request.method, prep.request.endpoint, prep.request.body)
     seen: set[Path] = set()
-    for directory in session.store.search_dirs(prep.test_id):
+    for directory in store.search_dirs(prep.test_id):
         if not directory.is_dir():
             continue
         for path in sorted(directory.glob("*.json")):
-            if path in seen or path.name.startswith(MODEL_LIST_PREFIX):
+            if path in seen or is_model_list_name(path.name):
                 continue
             seen.add(path)
             try:
@@ -76,15 +78,16 @@ def _candidates(session: Session, prep: Prepared) -> tuple[list[_Candidate], int
     return found, own
 
 
-def _rel(session: Session, path: Path) -> str:
+def _rel(root: Path, path: Path) -> str:
     try:
-        return str(path.relative_to(session.config.root))
+        return str(path.relative_to(root))
     except ValueError:
         return str(path)
 
 
 def miss_report(
-    session: Session,
+    store: Store,
+    root: Path,
     prep: Prepared,
     *,
     problem: RecordingError | None = None,
@@ -99,9 +102,7 @@ def miss_report(
         f"  test:      {test}",
         f"  hash:      {prep.hash}",
     ]
-    searched = [
-        _rel(session, d / f"{prep.hash}.json") for d in session.store.search_dirs(prep.test_id)
-    ]
+    searched = [_rel(root, d / recording_name(prep.hash)) for d in store.search_dirs(prep.test_id)]
     lines.append(f"  looked in: {', '.join(searched)}")
     if problem is not None:
         lines.append(f"  unreadable recording: {problem}")
@@ -113,7 +114,7 @@ def miss_report(
             "has no recording (the code now makes more identical calls than when recorded)"
         )
     else:
-        lines.extend(_nearest_lines(session, prep))
+        lines.extend(_nearest_lines(store, root, prep))
     if prep.test_id:
         lines.append(f"  to record it: {RECORD_COMMAND.format(nodeid=record_target(prep.test_id))}")
     else:
@@ -121,8 +122,8 @@ def miss_report(
     return "\n".join(lines)
 
 
-def _nearest_lines(session: Session, prep: Prepared) -> list[str]:
-    candidates, own = _candidates(session, prep)
+def _nearest_lines(store: Store, root: Path, prep: Prepared) -> list[str]:
+    candidates, own = _candidates(store, prep)
     lines: list[str] = []
     if own == 0 and prep.test_id:
         lines.append("  this test has no recordings yet (a new test, or one renamed or moved)")
@@ -134,7 +135,7 @@ def _nearest_lines(session: Session, prep: Prepared) -> list[str]:
         if exact:
             old = exact[0]
             lines.append(
-                f"  {_rel(session, old.path)} of test {old.recording.test_id} has exactly this "
+                f"  {_rel(root, old.path)} of test {old.recording.test_id} has exactly this "
                 "request: was the test renamed or moved? Re-record, and prune the old recordings"
             )
             return lines
@@ -144,19 +145,10 @@ def _nearest_lines(session: Session, prep: Prepared) -> list[str]:
         return lines
     best = candidates[0]
     diff = request_difference(best.recording.request, prep.request)
-    lines.append(f"  nearest:   {_rel(session, best.path)} ({_TIERS[best.tier]})")
+    lines.append(f"  nearest:   {_rel(root, best.path)} ({_TIERS[best.tier]})")
     if diff is not None:
         lines.append(f"  differs:   {diff.describe()}")
     return lines
-
-
-def request_difference(recorded: RecordedRequest, incoming: RecordedRequest) -> Difference | None:
-    """The first difference, the method and endpoint before any body field."""
-    for field in ("method", "endpoint"):
-        a, b = getattr(recorded, field), getattr(incoming, field)
-        if a != b:
-            return Difference(field, a, b, "value")
-    return first_difference(recorded.body, incoming.body, "body")
 
 
 def record_target(test_id: str) -> str:

@@ -18,7 +18,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
 from hashreplay.core.constants import STATE_DIRNAME
-from hashreplay.core.errors import HashReplayError
+from hashreplay.core.errors import UsageError
 from hashreplay.core.mode import Mode
 from hashreplay.core.store import dumps, write_bytes_atomic
 
@@ -27,10 +27,6 @@ USAGE_FILENAME = "usage.json"
 #: `.hashreplay/.gitignore`: nothing hashreplay writes for itself ever shows in `git status`.
 GITIGNORE_CONTENT = b"*\n"
 _INTERCEPTING = frozenset(m.value for m in Mode if m.intercepts)
-
-
-class UsageError(HashReplayError):
-    """The usage log is missing, unreadable or from another project."""
 
 
 class TestUsage(BaseModel):

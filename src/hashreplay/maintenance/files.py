@@ -21,18 +21,24 @@ import orjson
 from hashreplay.core.config import Config
 from hashreplay.core.constants import (
     KEY_VERSION,
-    MODEL_LIST_PREFIX,
     RECORD_COMMAND,
     RECORDINGS_DIRNAME,
     STATE_DIRNAME,
 )
 from hashreplay.core.diff import first_difference
-from hashreplay.core.errors import HashReplayError, RecordingError
-from hashreplay.core.key import model_ids, model_list_filename
+from hashreplay.core.errors import PathNotFound, RecordingError
+from hashreplay.core.names import (
+    hash_of_name,
+    is_model_list_name,
+    model_ids,
+    model_list_filename,
+    recording_name,
+)
 from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_request_body
+from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.recording import Recording
 from hashreplay.core.store import dumps, parse_recording, write_bytes_atomic
-from hashreplay.engine.session import Session, normalise_response
+from hashreplay.engine.session import Session
 
 #: Directories never searched for recordings.
 SKIP_DIRS: frozenset[str] = frozenset(
@@ -51,11 +57,6 @@ SKIP_DIRS: frozenset[str] = frozenset(
         ".hypothesis",
     }
 )
-_HASH = re.compile(r"[0-9a-f]{32}")
-
-
-class PathNotFound(HashReplayError):
-    """A path named on the command line does not exist."""
 
 
 # --- finding files --------------------------------------------------------------------------
@@ -128,7 +129,7 @@ class Loaded:
 
     @property
     def is_model_list_file(self) -> bool:
-        return self.path.name.startswith(MODEL_LIST_PREFIX)
+        return is_model_list_name(self.path.name)
 
 
 def load(path: Path) -> Loaded:
@@ -142,14 +143,6 @@ def load(path: Path) -> Loaded:
     return Loaded(path, content, raw, recording)
 
 
-def hash_of_name(name: str) -> str | None:
-    """The request hash in a file name: `<hash>.json` or `models-<hash>-<digest>.json`."""
-    stem = name.removesuffix(".json")
-    if stem.startswith(MODEL_LIST_PREFIX):
-        stem = stem[len(MODEL_LIST_PREFIX) :].split("-", 1)[0]
-    return stem if _HASH.fullmatch(stem) else None
-
-
 # --- the rules a test run names files by ----------------------------------------------------
 
 
@@ -161,7 +154,7 @@ class Rules:
         self.engine = Session(config)
         self.store = self.engine.store
         self.redactor = self.engine.redactor
-        self.request_rules = self.engine.rules
+        self.request_rules = self.engine.keyer.rules
 
     def is_shared(self, recording: Recording) -> bool:
         return self.engine.key_of(recording.request, recording.test_id)[1]
@@ -176,7 +169,7 @@ class Rules:
         hash_hex = self.request_hash(recording, body)
         if self.is_shared(recording):
             return model_list_filename(hash_hex, model_ids(recording.response.body))
-        return f"{hash_hex}.json"
+        return recording_name(hash_hex)
 
     def renormalised_body(self, recording: Recording) -> Any:
         return normalise_request_body(recording.request.body, self.request_rules)
@@ -233,7 +226,7 @@ def _name_problem(name: str, expected: str, recording: Recording, outdated: bool
         fix = f"re-record it ({command}) or run `hashreplay rehash` to rename it"
     else:
         fix = "re-record it or run `hashreplay rehash` to rename it"
-    both_model_lists = name.startswith(MODEL_LIST_PREFIX) and expected.startswith(MODEL_LIST_PREFIX)
+    both_model_lists = is_model_list_name(name) and is_model_list_name(expected)
     if both_model_lists and hash_of_name(name) == hash_of_name(expected):
         return (
             f"named {name} but the models it lists give {expected}: the model list was "

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hashreplay.core.config import Config
-from hashreplay.core.constants import MODEL_LIST_PREFIX
 from hashreplay.core.errors import RecordingError
+from hashreplay.core.names import is_model_list_name
 from hashreplay.core.recording import Recording
 from hashreplay.engine.usage_log import RunUsage, relative
 from hashreplay.maintenance.files import default_paths, find_recordings, load
@@ -46,14 +46,14 @@ def plan_prune(
     models_unused = (
         run.full_suite
         and run.every_test_completed
-        and not any(Path(u).name.startswith(MODEL_LIST_PREFIX) for u in used)
+        and not any(is_model_list_name(Path(u).name) for u in used)
     )
     found: list[Unused] = []
     for path, recording in recordings:
         name = relative(path, root)
         if name in used or _changed_since(path, run.started):
             continue
-        if path.name.startswith(MODEL_LIST_PREFIX):
+        if is_model_list_name(path.name):
             if models_unused:
                 found.append(Unused(path, REASON_MODELS))
             continue

@@ -18,10 +18,11 @@ from hashreplay.asgi import test_and_run_ids
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import test_context
+from hashreplay.core.errors import ProxyError, UnknownUpstream
 from hashreplay.engine.session import Session
 from hashreplay.server.forward import Counters, Forwarder, ProxyRequest
-from hashreplay.server.responses import ProxyError, Receive, Responder, Scope, Send, end_to_end
-from hashreplay.server.settings import ADMIN_PREFIX, SETTINGS_ENV, ServeSettings, UnknownUpstream
+from hashreplay.server.responses import Receive, Responder, Scope, Send, end_to_end
+from hashreplay.server.settings import ADMIN_PREFIX, SETTINGS_ENV, ServeSettings
 
 __all__ = ["ProxyApp", "app_from_environment"]
 

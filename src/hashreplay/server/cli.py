@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from hashreplay.core.errors import SettingsError
 from hashreplay.server.settings import (
     DEFAULT_GRACEFUL_TIMEOUT,
     DEFAULT_HOST,
@@ -21,7 +22,6 @@ from hashreplay.server.settings import (
     LOG_LEVELS,
     SETTINGS_ENV,
     ServeSettings,
-    SettingsError,
     parse_upstream,
 )
 

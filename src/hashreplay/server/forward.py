@@ -1,11 +1,11 @@
 """One proxied request: answered from a recording, or relayed live (and recorded).
 
-The proxy calls the engine directly (it never patches HTTP clients): `Session.prepare` hashes
-the request under its test id, `replay` / `miss` + `miss_plan` answer from the store, and
-live answers are relayed to the client chunk by chunk *as they arrive* while a copy is
-collected for `arecord`. Bodies reach the client decoded (no `content-encoding`), exactly
-as replay hands them back, unless the encoding is one this process cannot decode: then the
-bytes and the header pass as they came, in both modes.
+The proxy calls the engine directly (it never patches HTTP clients): `Session.decide` makes
+the decision for the request under its test id, replays and misses are answered from the
+decision's plan, and live answers are relayed to the client chunk by chunk *as they
+arrive* while a copy is collected for `arecord`. Bodies reach the client decoded (no
+`content-encoding`), exactly as replay hands them back, unless the encoding is one this
+process cannot decode: then the bytes and the header pass as they came, in both modes.
 
 A recording is written before the client sees the end of its response, so a client that has
 read a whole response may rely on the file being there, and a graceful shutdown (which
@@ -15,7 +15,6 @@ waits for in-flight responses) never loses a write.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,11 +22,12 @@ from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx2
 
-from hashreplay.core.errors import RecordingError
-from hashreplay.core.mode import Mode
-from hashreplay.engine.http import LiveBody
-from hashreplay.engine.session import IncomingRequest, Prepared, ReplayPlan, Session
-from hashreplay.server.responses import ProxyError, Receive, Responder, end_to_end
+from hashreplay.core.errors import ProxyError
+from hashreplay.engine.decision import Miss, Record, Replay
+from hashreplay.engine.http import IncomingRequest, LiveBody, ReplayPlan
+from hashreplay.engine.keying import Prepared
+from hashreplay.engine.session import Session
+from hashreplay.server.responses import Receive, Responder, end_to_end
 from hashreplay.server.settings import ServeSettings, Upstream
 
 logger = logging.getLogger("hashreplay.serve")
@@ -93,42 +93,19 @@ class Forwarder:
     async def handle(self, request: ProxyRequest, reply: Responder, receive: Receive) -> None:
         session = self.session
         incoming = IncomingRequest(request.method, request.url, request.headers, request.body)
-        prep = session.prepare(incoming, test_id=request.test_id)
-        if not prep.mode.intercepts:
-            session.note_passthrough()
+        decision = session.decide(incoming, test_id=request.test_id)
+        if isinstance(decision, Replay):
+            await self._answer(request, decision.plan(), reply)
+        elif isinstance(decision, Miss):
+            # The client gets the report now; nothing (no pytest) would collect it later.
+            session.take_misses(decision.prep.test_id)
+            logger.warning("%s", decision.error.report)
+            hint = MISS_HINT.format(mode=decision.prep.mode.value)
+            await self._answer(request, decision.plan(hint), reply)
+        elif isinstance(decision, Record):
+            await self._relay(request, reply, receive, decision.prep)
+        else:
             await self._relay(request, reply, receive, None)
-            return
-        if prep.mode.may_replay:
-            plan = self._replay(prep)
-            if plan is not None:
-                await self._answer(request, plan, reply)
-                return
-        await self._relay(request, reply, receive, prep)
-
-    # --- replay ------------------------------------------------------------------------------
-
-    def _replay(self, prep: Prepared) -> ReplayPlan | None:
-        try:
-            plan = self.session.replay(prep)
-        except RecordingError as problem:
-            return self._miss(prep, problem)
-        if plan is None and prep.mode is Mode.REPLAY:
-            return self._miss(prep)
-        return plan
-
-    def _miss(self, prep: Prepared, problem: RecordingError | None = None) -> ReplayPlan:
-        session = self.session
-        miss = session.miss(prep, problem)
-        # The client gets the report now; nothing (no pytest) would collect it later.
-        session.take_misses(prep.test_id)
-        logger.warning("%s", miss.report)
-        plan = session.miss_plan(miss)
-        payload = json.loads(b"".join(plan.chunks))
-        payload["error"]["hint"] = MISS_HINT.format(mode=prep.mode.value)
-        body = json.dumps(payload).encode()
-        headers = [(k, v) for k, v in plan.headers if k.lower() != "content-length"]
-        headers.append(("content-length", str(len(body))))
-        return ReplayPlan(plan.status, headers, [body], False)
 
     async def _answer(self, request: ProxyRequest, plan: ReplayPlan, reply: Responder) -> None:
         if plan.status is None:

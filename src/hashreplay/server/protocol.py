@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import socket
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from hashreplay.core.errors import error_body
 
 BAD_REQUEST_MESSAGE = (
     "malformed HTTP request: hashreplay serve could not parse it as HTTP/1.1 ({detail}); "
@@ -22,8 +23,7 @@ BAD_REQUEST_MESSAGE = (
 
 def bad_request_body(detail: str) -> bytes:
     message = BAD_REQUEST_MESSAGE.format(detail=detail.rstrip("."))
-    error = {"message": message, "type": "hashreplay_bad_request", "code": "bad_request"}
-    return json.dumps({"error": error}).encode()
+    return error_body(message, "hashreplay_bad_request", "bad_request")
 
 
 class JsonErrorH11Protocol(H11Protocol):

@@ -7,6 +7,8 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
+from hashreplay.core.errors import ProxyError
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -45,21 +47,6 @@ def encode_header(value: str) -> bytes:
         return value.encode("latin-1")
     except UnicodeEncodeError:
         return value.encode("utf-8")
-
-
-class ProxyError(Exception):
-    """A request the proxy answers with a JSON error of its own (never a crash)."""
-
-    def __init__(self, status: int, code: str, message: str, *, retry: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.retry = retry
-
-    def body(self) -> bytes:
-        error = {"message": self.message, "type": f"hashreplay_{self.code}", "code": self.code}
-        return json.dumps({"error": error}).encode()
 
 
 class Responder:

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from hashreplay.core.errors import SettingsError, UnknownUpstream
+
 #: Environment variable that carries the settings to the app factory in each worker.
 SETTINGS_ENV = "HASHREPLAY_SERVE_SETTINGS"
 #: Paths under this prefix are the proxy's own endpoints, never forwarded.
@@ -29,23 +31,6 @@ _NAMED_SPEC = re.compile(r"([^=:/?#]+)=(.*)", re.DOTALL)
 _EXAMPLE = (
     "e.g. --upstream https://api.openai.com or --upstream anthropic=https://api.anthropic.com"
 )
-
-
-class SettingsError(ValueError):
-    """An invalid `hashreplay serve` option; the message names the option and the value."""
-
-
-class UnknownUpstream(LookupError):
-    """A request path that matches no `--upstream NAME=URL` prefix and there is no default."""
-
-    def __init__(self, path: str, settings: ServeSettings) -> None:
-        self.path = path
-        prefixes = ", ".join(u.prefix for u in settings.upstreams if u.name is not None)
-        super().__init__(
-            f"no upstream for path {path!r}: it starts with none of the configured prefixes "
-            f"({prefixes}) and there is no default upstream; call one of those prefixes, or "
-            "start hashreplay serve with a bare --upstream URL as the default"
-        )
 
 
 @dataclass(frozen=True)
@@ -168,7 +153,7 @@ class ServeSettings:
             return upstream, "/" + rest
         default = self.default_upstream
         if default is None and self.named:
-            raise UnknownUpstream(path, self)
+            raise UnknownUpstream(path, [u.prefix for u in self.upstreams if u.name is not None])
         return default, path if path.startswith("/") else "/" + path
 
     def to_json(self) -> str:

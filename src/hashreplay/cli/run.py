@@ -1,0 +1,60 @@
+"""What every `hashreplay` command is handed (`Run`), and the exit codes they return."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from hashreplay.cli.console import Console
+from hashreplay.core.config import Config
+from hashreplay.core.errors import RecordingError
+from hashreplay.maintenance.files import Loaded, default_paths, find_recordings, load
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+
+
+class Run:
+    """What every command gets: its arguments, the console and the project configuration."""
+
+    def __init__(self, args: argparse.Namespace, console: Console, config: Config) -> None:
+        self.args = args
+        self.console = console
+        self.config = config
+        self.unreadable = 0
+        self._cwd = Path.cwd().resolve()
+
+    def show_path(self, path: Path) -> str:
+        """A path relative to the working directory when it is below it."""
+        try:
+            return str(path.resolve().relative_to(self._cwd))
+        except ValueError:
+            return str(path)
+
+    def files(self, paths: Sequence[Path] | None = None) -> list[Path]:
+        return find_recordings(paths or default_paths(self.config), self.config.common_dir)
+
+    def load_all(self, paths: Sequence[Path], label: str) -> list[Loaded]:
+        """Every readable file; each unreadable one is reported, skipped and counted."""
+        loaded: list[Loaded] = []
+        for path in self.console.progress(paths, label):
+            try:
+                loaded.append(load(path))
+            except RecordingError as exc:
+                self.report_unreadable(path, exc)
+        return loaded
+
+    def report_unreadable(self, path: Path, exc: RecordingError) -> None:
+        self.unreadable += 1
+        self.console.error(
+            f"{self.show_path(path)}: unreadable: {exc.problem}; skipped, left unchanged"
+        )
+
+    @property
+    def status(self) -> int:
+        return EXIT_PROBLEMS if self.unreadable else EXIT_OK
+
+
+Command = Callable[[Run], int]

@@ -1,0 +1,155 @@
+"""Keying: a request as it is stored and hashed, and the file name it gets (docs/design.md
+"The key").
+
+`Keyer.request` redacts a live request, normalises its body (mapping ids the test received
+earlier back to their stable form) and `Keyer.key_of` hashes it: the one place the naming
+rule is applied, to live requests here and to stored ones by `hashreplay verify`/`rehash`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hashreplay.core.bodies import encode_request_body
+from hashreplay.core.config import Config
+from hashreplay.core.constants import CALL_METHOD, KEY_VERSION, RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.diff import request_difference
+from hashreplay.core.errors import HashReplayWarning
+from hashreplay.core.key import MODEL_LIST_SUFFIXES, endpoint_of, is_model_list, request_hash
+from hashreplay.core.mode import Mode
+from hashreplay.core.normalise import (
+    KEPT_REQUEST_HEADERS,
+    RequestRules,
+    filter_headers,
+    normalise_request_body,
+)
+from hashreplay.core.recording import RecordedRequest, Recording
+from hashreplay.core.redact import Redactor
+from hashreplay.core.typed import jsonable_arg
+from hashreplay.core.volatile import compile_patterns
+from hashreplay.engine.http import IncomingRequest
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request after redaction and normalisation, with its hash and where it belongs."""
+
+    test_id: str | None
+    mode: Mode
+    hash: str
+    shared: bool
+    request: RecordedRequest
+
+
+class Keyer:
+    """How requests are redacted, normalised and named under one configuration."""
+
+    def __init__(self, config: Config) -> None:
+        self.redactor = Redactor(config.redact_keys)
+        self.rules = RequestRules(
+            ignore_body_keys=config.ignore_body_keys,
+            volatile=compile_patterns(config.volatile_patterns),
+        )
+        self.match_headers = tuple(config.match_headers)
+        self.model_list_suffixes = (*MODEL_LIST_SUFFIXES, *config.model_list_endpoints)
+        # hashreplay's own headers are never stored (nor hashed through match_headers)
+        self.kept_request_headers = (
+            KEPT_REQUEST_HEADERS | frozenset(config.match_headers) | self.redactor.keys
+        ) - {TEST_ID_HEADER.lower(), RUN_HEADER.lower()}
+
+    def request(
+        self, incoming: IncomingRequest, id_map: Mapping[str, str] | None
+    ) -> RecordedRequest:
+        """An HTTP request as stored and hashed (docs/design.md "The key", "Secrets")."""
+        redactor = self.redactor
+        raw_body, encoding = encode_request_body(incoming.content, incoming.header("content-type"))
+        body = self.body(raw_body, id_map)
+        model = body.get("model") if isinstance(body, dict) else None
+        return RecordedRequest(
+            method=incoming.method.upper(),
+            url=redactor.url(incoming.url),
+            endpoint=endpoint_of(incoming.url, redactor.is_query_secret),
+            headers=filter_headers(incoming.headers, self.kept_request_headers, redactor.header),
+            body=body,
+            body_encoding=encoding,
+            model=model if isinstance(model, str) else None,
+        )
+
+    def call(
+        self,
+        name: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        id_map: Mapping[str, str] | None,
+    ) -> RecordedRequest:
+        """A call-layer call as a request: `CALL <name>` with its arguments (pydantic models
+        and dataclasses dumped, `self` already excluded) redacted and normalised like a body."""
+        raw = {"args": [jsonable_arg(a) for a in args], "kwargs": jsonable_arg(dict(kwargs))}
+        body = self.body(raw, id_map)
+        model = body["kwargs"].get("model")
+        return RecordedRequest(
+            method=CALL_METHOD,
+            url=f"call:{name}",
+            endpoint=name,
+            body=body,
+            model=model if isinstance(model, str) else None,
+        )
+
+    def body(self, raw: Any, id_map: Mapping[str, str] | None) -> Any:
+        """A body as hashed and stored: redacted, then normalised with the ids this test
+        received earlier mapped to their stable form."""
+        return normalise_request_body(self.redactor.value(raw), self.rules, id_map)
+
+    def key_of(self, request: RecordedRequest, test_id: str | None) -> tuple[str, bool]:
+        """The hash that names the file of `request` made by `test_id`, and whether it is a
+        shared model list."""
+        is_call = request.method == CALL_METHOD
+        shared = not is_call and is_model_list(
+            request.method, request.endpoint, self.model_list_suffixes
+        )
+        match = (
+            {name: request.headers.get(name) for name in self.match_headers}
+            if self.match_headers and not is_call
+            else None
+        )
+        hash_hex = request_hash(
+            request.method, request.endpoint, request.body, test_id, headers=match, shared=shared
+        )
+        return hash_hex, shared
+
+
+def check_name(path: Path, recording: Recording, prep: Prepared) -> None:
+    """Warn when a file found by its name holds another request (edited by hand, or named by
+    other rules): replay still uses it, and `hashreplay verify` lists every such file."""
+    stored = recording.request
+    if (
+        recording.key_version == KEY_VERSION
+        and recording.test_id == prep.test_id
+        and stored.body == prep.request.body
+        and stored.endpoint == prep.request.endpoint
+        and stored.method == prep.request.method
+    ):
+        return  # the common case, at C speed: no field-by-field walk
+    if recording.key_version != KEY_VERSION:
+        problem = (
+            f"it was named by key_version {recording.key_version}, this hashreplay uses "
+            f"{KEY_VERSION}; run `hashreplay rehash` to re-key the store"
+        )
+    elif recording.test_id != prep.test_id:
+        problem = f"it stores test id {recording.test_id!r}, not {prep.test_id!r}"
+    else:
+        diff = request_difference(stored, prep.request)
+        if diff is None:
+            return
+        problem = f"its stored request differs ({diff.describe()}): was it edited by hand?"
+    warnings.warn(
+        HashReplayWarning(
+            f"recording {path} no longer matches its name: {problem}. It is still replayed; "
+            "`hashreplay verify` lists every such file"
+        ),
+        stacklevel=2,
+    )

@@ -1,0 +1,139 @@
+"""Per-test state: each test's mode, run id, identical-request sequences, the ids it received,
+its misses, and the files it used; and the run's counters.
+
+One lock guards all of it: adapters call in from threads and event loops at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hashreplay.core.errors import ReplayMiss
+from hashreplay.core.mode import Mode
+from hashreplay.core.normalise import IdRegistry
+from hashreplay.core.recording import RecordedResponse
+
+
+@dataclass
+class Stats:
+    replayed: int = 0
+    recorded: int = 0
+    missed: int = 0
+    passed_through: int = 0
+
+    def merge(self, other: Stats) -> None:
+        self.replayed += other.replayed
+        self.recorded += other.recorded
+        self.missed += other.missed
+        self.passed_through += other.passed_through
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "replayed": self.replayed,
+            "recorded": self.recorded,
+            "missed": self.missed,
+            "passed_through": self.passed_through,
+        }
+
+
+@dataclass
+class RecordedSequence:
+    """The responses of one hash within one test run, and their id registry."""
+
+    responses: list[RecordedResponse]
+    ids: IdRegistry
+    path: Path
+    calls: int = 0
+
+
+@dataclass
+class TestState:
+    mode: Mode | None = None
+    #: identifies this execution of the test (sent to servers under test)
+    run_id: str | None = None  # made on first use: most tests never call a server
+    sequences: dict[str, RecordedSequence] = field(default_factory=dict)
+    #: original → stable ids this test received while recording (never written).
+    id_map: dict[str, str] = field(default_factory=dict)
+    misses: list[ReplayMiss] = field(default_factory=list)
+
+
+class Tests:
+    """Every test's state, by test id (None: requests outside any test)."""
+
+    def __init__(self, default_mode: Mode) -> None:
+        self.default_mode = default_mode
+        self.lock = threading.RLock()
+        self.stats = Stats()
+        #: recording files each test id used (replayed or wrote), for `hashreplay prune`
+        self.usage: dict[str | None, set[Path]] = {}
+        self._tests: dict[str | None, TestState] = {}
+
+    def begin(self, test_id: str | None, mode: Mode | None = None) -> None:
+        with self.lock:
+            self._tests[test_id] = TestState(mode=mode)
+
+    def set_mode(self, test_id: str | None, mode: Mode) -> None:
+        with self.lock:
+            self.state(test_id).mode = mode
+
+    def mode_for(self, test_id: str | None) -> Mode:
+        state = self._tests.get(test_id)
+        if state is not None and state.mode is not None:
+            return state.mode
+        return self.default_mode
+
+    def run_id_for(self, test_id: str | None) -> str:
+        with self.lock:
+            state = self.state(test_id)
+            if state.run_id is None:
+                state.run_id = uuid.uuid4().hex
+            return state.run_id
+
+    def enter_run(self, test_id: str | None, run_id: str | None) -> None:
+        """A new run id of a test starts it afresh (its identical-request counters and id
+        mappings), as `begin` does in-process."""
+        if run_id is None:
+            return
+        with self.lock:
+            state = self._tests.get(test_id)
+            if state is None or state.run_id != run_id:
+                self._tests[test_id] = TestState(run_id=run_id)
+
+    def end(self, test_id: str | None) -> list[ReplayMiss]:
+        """Forget a test's state; returns the misses it had."""
+        with self.lock:
+            state = self._tests.pop(test_id, None)
+        return state.misses if state else []
+
+    def take_misses(self, test_id: str | None) -> list[ReplayMiss]:
+        with self.lock:
+            state = self._tests.get(test_id)
+            if state is None or not state.misses:
+                return []
+            misses, state.misses = state.misses, []
+            return misses
+
+    def state(self, test_id: str | None) -> TestState:
+        """The state of a test, made on first use (callers hold the lock)."""
+        state = self._tests.get(test_id)
+        if state is None:
+            state = self._tests[test_id] = TestState()
+        return state
+
+    def id_map(self, test_id: str | None) -> dict[str, str] | None:
+        """A copy of the ids this test received while recording, or None."""
+        state = self._tests.get(test_id)
+        return dict(state.id_map) if state is not None and state.id_map else None
+
+    def recorded_count(self, test_id: str | None, hash_hex: str) -> int:
+        with self.lock:
+            state = self._tests.get(test_id)
+            seq = state.sequences.get(hash_hex) if state else None
+            return len(seq.responses) if seq else 0
+
+    def use(self, test_id: str | None, *paths: Path) -> None:
+        """Note files a test used (callers hold the lock)."""
+        self.usage.setdefault(test_id, set()).update(paths)
