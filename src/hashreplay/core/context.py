@@ -57,3 +57,22 @@ def inside_call() -> Iterator[None]:
         yield
     finally:
         _in_call.reset(token)
+
+
+_adapter_io: ContextVar[bool] = ContextVar("hashreplay_adapter_io", default=False)
+
+
+def in_adapter_io() -> bool:
+    """True while an adapter sends a request the engine decided on (record, live,
+    passthrough): the network guard lets its connections through."""
+    return _adapter_io.get()
+
+
+@contextmanager
+def adapter_io() -> Iterator[None]:
+    """Mark the connections made inside as handled by an adapter (not for the guard)."""
+    token = _adapter_io.set(True)
+    try:
+        yield
+    finally:
+        _adapter_io.reset(token)
