@@ -1,4 +1,4 @@
-"""ASGI middleware for a server under test (DESIGN.md §8).
+"""ASGI middleware for a server under test (docs/design.md §8).
 
     import hashreplay
     from hashreplay.asgi import TestIdMiddleware

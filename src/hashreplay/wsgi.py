@@ -1,4 +1,4 @@
-"""WSGI middleware for a server under test (DESIGN.md §8): the WSGI twin of
+"""WSGI middleware for a server under test (docs/design.md §8): the WSGI twin of
 `hashreplay.asgi.TestIdMiddleware`.
 
     import hashreplay

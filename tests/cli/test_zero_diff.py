@@ -1,4 +1,4 @@
-"""Re-recording unchanged behaviour is a zero-line git diff (DESIGN.md §4, §5).
+"""Re-recording unchanged behaviour is a zero-line git diff (docs/design.md §4, §5).
 
 A temporary project records a suite through the openai SDK against the fake upstream, commits
 it to its own git repository, re-records everything against the same upstream (which mints

@@ -1,4 +1,4 @@
-"""The engine's one decision per request (docs/design.md "The decision"), as a table: each
+"""The engine's one decision per request (docs/design.md §11), as a table: each
 mode by a recording present, absent, exhausted or unreadable, by a model list, by a passthrough
 URL; plus record-mode truncation, reads that see queued writes, staging that redacts whatever
 it is handed, and a failed background write that fails the run."""

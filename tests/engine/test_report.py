@@ -1,4 +1,4 @@
-"""The miss report (DESIGN.md §6) for each case, with the exact field paths printed."""
+"""The miss report (docs/design.md §6) for each case, with the exact field paths printed."""
 
 from __future__ import annotations
 

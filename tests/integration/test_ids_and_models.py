@@ -1,4 +1,4 @@
-"""Stable ids across turns and shared model lists (DESIGN.md §3), with the real openai SDK."""
+"""Stable ids across turns and shared model lists (docs/design.md §3), with the real openai SDK."""
 
 from __future__ import annotations
 

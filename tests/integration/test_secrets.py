@@ -1,4 +1,4 @@
-"""No secret ever reaches a byte under the recordings directory (DESIGN.md §7), wherever it
+"""No secret ever reaches a byte under the recordings directory (docs/design.md §7), wherever it
 is placed, and a recording made with one key replays with another."""
 
 from __future__ import annotations

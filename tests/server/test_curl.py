@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(
 
 TEST_ID = "client/chat.test.sh::chat and stream"
 SECRET = "sk-curl-0123456789abcdefghijklmnop"
-#: What the normaliser replaces (DESIGN.md §5): ids, timestamps, the fingerprint, and the
+#: What the normaliser replaces (docs/design.md §5): ids, timestamps, the fingerprint, and the
 #: random `obfuscation` padding of stream chunks.
 VOLATILE = ("id", "created", "system_fingerprint", "obfuscation")
 

@@ -1,4 +1,4 @@
-"""`hashreplay.core.config`: `[tool.hashreplay]` validation and mode precedence (DESIGN.md §1, §9)."""
+"""`hashreplay.core.config`: `[tool.hashreplay]` validation and mode precedence (docs/design.md §1, §9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`hashreplay.core.key`: the request hash and model-list naming (DESIGN.md §3, contract).
+"""`hashreplay.core.key`: the request hash and model-list naming (docs/design.md §3, contract).
 
 The golden hashes below guard the contract: if one changes, every existing recording is
 orphaned, so the change needs a KEY_VERSION bump and a `hashreplay rehash`.

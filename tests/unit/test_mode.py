@@ -1,4 +1,4 @@
-"""`hashreplay.core.mode.Mode`: the four modes (DESIGN.md §1)."""
+"""`hashreplay.core.mode.Mode`: the four modes (docs/design.md §1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`hashreplay.core.redact.Redactor`: secrets by key and by value shape (DESIGN.md §7, contract)."""
+"""`hashreplay.core.redact.Redactor`: secrets by key and by value shape (docs/design.md §7, contract)."""
 
 from __future__ import annotations
 

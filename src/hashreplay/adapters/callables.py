@@ -1,4 +1,4 @@
-"""The call layer (DESIGN.md §2): record and replay named Python callables.
+"""The call layer (docs/design.md §2): record and replay named Python callables.
 
 `[tool.hashreplay] callables = ["pkg.mod:Class.method", "pkg.mod:function"]`, or
 `hashreplay.record_callable(...)`, wraps a target so that each call is hashed by its

@@ -41,7 +41,7 @@ class ModeSource(str, Enum):
 
 
 class Config(BaseModel):
-    """The validated `[tool.hashreplay]` table (DESIGN.md §9)."""
+    """The validated `[tool.hashreplay]` table (docs/design.md §9)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
 

@@ -1,24 +1,24 @@
-"""Every string and number that users and their scripts rely on (DESIGN.md contract) lives here."""
+"""Every string and number that users and their scripts rely on (docs/design.md) lives here."""
 
 from __future__ import annotations
 
 from typing import Final
 
-#: Environment variable that selects the mode (DESIGN.md §1).
+#: Environment variable that selects the mode (docs/design.md §1).
 MODE_ENV: Final = "INFERENCE_MODE"
 #: pytest command-line option that selects the mode; wins over the environment.
 MODE_OPTION: Final = "--inference-mode"
-#: Environment variable naming the project root outside pytest (DESIGN.md §9).
+#: Environment variable naming the project root outside pytest (docs/design.md §9).
 ROOT_ENV: Final = "HASHREPLAY_ROOT"
-#: Header that carries the pytest test id to a server under test (DESIGN.md §8).
+#: Header that carries the pytest test id to a server under test (docs/design.md §8).
 TEST_ID_HEADER: Final = "X-HashReplay-Test-Id"
 #: Header that identifies one execution of a test, so a long-running server under test (or
 #: `hashreplay serve`) can tell a re-run of the same test from more calls of the same run.
 RUN_HEADER: Final = "X-HashReplay-Run"
-#: What every redacted secret is replaced with (DESIGN.md §7).
+#: What every redacted secret is replaced with (docs/design.md §7).
 SECRET_PLACEHOLDER: Final = "[secret removed]"
 
-#: Version of the recording file layout; a reader refuses any other (DESIGN.md §4).
+#: Version of the recording file layout; a reader refuses any other (docs/design.md §4).
 FORMAT_VERSION: Final = 1
 #: Version of the normalising and hashing rules that name a file. Bump it whenever the same
 #: request would hash differently, and re-key stores with `hashreplay rehash`.
@@ -27,14 +27,14 @@ KEY_VERSION: Final = 1
 #: The `method` of call-layer recordings (their `endpoint` is the target's name).
 CALL_METHOD: Final = "CALL"
 
-#: Name of the per-suite and common recordings directories (DESIGN.md §4).
+#: Name of the per-suite and common recordings directories (docs/design.md §4).
 RECORDINGS_DIRNAME: Final = "recordings"
 #: Where hashreplay keeps files for itself (usage logs, caches), under the project root.
 STATE_DIRNAME: Final = ".hashreplay"
-#: Prefix of shared model-list recordings (DESIGN.md §3).
+#: Prefix of shared model-list recordings (docs/design.md §3).
 MODEL_LIST_PREFIX: Final = "models-"
 
-#: Prefix of the stable ids that replace volatile response ids (DESIGN.md §5).
+#: Prefix of the stable ids that replace volatile response ids (docs/design.md §5).
 STABLE_ID_PREFIX: Final = "rec-"
 #: What string timestamps (`created_at: "2025-…"`) are replaced with.
 FIXED_EPOCH: Final = "1970-01-01T00:00:00.000000Z"
@@ -42,7 +42,7 @@ FIXED_EPOCH: Final = "1970-01-01T00:00:00.000000Z"
 #: Marks the test id of a class-, module- or session-scoped fixture: `<file>::[fixture]<name>`.
 FIXTURE_MARK: Final = "::[fixture]"
 
-#: The command a user runs to fill in a missing recording (DESIGN.md §6).
+#: The command a user runs to fill in a missing recording (docs/design.md §6).
 RECORD_COMMAND: Final = "INFERENCE_MODE=record-if-missing pytest {nodeid}"
 
 #: Status and headers of the answer to a replay miss: not retried by the OpenAI/Anthropic

@@ -1,4 +1,4 @@
-"""The request hash (docs/design.md "The key", contract).
+"""The request hash (docs/design.md §3, contract).
 
 `xxh3_128` hex of the canonical JSON (orjson, sorted keys) of method, endpoint, normalised
 body and test id. A changed hash for the same request is a contract break: golden hashes are

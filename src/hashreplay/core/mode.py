@@ -1,4 +1,4 @@
-"""The four modes (DESIGN.md §1) as a closed set whose parse error lists the valid values."""
+"""The four modes (docs/design.md §1) as a closed set whose parse error lists the valid values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""File names in the store (docs/design.md "Store layout", contract): the one module that
+"""File names in the store (docs/design.md §4): the one module that
 composes and reads them.
 
 A recording is `<hash>.json`; a shared model list is `models-<hash>-<digest>.json`, where the

@@ -1,4 +1,4 @@
-"""Request and response normalisers (DESIGN.md §3, §5).
+"""Request and response normalisers (docs/design.md §3, §5).
 
 The request normaliser makes semantically equal requests byte-equal before hashing; the
 response normaliser replaces per-call values (ids, timestamps, durations) before writing, so

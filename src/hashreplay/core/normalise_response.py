@@ -1,4 +1,4 @@
-"""The response normaliser (docs/design.md "Response normalisation"): volatile ids, times and
+"""The response normaliser (docs/design.md §5): volatile ids, times and
 durations in a body or in stream payloads replaced by stable values before writing."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def normalise_response(
     where: str = "response.body",
     known_ids: Mapping[str, str] | None = None,
 ) -> RecordedResponse:
-    """Apply the response normaliser (DESIGN.md §5) to a body or to stream payloads."""
+    """Apply the response normaliser (docs/design.md §5) to a body or to stream payloads."""
     rewrite = not model_list
     if response.is_streaming and response.stream_format is not None:
         fmt = StreamFormat(response.stream_format)

@@ -1,4 +1,4 @@
-"""The recording file format (DESIGN.md §4, contract) as validated models.
+"""The recording file format (docs/design.md §4, contract) as validated models.
 
 A file holds one request (as normalised and hashed, so its name can always be recomputed)
 and the ordered responses that identical requests of one test received: `response` is the

@@ -1,4 +1,4 @@
-"""Secret redaction (DESIGN.md §7): by key, recursively, and by value shape.
+"""Secret redaction (docs/design.md §7): by key, recursively, and by value shape.
 
 Runs before anything is written and on every incoming request before hashing, so a
 recording made with one key replays with another or with none. It cannot be switched off;

@@ -1,4 +1,4 @@
-"""The content-addressed store (DESIGN.md §4, contract).
+"""The content-addressed store (docs/design.md §4, contract).
 
 One request = one `<hash>.json` beside the test that made it (`tests/a/b/recordings/`), with
 the common directory as fallback. Reads fail closed with a `RecordingError` naming the file

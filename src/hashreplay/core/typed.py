@@ -1,4 +1,4 @@
-"""Typed values to and from JSON (DESIGN.md §2): pydantic models, exceptions, containers.
+"""Typed values to and from JSON (docs/design.md §2): pydantic models, exceptions, containers.
 
 A pydantic model is stored as `{"__type__": "<module>.<QualName>", "__data__": {...}}` and
 rebuilt as the same class. A recording must never be able to import arbitrary code: a type

@@ -1,4 +1,4 @@
-"""The one record/replay decision per request (docs/design.md "The decision").
+"""The one record/replay decision per request (docs/design.md §11).
 
 Adapters and the proxy hand the engine a request and get one of these values back; they only
 carry it out (I/O):

@@ -1,5 +1,4 @@
-"""Keying: a request as it is stored and hashed, and the file name it gets (docs/design.md
-"The key").
+"""Keying: a request as it is stored and hashed, and the file name it gets (docs/design.md §3).
 
 `Keyer.request` redacts a live request, normalises its body (mapping ids the test received
 earlier back to their stable form) and `Keyer.key_of` hashes it: the one place the naming
@@ -64,7 +63,7 @@ class Keyer:
     def request(
         self, incoming: IncomingRequest, id_map: Mapping[str, str] | None
     ) -> RecordedRequest:
-        """An HTTP request as stored and hashed (docs/design.md "The key", "Secrets")."""
+        """An HTTP request as stored and hashed (docs/design.md §3, §7)."""
         redactor = self.redactor
         raw_body, encoding = encode_request_body(incoming.content, incoming.header("content-type"))
         body = self.body(raw_body, id_map)

@@ -1,4 +1,4 @@
-"""What a client receives on a replay miss (docs/design.md "The miss report"): a prompt error
+"""What a client receives on a replay miss (docs/design.md §6): a prompt error
 response that carries the report and that no SDK retries (`x-should-retry: false`, a 4xx that
 plain clients do not retry either)."""
 

@@ -1,4 +1,4 @@
-"""The replay miss report (DESIGN.md §6, contract).
+"""The replay miss report (docs/design.md §6, contract).
 
 Built only on a miss, so the common path pays nothing: the nearest recording is searched
 lazily among the files of the test's directory and the common directory.

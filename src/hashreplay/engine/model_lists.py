@@ -1,4 +1,4 @@
-"""Shared model lists (docs/design.md "Model lists"): one file per model set in the common
+"""Shared model lists (docs/design.md §3): one file per model set in the common
 directory, and on replay every matching file merged into one answer (union by model id)."""
 
 from __future__ import annotations

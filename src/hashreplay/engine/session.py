@@ -1,7 +1,7 @@
 """The engine's front door: one `Session` per pytest run, server process or proxy.
 
 It wires the parts together and makes the one record/replay decision per request
-(docs/design.md "The decision"): `decide` / `decide_call` return a `Decision`; the front end
+(docs/design.md §11): `decide` / `decide_call` return a `Decision`; the front end
 carries it out and hands a live outcome back to `record` / `arecord`. Keying, the store view,
 per-test state and staging each live in their own module; this one never imports an HTTP
 client.

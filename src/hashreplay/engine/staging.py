@@ -1,5 +1,5 @@
 """Staging: every response on its way to a file is redacted, reduced and normalised here,
-whatever a front end hands in (docs/design.md "Secrets", "Response normalisation").
+whatever a front end hands in (docs/design.md §7, §5).
 
 A live HTTP exchange (`LiveExchange`) is turned into its stored form; a response built by the
 call layer (`RecordedResponse`) is redacted again here, so no caller can write a secret by

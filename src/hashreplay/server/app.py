@@ -1,4 +1,4 @@
-"""The ASGI app behind `hashreplay serve`: a record/replay HTTP proxy (DESIGN.md §8).
+"""The ASGI app behind `hashreplay serve`: a record/replay HTTP proxy (docs/design.md §8).
 
 Plain ASGI (no framework): lifespan, the proxy's own `/__hashreplay/health` and
 `/__hashreplay/stats`, and for every other path: route to an upstream by prefix, read the

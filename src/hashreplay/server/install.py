@@ -1,4 +1,5 @@
-"""`hashreplay.install()` / `hashreplay.uninstall()`: interception in any process (DESIGN.md §8).
+"""`hashreplay.install()` / `hashreplay.uninstall()`: interception in any process
+(docs/design.md §8).
 
 A server under test calls `install()` once at start-up: the configuration comes from the
 environment (`INFERENCE_MODE`, `HASHREPLAY_ROOT` or the working directory, `[tool.hashreplay]`
@@ -7,7 +8,7 @@ process makes through `httpx2`/`httpx` goes through one `Session`. The test id o
 comes from the context, which `hashreplay.asgi.TestIdMiddleware` (or the WSGI one) sets from
 the `X-HashReplay-Test-Id` header.
 
-This is a front end (DESIGN.md §10): the adapters are imported only when `install()` runs,
+This is a front end (docs/design.md §10): the adapters are imported only when `install()` runs,
 so `import hashreplay` stays free of HTTP clients.
 """
 
