@@ -1,4 +1,4 @@
-"""Re-apply the response normaliser to recordings (docs/design.md §5), e.g. after its rules improved.
+"""Re-apply the response normaliser to recordings (docs/design.md §5) after its rules improved.
 
     python scripts/normalize_recordings.py [--dry-run] [PATHS...]
 
