@@ -4,7 +4,7 @@ process-wide fallback, so calls from threads an SDK starts still find their test
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Final
 
@@ -41,38 +41,45 @@ def test_context(test_id: str | None) -> Iterator[None]:
 test_context.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
-_in_call: ContextVar[bool] = ContextVar("hashreplay_in_call", default=False)
+class _Flag:
+    """A context-local on/off flag, set for the duration of a `with` block."""
+
+    def __init__(self, name: str) -> None:
+        self._var: ContextVar[bool] = ContextVar(name, default=False)
+
+    def is_set(self) -> bool:
+        return self._var.get()
+
+    @contextmanager
+    def set(self) -> Iterator[None]:
+        token = self._var.set(True)
+        try:
+            yield
+        finally:
+            self._var.reset(token)
+
+
+_in_call = _Flag("hashreplay_in_call")
+_adapter_io = _Flag("hashreplay_adapter_io")
 
 
 def in_call() -> bool:
     """True while a recorded call-layer target runs live: the HTTP it makes underneath is
     part of that call's recording and is not recorded a second time."""
-    return _in_call.get()
+    return _in_call.is_set()
 
 
-@contextmanager
-def inside_call() -> Iterator[None]:
-    token = _in_call.set(True)
-    try:
-        yield
-    finally:
-        _in_call.reset(token)
-
-
-_adapter_io: ContextVar[bool] = ContextVar("hashreplay_adapter_io", default=False)
+def inside_call() -> AbstractContextManager[None]:
+    """Run a call-layer target's live body (its HTTP is not recorded on its own)."""
+    return _in_call.set()
 
 
 def in_adapter_io() -> bool:
     """True while an adapter sends a request the engine decided on (record, live,
     passthrough): the network guard lets its connections through."""
-    return _adapter_io.get()
+    return _adapter_io.is_set()
 
 
-@contextmanager
-def adapter_io() -> Iterator[None]:
+def adapter_io() -> AbstractContextManager[None]:
     """Mark the connections made inside as handled by an adapter (not for the guard)."""
-    token = _adapter_io.set(True)
-    try:
-        yield
-    finally:
-        _adapter_io.reset(token)
+    return _adapter_io.set()
