@@ -17,15 +17,19 @@ from hashreplay import adapters
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import FIXTURE_MARK, MODE_ENV, MODE_OPTION
 from hashreplay.core.context import process_test_id, set_process_test_id, test_context
-from hashreplay.core.errors import ConfigError, RecordingError
+from hashreplay.core.errors import ConfigError, RecordingError, ReplayFailure
 from hashreplay.core.mode import Mode
 from hashreplay.engine.session import Session, Stats
 from hashreplay.engine.usage_log import UsageCollector
+from hashreplay.keyless import Placeholders
 from hashreplay.pytest_usage import UsageTracker, finish_usage, merge_worker_usage
 
 SESSION_KEY = pytest.StashKey[Session]()
 WORKER_STATS_KEY = pytest.StashKey[Stats]()
 USAGE_KEY = pytest.StashKey[UsageCollector]()
+PLACEHOLDERS_KEY = pytest.StashKey[Placeholders]()
+#: connections that nothing recorded, reported by xdist workers (label -> openers)
+UNRECORDED_KEY = pytest.StashKey[dict[str, set[str]]]()
 _MODES = ", ".join(m.value for m in Mode)
 
 
@@ -61,9 +65,13 @@ def pytest_configure(config: pytest.Config) -> None:
     session = Session(settings, write_behind=True)
     config.stash[SESSION_KEY] = session
     config.stash[WORKER_STATS_KEY] = Stats()
+    config.stash[UNRECORDED_KEY] = {}
+    placeholders = config.stash[PLACEHOLDERS_KEY] = Placeholders(settings)
+    placeholders.apply(settings.mode)
     try:
         adapters.activate(session)
     except ConfigError as exc:
+        placeholders.remove()
         raise pytest.UsageError(f"hashreplay: {exc}") from None
 
 
@@ -74,6 +82,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if session is not None:
         with contextlib.suppress(RecordingError):  # reported at session finish already
             session.close()
+    placeholders = config.stash.get(PLACEHOLDERS_KEY, None)
+    if placeholders is not None:
+        placeholders.remove()
 
 
 def _flush_recordings(session: pytest.Session, hr: Session) -> None:
@@ -113,6 +124,7 @@ def pytest_runtest_protocol(
     finally:
         set_process_test_id(None)
         session.end_test(item.nodeid)
+        item.config.stash[PLACEHOLDERS_KEY].apply(session.config.mode)
 
 
 def fixture_test_id(fixturedef: pytest.FixtureDef[Any]) -> str:
@@ -159,6 +171,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         raise pytest.UsageError(f"hashreplay: {item.nodeid}: {exc}") from None
     if mode is not None:
         session.set_test_mode(item.nodeid, mode)
+        # placeholder keys only while replaying: a test marked record uses the real ones
+        item.config.stash[PLACEHOLDERS_KEY].apply(mode)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -172,7 +186,8 @@ def pytest_runtest_makereport(
     misses = session.take_misses(item.nodeid)
     if misses:
         text = "\n\n".join(miss.report for miss in misses)
-        if report.failed and report.longrepr is not None:
+        own = call.excinfo.value if call.excinfo is not None else None
+        if report.failed and report.longrepr is not None and not isinstance(own, ReplayFailure):
             text += (
                 f"\n\n--- the test's own failure, likely caused by the miss ---\n{report.longrepr}"
             )
@@ -188,6 +203,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
     if hr is not None and workeroutput is not None:  # a pytest-xdist worker
         workeroutput["hashreplay_stats"] = hr.stats.as_dict()
+        workeroutput["hashreplay_unrecorded"] = {
+            label: sorted(openers) for label, openers in hr.connections.unrecorded.items()
+        }
     finish_usage(session, SESSION_KEY, USAGE_KEY)
 
 
@@ -197,6 +215,11 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     stats = getattr(node, "workeroutput", {}).get("hashreplay_stats")
     if stats:
         node.config.stash[WORKER_STATS_KEY].merge(Stats(**stats))
+    unrecorded = node.config.stash[UNRECORDED_KEY]
+    for label, openers in (
+        getattr(node, "workeroutput", {}).get("hashreplay_unrecorded", {}).items()
+    ):
+        unrecorded.setdefault(label, set()).update(openers)
     merge_worker_usage(node, USAGE_KEY)
 
 
@@ -214,6 +237,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if stats.passed_through:
         line += f"; {stats.passed_through} passed through"
     terminalreporter.write_line(line)
+    connections = session.connections
+    for label, openers in config.stash[UNRECORDED_KEY].items():
+        connections.unrecorded.setdefault(label, set()).update(openers)
+    unrecorded = connections.summary()
+    if unrecorded:
+        terminalreporter.write_line(f"hashreplay: {unrecorded}", yellow=True)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

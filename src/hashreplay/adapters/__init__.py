@@ -19,9 +19,10 @@ active_session = _state.active_session
 def activate(session: Session) -> None:
     """Intercept httpx/httpx2 and patch the configured call-layer targets. A bad
     `callables` entry raises a ConfigError naming it, and nothing stays patched."""
-    from hashreplay.adapters import callables, httpx
+    from hashreplay.adapters import callables, httpx, network_guard
 
     httpx.install(session)
+    network_guard.install(session)
     try:
         callables.patch_callables(session.config.callables)
     except BaseException:
@@ -30,7 +31,8 @@ def activate(session: Session) -> None:
 
 
 def deactivate() -> None:
-    from hashreplay.adapters import callables, httpx
+    from hashreplay.adapters import callables, httpx, network_guard
 
+    network_guard.uninstall()
     callables.unpatch_callables()
     httpx.uninstall()

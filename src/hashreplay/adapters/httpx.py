@@ -21,6 +21,7 @@ from typing import Any
 
 from hashreplay.adapters import _state
 from hashreplay.core.constants import TEST_ID_HEADER
+from hashreplay.core.context import adapter_io
 from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
 from hashreplay.engine.http import IncomingRequest, LiveBody, LiveExchange, ReplayPlan
 from hashreplay.engine.keying import Prepared
@@ -135,13 +136,14 @@ def _handle_sync(
         return streams.response(decision.plan(), request, is_async=False)
     if isinstance(decision, Passthrough):
         _add_headers(request, decision)
-    if not isinstance(decision, Record):
-        return original(self, request)
-    try:
-        response = original(self, request)
-    except streams.module.TransportError as exc:
-        session.record(decision.prep, LiveExchange(None, [], [], exception=exc))
-        raise
+    with adapter_io():
+        if not isinstance(decision, Record):
+            return original(self, request)
+        try:
+            response = original(self, request)
+        except streams.module.TransportError as exc:
+            session.record(decision.prep, LiveExchange(None, [], [], exception=exc))
+            raise
     return streams.recording(response, session, decision.prep, is_async=False)
 
 
@@ -154,13 +156,14 @@ async def _handle_async(
         return streams.response(decision.plan(), request, is_async=True)
     if isinstance(decision, Passthrough):
         _add_headers(request, decision)
-    if not isinstance(decision, Record):
-        return await original(self, request)
-    try:
-        response = await original(self, request)
-    except streams.module.TransportError as exc:
-        await session.arecord(decision.prep, LiveExchange(None, [], [], exception=exc))
-        raise
+    with adapter_io():
+        if not isinstance(decision, Record):
+            return await original(self, request)
+        try:
+            response = await original(self, request)
+        except streams.module.TransportError as exc:
+            await session.arecord(decision.prep, LiveExchange(None, [], [], exception=exc))
+            raise
     return streams.recording(response, session, decision.prep, is_async=True)
 
 

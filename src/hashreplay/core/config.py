@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hashreplay.core.constants import MODE_ENV, MODE_OPTION, RECORDINGS_DIRNAME, ROOT_ENV
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.mode import Mode
+from hashreplay.core.network import BlockNetwork
 from hashreplay.core.volatile import compile_patterns
 
 if sys.version_info >= (3, 11):
@@ -58,6 +59,13 @@ class Config(BaseModel):
     volatile_patterns: tuple[str, ...] = ()
     #: Extra path endings of model-list calls (`GET`), besides `/models`, `/api/tags`, `/api/ps`.
     model_list_endpoints: tuple[str, ...] = ()
+    #: Which connections no adapter handled fail a replay-mode test (docs/design.md §12).
+    block_network: BlockNetwork = BlockNetwork.NON_LOOPBACK
+    #: Hosts (`name`, `name:port` or an address) such connections may reach all the same.
+    allowed_hosts: tuple[str, ...] = ()
+    #: Placeholder key variables in replay mode: true (the defaults), false, or a table of
+    #: `NAME = "value"` added to the defaults (`""` leaves a default out).
+    replay_env: bool | dict[str, str] = True
 
     # Filled in by load_config, never read from the file.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
@@ -68,6 +76,11 @@ class Config(BaseModel):
     @classmethod
     def _parse_mode(cls, value: object) -> Mode:
         return Mode.parse(value)
+
+    @field_validator("block_network", mode="before")
+    @classmethod
+    def _parse_block(cls, value: object) -> BlockNetwork:
+        return BlockNetwork.parse(value)
 
     @field_validator("match_headers", "keep_response_headers", mode="after")
     @classmethod

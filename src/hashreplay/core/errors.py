@@ -28,14 +28,26 @@ class RecordingError(HashReplayError):
         super().__init__(f"{where}: {problem}")
 
 
-class ReplayMiss(HashReplayError):
+class ReplayFailure(HashReplayError):
+    """Something a replay-mode test needed could not be served offline; the test fails with
+    `report`, even when the code under test caught the error."""
+
+    def __init__(self, report: str, *, test_id: str | None) -> None:
+        self.report = report
+        self.test_id = test_id
+        super().__init__(report)
+
+
+class ReplayMiss(ReplayFailure):
     """A request had no recording in replay mode. Its message is the full miss report."""
 
     def __init__(self, report: str, *, test_id: str | None, request_hash: str) -> None:
-        self.report = report
-        self.test_id = test_id
         self.request_hash = request_hash
-        super().__init__(report)
+        super().__init__(report, test_id=test_id)
+
+
+class NetworkBlocked(ReplayFailure):
+    """A replay-mode test opened a connection that no adapter handled (the network guard)."""
 
 
 class SettingsError(HashReplayError, ValueError):

@@ -16,12 +16,13 @@ from typing import Any
 from hashreplay.core.config import Config
 from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import current_test_id, in_call
-from hashreplay.core.errors import RecordingError, ReplayMiss
+from hashreplay.core.errors import RecordingError, ReplayFailure, ReplayMiss
 from hashreplay.core.mode import Mode
 from hashreplay.core.normalise import KEPT_RESPONSE_HEADERS
 from hashreplay.core.recording import RecordedRequest, RecordedResponse
 from hashreplay.core.store import Store
 from hashreplay.core.writer import BackgroundWriter
+from hashreplay.engine.connections import Connections
 from hashreplay.engine.decision import Decision, Live, Miss, Passthrough, Record, Replay
 from hashreplay.engine.http import IncomingRequest
 from hashreplay.engine.keying import Keyer, Prepared
@@ -54,6 +55,8 @@ class Session:
         self.usage = self.tests.usage
         kept = KEPT_RESPONSE_HEADERS | frozenset(config.keep_response_headers)
         self.recorder = Recorder(self.tests, self.view, self.redactor, kept)
+        #: connections that no adapter handled (the network guard reports them here)
+        self.connections = Connections(config, self.tests)
         self._passthrough = tuple(config.passthrough)
 
     # --- tests ----------------------------------------------------------------------------
@@ -65,11 +68,11 @@ class Session:
         """Run one test in another mode (the `hashreplay` marker), keeping its state."""
         self.tests.set_mode(test_id, mode)
 
-    def end_test(self, test_id: str | None) -> list[ReplayMiss]:
+    def end_test(self, test_id: str | None) -> list[ReplayFailure]:
         """Forget a test's state; returns the misses it had (the plugin fails the test)."""
         return self.tests.end(test_id)
 
-    def take_misses(self, test_id: str | None) -> list[ReplayMiss]:
+    def take_misses(self, test_id: str | None) -> list[ReplayFailure]:
         return self.tests.take_misses(test_id)
 
     def run_id_for(self, test_id: str | None) -> str:

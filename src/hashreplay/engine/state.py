@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hashreplay.core.errors import ReplayMiss
+from hashreplay.core.errors import ReplayFailure
 from hashreplay.core.mode import Mode
 from hashreplay.core.normalise import IdRegistry
 from hashreplay.core.recording import RecordedResponse
@@ -57,7 +57,7 @@ class TestState:
     sequences: dict[str, RecordedSequence] = field(default_factory=dict)
     #: original → stable ids this test received while recording (never written).
     id_map: dict[str, str] = field(default_factory=dict)
-    misses: list[ReplayMiss] = field(default_factory=list)
+    misses: list[ReplayFailure] = field(default_factory=list)
 
 
 class Tests:
@@ -102,13 +102,13 @@ class Tests:
             if state is None or state.run_id != run_id:
                 self._tests[test_id] = TestState(run_id=run_id)
 
-    def end(self, test_id: str | None) -> list[ReplayMiss]:
+    def end(self, test_id: str | None) -> list[ReplayFailure]:
         """Forget a test's state; returns the misses it had."""
         with self.lock:
             state = self._tests.pop(test_id, None)
         return state.misses if state else []
 
-    def take_misses(self, test_id: str | None) -> list[ReplayMiss]:
+    def take_misses(self, test_id: str | None) -> list[ReplayFailure]:
         with self.lock:
             state = self._tests.get(test_id)
             if state is None or not state.misses:
