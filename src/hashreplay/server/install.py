@@ -20,12 +20,14 @@ import threading
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.engine.session import Session
+from hashreplay.keyless import Placeholders
 
 logger = logging.getLogger("hashreplay")
 
 _lock = threading.Lock()
 #: The session `install()` created (and `uninstall()` removes), or None.
 _installed: list[Session | None] = [None]
+_placeholders: list[Placeholders | None] = [None]
 
 
 def install() -> Session:
@@ -46,9 +48,13 @@ def install() -> Session:
         active = adapters.active_session()
         if active is not None:
             return active
-        session = Session(load_config())
+        config = load_config()
+        session = Session(config)
         adapters.activate(session)
+        placeholders = Placeholders(config)
+        placeholders.apply(config.mode)  # keyless replay for the server's own SDK clients
         _installed[0] = session
+        _placeholders[0] = placeholders
         return session
 
 
@@ -62,6 +68,9 @@ def uninstall() -> None:
         if session is None:
             return
         _installed[0] = None
+        placeholders, _placeholders[0] = _placeholders[0], None
+        if placeholders is not None:
+            placeholders.remove()
         from hashreplay import adapters
 
         if adapters.active_session() is session:
