@@ -37,7 +37,9 @@ def test_after_a_marked_test_placeholders_are_back():
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     for name in (*DEFAULT_REPLAY_ENV, "MY_KEY", "INFERENCE_MODE"):
         monkeypatch.delenv(name, raising=False)
-    pytester.makepyprojecttoml('[tool.pytest.ini_options]\naddopts = "-p no:hypothesispytest"\n')
+    pytester.makepyprojecttoml(
+        '[tool.pytest.ini_options]\naddopts = "-p no:hypothesispytest -p no:asyncio"\n'
+    )
     pytester.makepyfile(test_app=APP)
     return pytester
 
@@ -58,7 +60,7 @@ def test_no_placeholders_outside_replay(project: pytest.Pytester, mode: str) -> 
 
 def test_replay_env_false_switches_it_off(project: pytest.Pytester) -> None:
     project.makepyprojecttoml(
-        '[tool.pytest.ini_options]\naddopts = "-p no:hypothesispytest"\n'
+        '[tool.pytest.ini_options]\naddopts = "-p no:hypothesispytest -p no:asyncio"\n'
         "[tool.hashreplay]\nreplay_env = false\n"
     )
     project.runpytest("-k", "needs_no_key").assert_outcomes(failed=1, deselected=2)
@@ -66,7 +68,7 @@ def test_replay_env_false_switches_it_off(project: pytest.Pytester) -> None:
 
 def test_replay_env_table_extends_the_defaults(project: pytest.Pytester) -> None:
     project.makepyprojecttoml(
-        '[tool.pytest.ini_options]\naddopts = "-p no:hypothesispytest"\n'
+        '[tool.pytest.ini_options]\naddopts = "-p no:hypothesispytest -p no:asyncio"\n'
         '[tool.hashreplay]\nreplay_env = { MY_KEY = "mine", AWS_DEFAULT_REGION = "" }\n'
     )
     run = project.runpytest("-s", "-k", "needs_no_key")
