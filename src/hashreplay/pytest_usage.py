@@ -10,7 +10,6 @@ import pytest
 
 from hashreplay.engine.session import Session
 from hashreplay.engine.usage_log import RunUsage, UsageCollector, relative, write_usage
-from hashreplay.maintenance.prune import prune_project
 
 
 class UsageTracker:
@@ -131,6 +130,8 @@ def finish_usage(
 
 
 def _prune(engine: Session, run: RunUsage) -> list[str]:
+    from hashreplay.maintenance.prune import prune_project  # only with --hashreplay-prune
+
     root = engine.config.root
     result = prune_project(engine.config, run, dry_run=False)
     lines = [

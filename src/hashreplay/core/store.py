@@ -149,7 +149,7 @@ class Store:
     def __init__(self, root: Path, common_dir: Path) -> None:
         self.root = root.resolve()
         self.common_dir = common_dir.resolve()
-        self._dirs: dict[str | None, Path] = {}
+        self._dirs: dict[str | None, Path] = {}  # test file -> its recordings directory
 
     def dir_for(self, test_id: str | None) -> Path:
         """`tests/a/b/test_x.py::test_y[p]` → `<root>/tests/a/b/recordings`.
@@ -157,15 +157,17 @@ class Store:
         Requests outside any test, and node ids that would resolve outside the project root
         (`..`, absolute paths), go to the common directory.
         """
-        found = self._dirs.get(test_id)
+        # cached by the test's file, not its id: every test of a module shares one entry,
+        # so a suite pays one `Path.resolve` per test file, not per test
+        file_part = test_id.split("::", 1)[0] if test_id else None
+        found = self._dirs.get(file_part)
         if found is None:
-            found = self._dirs[test_id] = self._resolve_dir(test_id)
+            found = self._dirs[file_part] = self._resolve_dir(file_part)
         return found
 
-    def _resolve_dir(self, test_id: str | None) -> Path:
-        if not test_id:
+    def _resolve_dir(self, file_part: str | None) -> Path:
+        if not file_part:
             return self.common_dir
-        file_part = test_id.split("::", 1)[0]
         if not file_part or "\x00" in file_part or Path(file_part).is_absolute():
             return self.common_dir
         candidate = (self.root / file_part).parent / RECORDINGS_DIRNAME

@@ -9,6 +9,7 @@ it which recordings are unused.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -184,9 +185,20 @@ class UsageCollector:
         test.passthrough = test.passthrough or passed_through > start or not mode.intercepts
 
     def add_files(self, usage: Mapping[str | None, Iterable[Path]], root: Path) -> None:
-        """Take the engine's `Session.usage` (test id → files it used)."""
+        """Take the engine's `Session.usage` (test id → files it used). The engine's paths
+        are resolved already (the store resolves its directories once), so names come from
+        string operations against the resolved root, not a `resolve` per file."""
+        prefix = str(root.resolve()) + os.sep
+        cut = len(prefix)
+
+        def name(path: Path) -> str:
+            text = str(path)
+            if text.startswith(prefix):
+                return text[cut:].replace(os.sep, "/")
+            return relative(path, root)
+
         for test_id, paths in usage.items():
-            names = {relative(p, root) for p in paths}
+            names = {name(p) for p in paths}
             if test_id is None or test_id not in self.piece.tests:
                 # Outside any test, or a test id a server received that pytest did not run
                 # here: nobody's unused files, so always counted as used.
