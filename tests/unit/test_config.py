@@ -13,10 +13,12 @@ from hashreplay.core.mode import Mode
 
 MODES_LISTED = "replay, record-if-missing, record, live"
 VALID_KEYS = (
+    "blob_threshold",
     "callables",
     "ignore_body_keys",
     "keep_response_headers",
     "match_headers",
+    "max_body_bytes",
     "mode",
     "model_list_endpoints",
     "passthrough",

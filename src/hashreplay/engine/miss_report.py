@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from hashreplay.core.constants import FIXTURE_MARK, MODEL_LIST_PREFIX, RECORD_COMMAND
 from hashreplay.core.diff import Difference, count_differences, first_difference
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.store import read_recording
 
 if TYPE_CHECKING:
     from hashreplay.core.recording import RecordedRequest, Recording
@@ -53,7 +52,7 @@ def _candidates(session: Session, prep: Prepared) -> tuple[list[_Candidate], int
                 continue
             seen.add(path)
             try:
-                recording = read_recording(path)
+                recording = session.store.read(path)
             except (RecordingError, OSError):
                 continue
             same_test = recording.test_id == prep.test_id

@@ -39,7 +39,7 @@ from hashreplay.core.normalise import (
 )
 from hashreplay.core.recording import RecordedRequest, RecordedResponse, Recording, new_recording
 from hashreplay.core.redact import Redactor
-from hashreplay.core.store import Store, dump_recording, parse_recording
+from hashreplay.core.store import Store
 from hashreplay.core.typed import jsonable_arg
 from hashreplay.core.volatile import compile_patterns
 from hashreplay.core.writer import BackgroundWriter
@@ -129,7 +129,7 @@ class Session:
         """`write_behind`: write recordings on a background thread (the pytest plugin does),
         so recording costs the caller no disk latency; call `flush()` before reading files."""
         self.config = config
-        self.store = store or Store(config.root, config.common_dir)
+        self.store = store or Store.from_config(config)
         self.writer = BackgroundWriter() if write_behind else None
         self.redactor = Redactor(config.redact_keys)
         self.rules = RequestRules(
@@ -394,7 +394,7 @@ class Session:
         path, recording = self._stage(prep, response)
         if recording is not None:
             if self.writer is not None:
-                self.writer.submit(path, dump_recording(recording))
+                self.writer.submit(path, self.store.dump(recording))
             else:
                 self.store.write(path, recording)
         return path
@@ -403,7 +403,7 @@ class Session:
         path, recording = self._stage(prep, response)
         if recording is not None:
             if self.writer is not None:
-                self.writer.submit(path, dump_recording(recording))
+                self.writer.submit(path, self.store.dump(recording))
             else:
                 await self.store.awrite(path, recording)
         return path
@@ -425,7 +425,7 @@ class Session:
                 path = directory / f"{hash_hex}.json"
                 content = self.writer.pending.get(path)
                 if content is not None:
-                    return path, parse_recording(content, path)
+                    return path, self.store.parse(content, path)
         return self.store.read_first(test_id, hash_hex)
 
     def _model_list_paths(self, prep: Prepared) -> list[Path]:
@@ -437,7 +437,7 @@ class Session:
 
     def _read_any(self, path: Path) -> Recording:
         content = self.writer.pending.get(path) if self.writer is not None else None
-        return parse_recording(content, path) if content is not None else self.store.read(path)
+        return self.store.parse(content, path) if content is not None else self.store.read(path)
 
     def _stage(self, prep: Prepared, response: RecordedResponse) -> tuple[Path, Recording | None]:
         if prep.shared:

@@ -31,7 +31,7 @@ from hashreplay.core.errors import HashReplayError, RecordingError
 from hashreplay.core.key import model_ids, model_list_filename
 from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_request_body
 from hashreplay.core.recording import Recording
-from hashreplay.core.store import dumps, parse_recording, write_bytes_atomic
+from hashreplay.core.store import Store, dumps, parse_recording, write_bytes_atomic
 from hashreplay.engine.session import Session, normalise_response
 
 #: Directories never searched for recordings.
@@ -131,13 +131,14 @@ class Loaded:
         return self.path.name.startswith(MODEL_LIST_PREFIX)
 
 
-def load(path: Path) -> Loaded:
-    """Read and validate one file; every problem is a `RecordingError` naming the file."""
+def load(path: Path, store: Store | None = None) -> Loaded:
+    """Read and validate one file; every problem is a `RecordingError` naming the file.
+    Blob references are resolved (and checked) through `store`; `raw` keeps them as stored."""
     try:
         content = path.read_bytes()
     except OSError as exc:
         raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
-    recording = parse_recording(content, path)
+    recording = parse_recording(content, path) if store is None else store.parse(content, path)
     raw = orjson.loads(content)
     return Loaded(path, content, raw, recording)
 
@@ -301,8 +302,9 @@ def renormalised(loaded: Loaded, rules: Rules) -> dict[str, Any] | None:
     return data
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    write_like(path, dumps(data), path)
+def write_json(path: Path, data: dict[str, Any], store: Store) -> None:
+    """Write a recording's JSON as `store` stores it (large values as blob references)."""
+    write_like(path, store.dump_data(data), path)
 
 
 def write_like(path: Path, content: bytes, like: Path) -> None:
