@@ -63,7 +63,7 @@ def _reader(run: Run) -> Reader:
         return read_ogx
     from hashreplay.maintenance.import_vcr import vcr_reader
 
-    return vcr_reader(test_id=args.test_id, hosts=tuple(args.host))
+    return vcr_reader(root=run.config.root, test_id=args.test_id, hosts=tuple(args.host))
 
 
 def import_recordings(run: Run) -> int:
@@ -88,7 +88,10 @@ def _print(run: Run, report: ImportReport, sources: int) -> None:
     for source, path in report.imported:
         run.console.line(f"{'Would import' if dry else 'Imported'}: {source} -> {show(path)}")
     for skipped in report.skipped:
-        run.console.error(f"skipped: {skipped.source}: {skipped.reason}")
+        if skipped.fatal:
+            run.console.error(f"skipped: {skipped.source}: {skipped.reason}")
+        else:
+            run.console.line(f"Filtered: {skipped.source}: {skipped.reason}")
     for path in report.kept:
         run.console.error(
             f"kept: {show(path)} exists and differs from the import; use --overwrite to replace it"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hashreplay.core.config import Config
-from hashreplay.core.constants import BLOBS_DIRNAME
+from hashreplay.core.constants import BLOBS_DIRNAME, RECORDINGS_DIRNAME
 from hashreplay.core.context import test_context
 from hashreplay.core.errors import HashReplayError
 from hashreplay.core.mode import Mode
@@ -27,6 +27,7 @@ from hashreplay.core.recording import RecordedResponse
 from hashreplay.core.store import write_bytes_atomic
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session
+from hashreplay.maintenance.files import SKIP_DIRS
 
 
 class UnreadableSource(HashReplayError):
@@ -58,6 +59,8 @@ class Entry:
 class Skipped:
     source: str
     reason: str
+    #: False for what was left out on purpose (`--host`): it does not fail the import
+    fatal: bool = True
 
 
 @dataclass(frozen=True)
@@ -86,18 +89,21 @@ class ImportReport:
 
     @property
     def ok(self) -> bool:
-        return not self.skipped and not self.kept
+        return not any(s.fatal for s in self.skipped) and not self.kept
 
 
 def source_files(paths: Iterable[Path], suffixes: Sequence[str]) -> list[Path]:
-    """Files named on the command line, and files with one of `suffixes` under directories."""
+    """Files named on the command line, and files with one of `suffixes` under directories,
+    leaving out hashreplay's own recordings directories, hidden files and `SKIP_DIRS`."""
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
             found.extend(
                 p
                 for p in sorted(path.rglob("*"))
-                if p.is_file() and p.name.lower().endswith(tuple(suffixes))
+                if p.is_file()
+                and p.name.lower().endswith(tuple(suffixes))
+                and not _left_out(p.relative_to(path))
             )
         elif path.exists():
             found.append(path)
@@ -105,6 +111,13 @@ def source_files(paths: Iterable[Path], suffixes: Sequence[str]) -> list[Path]:
             msg = f"no such file or directory: {path}"
             raise UnreadableSource(msg)
     return sorted(dict.fromkeys(found))
+
+
+def _left_out(relative: Path) -> bool:
+    return any(
+        part.startswith(".") or part in SKIP_DIRS or part == RECORDINGS_DIRNAME
+        for part in relative.parts
+    )
 
 
 def run_import(
