@@ -7,9 +7,13 @@ from __future__ import annotations
 import json
 import os
 
+import openai
 import pytest
 
+from hashreplay import Mode, test_context
 from hashreplay.cli.main import main
+from hashreplay.core.errors import BodyTooLarge
+from tests.conftest import Recorder
 from tests.fakes.upstream import FakeUpstream
 
 pytest_plugins = ["pytester"]
@@ -121,3 +125,24 @@ def test_prune_deletes_only_unreferenced_blobs(
     assert not stray.exists()
     assert kept.exists()
     assert "(no recording refers to this blob)" in out
+
+
+def test_a_body_over_the_ceiling_fails_the_call_through_the_sdk_without_retries(
+    recorder: Recorder, upstream: FakeUpstream
+) -> None:
+    recorder.start(Mode.RECORD, max_body_bytes=100)
+    client = openai.OpenAI(base_url=f"{upstream.url}/v1", api_key="sk-none")  # retries on
+    test_id = "tests/test_a.py::test_big"
+    with test_context(test_id), pytest.raises(BodyTooLarge) as info:
+        client.chat.completions.create(
+            model="gpt-fake-1", messages=[{"role": "user", "content": "x" * 200}]
+        )
+    assert str(info.value).startswith(
+        f"hashreplay: not recorded: the request body of {upstream.url}/v1/chat/completions "
+        f"in test {test_id} is "
+    )
+    assert "raise it in [tool.hashreplay] of pyproject.toml (max_body_bytes = 512)" in str(
+        info.value
+    )
+    assert len(upstream.calls) == 1
+    assert recorder.files() == []
