@@ -248,6 +248,19 @@ class Store:
     def dump_data(self, data: dict[str, Any]) -> bytes:
         """The bytes of a recording's JSON as stored: bodies over `max_body_bytes` refused,
         large values written to blobs first (atomically, once), references in their place."""
+        content = dumps(data)
+        if len(content) > self.max_body_bytes:  # no body is larger than the whole file
+            self._check_sizes(data)
+        if len(content) <= self.blob_threshold:
+            return content  # no single string can be over the threshold
+        stored, blobs = split_blobs(data, self.blob_threshold)
+        for digest, raw in sorted(blobs.items()):
+            path = self.blob_path(digest)
+            if not path.exists():
+                write_bytes_atomic(path, raw)
+        return dumps(stored) if blobs else content
+
+    def _check_sizes(self, data: dict[str, Any]) -> None:
         for where, size in body_sizes(data):
             if size > self.max_body_bytes:
                 request = data.get("request")
@@ -259,15 +272,6 @@ class Store:
                     size=size,
                     limit=self.max_body_bytes,
                 )
-        content = dumps(data)
-        if len(content) <= self.blob_threshold:
-            return content  # no single string can be over the threshold
-        stored, blobs = split_blobs(data, self.blob_threshold)
-        for digest, raw in sorted(blobs.items()):
-            path = self.blob_path(digest)
-            if not path.exists():
-                write_bytes_atomic(path, raw)
-        return dumps(stored) if blobs else content
 
     def dump(self, recording: Recording) -> bytes:
         return self.dump_data(recording.to_json_dict())
