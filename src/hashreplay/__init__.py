@@ -17,6 +17,7 @@ from hashreplay.core.constants import (
 from hashreplay.core.context import current_test_id, test_context
 from hashreplay.core.diff import Difference, first_difference
 from hashreplay.core.errors import (
+    BodyTooLarge,
     ConfigError,
     HashReplayError,
     HashReplayWarning,
@@ -40,6 +41,7 @@ __all__ = [
     "KEY_VERSION",
     "SECRET_PLACEHOLDER",
     "TEST_ID_HEADER",
+    "BodyTooLarge",
     "Config",
     "ConfigError",
     "Difference",
