@@ -7,6 +7,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hashreplay import Session, load_config, request_hash
 from hashreplay.core.blobs import (
@@ -210,3 +212,18 @@ def test_reading_a_file_or_blob_over_the_limit_is_a_recording_error(tmp_path: Pa
     blob_limit = Store(tmp_path, tmp_path / "recordings", max_body_bytes=10_000)
     with pytest.raises(RecordingError, match=r"blob .* the blob is \d+ bytes, over max_body"):
         blob_limit.read(path)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=12,
+)
+
+
+@given(body=_json, response=_json)
+def test_split_then_join_gives_back_any_body(body: object, response: object) -> None:
+    data = {"request": {"body": body}, "response": {"body": response}, "test_id": "t"}
+    stored, blobs = split_blobs(data, threshold=8)
+    assert all(len(raw) > 8 for raw in blobs.values())
+    assert join_blobs(stored, lambda ref: blobs[ref.digest]) == data
