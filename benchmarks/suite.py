@@ -219,8 +219,9 @@ def run_scenario(
                 runs.cpu.append(cpu)
                 runs.wall.append(wall)
 
-    # replay with the upstream gone: a request that escapes fails the run
-    env = {"BENCH_URL": "http://127.0.0.1:9", "INFERENCE_MODE": "replay"}
+    # replay with the upstream gone (same URL: vcrpy matches on host and port): a request
+    # that escapes fails the run
+    env = {"BENCH_URL": env["BENCH_URL"], "INFERENCE_MODE": "replay"}
     variants = {
         "floor (MockTransport)": ({"BENCH_FLOOR": "1"}, only(None), None),
         "hashreplay (replay)": ({}, only("hashreplay"), None),
@@ -236,6 +237,7 @@ def run_scenario(
         ),
     }
     # the record rounds each started from an empty store: record hashreplay's once more
+    # (against a new fake: the host and port are not part of hashreplay's key)
     with fake_upstream() as fake:
         shutil.rmtree(project / "tests" / "recordings", ignore_errors=True)
         pytest_run(

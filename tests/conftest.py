@@ -6,6 +6,7 @@ from pathlib import Path
 import httpcore  # noqa: F401
 import httpcore2  # noqa: F401
 import pytest
+import yaml  # noqa: F401
 
 from hashreplay import Mode
 from hashreplay.adapters import httpx as httpx_adapter
@@ -17,7 +18,8 @@ from tests.guards import ConnectGuard
 # httpx/httpx2 import httpcore lazily, inside their transports. In-process pytester runs
 # restore sys.modules afterwards, so a first import inside one of them would leave later
 # tests with a second copy of httpcore whose exceptions the transports no longer map.
-# Importing both here puts them in pytester's baseline.
+# Importing both here puts them in pytester's baseline. The same holds for PyYAML (its C
+# loader keeps the first copy's classes), which vcrpy imports inside pytester runs.
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from hashreplay.core.context import current_test_id, test_context
 from hashreplay.core.errors import (
+    BodyTooLarge,
     ConfigError,
     HashReplayError,
     HashReplayWarning,
@@ -57,6 +58,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree no
     __version__ = "0.0.0"
 
 __all__ = [
+    "BodyTooLarge",
     "ConfigError",
     "HashReplayError",
     "HashReplayWarning",

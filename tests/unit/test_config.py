@@ -13,15 +13,20 @@ from hashreplay.core.mode import Mode
 
 MODES_LISTED = "replay, record-if-missing, record, live"
 VALID_KEYS = (
+    "allowed_hosts",
+    "blob_threshold",
+    "block_network",
     "callables",
     "ignore_body_keys",
     "keep_response_headers",
     "match_headers",
+    "max_body_bytes",
     "mode",
     "model_list_endpoints",
     "passthrough",
     "recordings_dir",
     "redact_keys",
+    "replay_env",
     "volatile_patterns",
 )
 

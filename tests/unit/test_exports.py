@@ -12,6 +12,7 @@ import hashreplay
 #: What users call. Internals (Session, Store, Redactor, request_hash, …) stay importable
 #: from their own modules but are not promised.
 PUBLIC = {
+    "BodyTooLarge",
     "ConfigError",
     "HashReplayError",
     "HashReplayWarning",
@@ -54,7 +55,7 @@ def test_every_exported_name_exists(name: str) -> None:
 
 
 def test_errors_share_one_root() -> None:
-    for name in ("ConfigError", "RecordingError", "ReplayMiss"):
+    for name in ("BodyTooLarge", "ConfigError", "RecordingError", "ReplayMiss"):
         assert issubclass(getattr(hashreplay, name), hashreplay.HashReplayError)
 
 

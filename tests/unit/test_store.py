@@ -61,6 +61,10 @@ def make_recording(text: str = "hello", test_id: str | None = NODE, **extra: Any
     )
 
 
+#: A store for files outside any project (these recordings are too small for blobs).
+PLAIN = Store(Path("/nonexistent-project"), Path("/nonexistent-project/recordings"))
+
+
 def valid_bytes() -> bytes:
     return dump_recording(make_recording())
 
@@ -164,10 +168,10 @@ def found_path(store: Store, test_id: str | None, hash_hex: str) -> Path | None:
 def test_read_first_prefers_the_test_dir_then_common(store: Store) -> None:
     assert found_path(store, NODE, HASH) is None
     common = store.common_dir / f"{HASH}.json"
-    Store.write(common, make_recording("common", test_id=None))
+    PLAIN.write(common, make_recording("common", test_id=None))
     assert found_path(store, NODE, HASH) == common
     own = store.path_for(NODE, HASH)
-    Store.write(own, make_recording("own"))
+    PLAIN.write(own, make_recording("own"))
     assert found_path(store, NODE, HASH) == own
     assert found_path(store, None, HASH) == common
     assert found_path(store, NODE, "f" * 32) is None
@@ -184,7 +188,7 @@ def test_read_first_refuses_a_directory_named_like_a_recording(store: Store) -> 
 def test_write_creates_directories(store: Store, root: Path) -> None:
     path = store.path_for(NODE, HASH)
     assert not (root / "tests").exists()
-    Store.write(path, make_recording())
+    PLAIN.write(path, make_recording())
     assert path.is_file()
 
 
@@ -222,8 +226,8 @@ def test_model_list_paths(store: Store) -> None:
 def test_write_read_round_trip(tmp_path: Path) -> None:
     recording = make_recording()
     path = tmp_path / "r" / f"{HASH}.json"
-    Store.write(path, recording)
-    assert Store.read(path) == recording
+    PLAIN.write(path, recording)
+    assert PLAIN.read(path) == recording
 
 
 def test_round_trip_with_streams_exceptions_and_later_responses(tmp_path: Path) -> None:
@@ -244,8 +248,8 @@ def test_round_trip_with_streams_exceptions_and_later_responses(tmp_path: Path) 
         update={"response": stream, "later_responses": [failure, binary]}
     )
     path = tmp_path / f"{HASH}.json"
-    Store.write(path, recording)
-    back = Store.read(path)
+    PLAIN.write(path, recording)
+    back = PLAIN.read(path)
     assert back == recording
     assert back.responses == [stream, failure, binary]
     assert back.response.stream_format is StreamFormat.SSE
@@ -258,7 +262,7 @@ def test_unknown_fields_are_kept(tmp_path: Path) -> None:
     data["request"]["future_field"] = [1, 2]
     path = tmp_path / f"{HASH}.json"
     path.write_bytes(dumps(data))
-    back = Store.read(path)
+    back = PLAIN.read(path)
     assert orjson.loads(dump_recording(back)) == data
 
 
@@ -267,9 +271,9 @@ def test_same_recording_same_bytes(tmp_path: Path) -> None:
     b = dump_recording(make_recording())
     assert a == b
     path = tmp_path / f"{HASH}.json"
-    Store.write(path, make_recording())
+    PLAIN.write(path, make_recording())
     first = path.read_bytes()
-    Store.write(path, Store.read(path))
+    PLAIN.write(path, PLAIN.read(path))
     assert path.read_bytes() == first == a
 
 
@@ -307,9 +311,9 @@ def test_file_holds_the_contract_fields() -> None:
 async def test_async_read_write_round_trip(tmp_path: Path) -> None:
     recording = make_recording()
     path = tmp_path / "deep" / "dir" / f"{HASH}.json"
-    await Store.awrite(path, recording)
+    await PLAIN.awrite(path, recording)
     assert path.read_bytes() == dump_recording(recording)
-    assert await Store.aread(path) == recording
+    assert await PLAIN.aread(path) == recording
     assert [p.name for p in path.parent.iterdir()] == [f"{HASH}.json"]
 
 
@@ -317,19 +321,19 @@ async def test_async_read_errors_name_the_file(tmp_path: Path) -> None:
     path = tmp_path / f"{HASH}.json"
     path.write_bytes(b"")
     with pytest.raises(RecordingError) as info:
-        await Store.aread(path)
+        await PLAIN.aread(path)
     assert str(path) in str(info.value)
     assert info.value.path == path
 
 
 async def test_async_read_missing_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
-        await Store.aread(tmp_path / "missing.json")
+        await PLAIN.aread(tmp_path / "missing.json")
 
 
 def test_read_missing_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
-        Store.read(tmp_path / "missing.json")
+        PLAIN.read(tmp_path / "missing.json")
 
 
 # --- reading fails closed --------------------------------------------------------------------
@@ -389,7 +393,7 @@ def test_bad_files_raise_recording_error_naming_path(
     path.write_bytes(content)
     before = (path.read_bytes(), path.stat().st_mtime_ns)
     with pytest.raises(RecordingError, match=expected) as info:
-        Store.read(path)
+        PLAIN.read(path)
     assert str(path) in str(info.value)
     assert info.value.path == path
     # Reading never repairs, rewrites or deletes a file.
@@ -407,7 +411,7 @@ def test_reading_a_valid_file_does_not_modify_it(tmp_path: Path) -> None:
     data = orjson.loads(valid_bytes())
     path.write_bytes(orjson.dumps(dict(reversed(list(data.items())))))
     before = (path.read_bytes(), path.stat().st_mtime_ns)
-    Store.read(path)
+    PLAIN.read(path)
     assert (path.read_bytes(), path.stat().st_mtime_ns) == before
 
 
@@ -422,7 +426,7 @@ def test_exception_during_write_keeps_old_content_and_no_temp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / f"{HASH}.json"
-    Store.write(path, make_recording("old"))
+    PLAIN.write(path, make_recording("old"))
     old = path.read_bytes()
 
     def broken_fsync(fd: int) -> None:
@@ -430,7 +434,7 @@ def test_exception_during_write_keeps_old_content_and_no_temp(
 
     monkeypatch.setattr(store_module.os, "fsync", broken_fsync)
     with pytest.raises(OSError, match="No space left"):
-        Store.write(path, make_recording("new"))
+        PLAIN.write(path, make_recording("new"))
     assert path.read_bytes() == old
     assert leftovers(tmp_path, path) == []
 
@@ -456,7 +460,7 @@ async def test_async_exception_during_write_keeps_old_content_and_no_temp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / f"{HASH}.json"
-    await Store.awrite(path, make_recording("old"))
+    await PLAIN.awrite(path, make_recording("old"))
     old = path.read_bytes()
 
     def broken_fsync(fd: int) -> None:
@@ -464,7 +468,7 @@ async def test_async_exception_during_write_keeps_old_content_and_no_temp(
 
     monkeypatch.setattr(store_module.os, "fsync", broken_fsync)
     with pytest.raises(OSError, match="I/O error"):
-        await Store.awrite(path, make_recording("new"))
+        await PLAIN.awrite(path, make_recording("new"))
     assert path.read_bytes() == old
     assert leftovers(tmp_path, path) == []
 
@@ -498,7 +502,7 @@ def test_killed_writer_leaves_previous_content(tmp_path: Path, with_previous: bo
     path = store.path_for(NODE, HASH)
     old = b""
     if with_previous:
-        Store.write(path, make_recording("old"))
+        PLAIN.write(path, make_recording("old"))
         old = path.read_bytes()
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(path)],
@@ -519,7 +523,7 @@ def test_killed_writer_leaves_previous_content(tmp_path: Path, with_previous: bo
     assert child.returncode == -signal.SIGKILL
     if with_previous:
         assert path.read_bytes() == old
-        assert Store.read(path) == make_recording("old")
+        assert PLAIN.read(path) == make_recording("old")
         assert found_path(store, NODE, HASH) == path
     else:
         assert not path.exists()

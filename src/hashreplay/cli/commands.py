@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +12,14 @@ import orjson
 
 from hashreplay.cli.console import human_size
 from hashreplay.cli.run import EXIT_OK, EXIT_PROBLEMS, Run
+from hashreplay.core.blobs import parse_ref
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.config import ModeSource
 from hashreplay.core.constants import MODE_ENV
 from hashreplay.core.conversation import Tokens, conversation, payloads, reply, response_tokens
 from hashreplay.core.errors import RecordingError, UsageError
 from hashreplay.core.names import hash_of_name
-from hashreplay.core.recording import RecordedResponse
+from hashreplay.core.recording import RecordedResponse, Recording
 from hashreplay.engine.usage_log import read_usage
 from hashreplay.maintenance.files import (
     Loaded,
@@ -209,11 +211,12 @@ def show(run: Run) -> int:
         run.console.line(path.read_bytes().decode("utf-8", errors="replace").rstrip("\n"))
         return EXIT_OK
     try:
-        item = load(path)
+        item = load(path, run.store)
     except RecordingError as exc:
         run.report_unreadable(path, exc)
         return EXIT_PROBLEMS
-    _render(run, item)
+    # large values are shown as their blob reference (digest, size, type), not their bytes
+    _render(run, replace(item, recording=Recording.model_validate(item.raw)))
     return EXIT_OK
 
 
@@ -282,6 +285,9 @@ def _render_response(run: Run, label: str, response: RecordedResponse) -> None:
 
 
 def _body_text(body: Any, encoding: BodyEncoding) -> str:
+    ref = parse_ref(body)
+    if ref is not None:
+        return ref.describe()
     if encoding is BodyEncoding.BASE64:
         return f"(binary, {len(str(body)) * 3 // 4} bytes as base64)"
     if encoding is BodyEncoding.TEXT:
@@ -300,7 +306,7 @@ def verify(run: Run) -> int:
     bad = 0
     for path in run.console.progress(files, "verifying"):
         try:
-            item = load(path)
+            item = load(path, run.store)
         except RecordingError as exc:
             problems = [f"unreadable: {exc.problem}"]
         else:
@@ -367,7 +373,7 @@ def normalize(run: Run) -> int:
         if dry:
             run.console.line(f"Would normalize: {run.show_path(item.path)}")
         else:
-            write_json(item.path, data)
+            write_json(item.path, data, rules.store)
             run.console.line(f"Normalized: {run.show_path(item.path)}")
     run.console.line(f"Summary: {modified}/{len(files)} files modified")
     return run.status
@@ -394,7 +400,13 @@ def prune(run: Run) -> int:
             continue
         verb = "Would prune" if dry else "Pruned"
         run.console.line(f"{verb}: {run.show_path(entry.path)} ({entry.reason})")
-    pruned = len(result.unused) - len(result.failed)
+    for blob in result.blobs:
+        verb = "Would prune" if dry else "Pruned"
+        if blob in result.failed:
+            run.console.error(f"cannot delete {run.show_path(blob)}: {result.failed[blob]}")
+        else:
+            run.console.line(f"{verb}: {run.show_path(blob)} (no recording refers to this blob)")
+    pruned = len(result.unused) - len(result.failed.keys() - set(result.blobs))
     run.console.line(f"Summary: {pruned}/{result.total} files pruned")
     if not usage.full_suite:
         run.console.line(

@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_root(prune)
     _add_dry_run(prune, "would be deleted")
 
+    from hashreplay.cli.imports import configure as configure_import
+
+    configure_import(sub)
+
     server = _server_cli()
     if server is not None:  # `hashreplay serve`: the proxy registers its own options
         server.configure_parser(sub.add_parser("serve", help="record/replay HTTP proxy"))
@@ -112,8 +116,10 @@ def _server_cli() -> ModuleType | None:
 
 def _commands() -> dict[str, Command]:
     from hashreplay.cli import commands as c
+    from hashreplay.cli.imports import import_recordings
 
     return {
+        "import": import_recordings,
         "status": c.status,
         "list": c.list_recordings,
         "show": c.show,

@@ -9,6 +9,7 @@ from pathlib import Path
 from hashreplay.cli.console import Console
 from hashreplay.core.config import Config
 from hashreplay.core.errors import RecordingError
+from hashreplay.core.store import Store
 from hashreplay.maintenance.files import Loaded, default_paths, find_recordings, load
 
 EXIT_OK = 0
@@ -25,6 +26,8 @@ class Run:
         self.config = config
         self.unreadable = 0
         self._cwd = Path.cwd().resolve()
+        #: reads recordings with their blobs, as a test run does
+        self.store = Store.from_config(config)
 
     def show_path(self, path: Path) -> str:
         """A path relative to the working directory when it is below it."""
@@ -41,7 +44,7 @@ class Run:
         loaded: list[Loaded] = []
         for path in self.console.progress(paths, label):
             try:
-                loaded.append(load(path))
+                loaded.append(load(path, self.store))
             except RecordingError as exc:
                 self.report_unreadable(path, exc)
         return loaded

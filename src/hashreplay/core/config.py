@@ -15,7 +15,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from hashreplay.core.constants import MODE_ENV, MODE_OPTION, RECORDINGS_DIRNAME, ROOT_ENV
+from hashreplay.core.constants import (
+    DEFAULT_BLOB_THRESHOLD,
+    DEFAULT_MAX_BODY_BYTES,
+    MODE_ENV,
+    MODE_OPTION,
+    RECORDINGS_DIRNAME,
+    ROOT_ENV,
+)
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.mode import Mode
 from hashreplay.core.network import BlockNetwork
@@ -66,6 +73,11 @@ class Config(BaseModel):
     #: Placeholder key variables in replay mode: true (the defaults), false, or a table of
     #: `NAME = "value"` added to the defaults (`""` leaves a default out).
     replay_env: bool | dict[str, str] = True
+    #: Strings in bodies (and whole non-JSON bodies) over this many bytes are stored once in
+    #: `<recordings_dir>/blobs/` and referenced (docs/design.md §13).
+    blob_threshold: int = Field(default=DEFAULT_BLOB_THRESHOLD, ge=1)
+    #: Bodies over this many bytes are not recorded; larger files and blobs are not read.
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1)
 
     # Filled in by load_config, never read from the file.
     root: Path = Field(default_factory=Path.cwd, exclude=True)

@@ -31,6 +31,14 @@ CALL_METHOD: Final = "CALL"
 RECORDINGS_DIRNAME: Final = "recordings"
 #: Where hashreplay keeps files for itself (usage logs, caches), under the project root.
 STATE_DIRNAME: Final = ".hashreplay"
+#: Directory of shared large values, inside the common directory (docs/design.md §13).
+BLOBS_DIRNAME: Final = "blobs"
+#: The key that marks a blob reference in a stored body: `{"__blob__": <xxh3_128 hex>, ...}`.
+BLOB_REF_KEY: Final = "__blob__"
+#: Strings in bodies (and whole non-JSON bodies) longer than this many bytes become blobs.
+DEFAULT_BLOB_THRESHOLD: Final = 64 * 1024
+#: Bodies larger than this are not recorded; larger files or blobs are not read (§13).
+DEFAULT_MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 #: Prefix of shared model-list recordings (docs/design.md §3).
 MODEL_LIST_PREFIX: Final = "models-"
 

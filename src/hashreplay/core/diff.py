@@ -12,8 +12,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from hashreplay.core.recording import RecordedRequest
 
+from hashreplay.core.blobs import describe_value
+
 _MISSING: Any = object()
 SHORTEN_AT = 80
+#: Strings longer than this are shown as digest, size and type (they are blob material:
+#: base64 images, audio), never as their bytes.
+LARGE_VALUE = 4096
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,8 @@ def type_label(value: Any) -> str:
 
 
 def shorten(value: Any, limit: int = SHORTEN_AT) -> str:
+    if isinstance(value, str) and len(value) > LARGE_VALUE:
+        return describe_value(value)
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -61,6 +68,8 @@ def shorten_pair(a: str, b: str, limit: int = SHORTEN_AT) -> tuple[str, str]:
     """Both strings shortened around where they first differ, not cut at the start."""
     if len(a) <= limit and len(b) <= limit:
         return repr(a), repr(b)
+    if len(a) > LARGE_VALUE or len(b) > LARGE_VALUE:
+        return shorten(a, limit), shorten(b, limit)
     start = 0
     while start < min(len(a), len(b)) and a[start] == b[start]:
         start += 1

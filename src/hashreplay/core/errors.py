@@ -28,6 +28,30 @@ class RecordingError(HashReplayError):
         super().__init__(f"{where}: {problem}")
 
 
+class BodyTooLarge(HashReplayError):
+    """A body over `max_body_bytes` was not recorded (docs/design.md §13)."""
+
+    def __init__(self, *, test_id: str | None, url: str, where: str, size: int, limit: int) -> None:
+        self.test_id = test_id
+        self.url = url
+        self.size = size
+        self.limit = limit
+        test = test_id or "(no test)"
+        msg = (
+            f"hashreplay: not recorded: the {where} of {url} in test {test} is {size} bytes, "
+            f"over max_body_bytes ({limit}); raise it in [tool.hashreplay] of pyproject.toml "
+            f"(max_body_bytes = {_next_power(size)}) or send a smaller body"
+        )
+        super().__init__(msg)
+
+
+def _next_power(size: int) -> int:
+    limit = 1
+    while limit < size:
+        limit *= 2
+    return limit
+
+
 class ReplayFailure(HashReplayError):
     """Something a replay-mode test needed could not be served offline; the test fails with
     `report`, even when the code under test caught the error."""

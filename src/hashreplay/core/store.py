@@ -3,6 +3,8 @@
 One request = one `<hash>.json` beside the test that made it (`tests/a/b/recordings/`), with
 the common directory as fallback. Reads fail closed with a `RecordingError` naming the file
 and the problem; writes are atomic and deterministic, and never leave a partial file.
+Large values live in `<common dir>/blobs/` (`core.blobs`): a `Store` writes them before the
+recording that refers to them and puts them back on every read.
 """
 
 from __future__ import annotations
@@ -11,18 +13,34 @@ import asyncio
 import contextlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiofiles
 import aiofiles.os
 import orjson
 from pydantic import ValidationError
 
-from hashreplay.core.constants import FORMAT_VERSION, RECORDINGS_DIRNAME
-from hashreplay.core.errors import RecordingError
+from hashreplay.core.blobs import BlobRef, blob_digest, body_sizes, join_blobs, split_blobs
+from hashreplay.core.constants import (
+    BLOB_REF_KEY,
+    BLOBS_DIRNAME,
+    DEFAULT_BLOB_THRESHOLD,
+    DEFAULT_MAX_BODY_BYTES,
+    FORMAT_VERSION,
+    RECORDINGS_DIRNAME,
+)
+from hashreplay.core.errors import BodyTooLarge, RecordingError
 from hashreplay.core.names import model_list_glob, recording_name
 from hashreplay.core.recording import Recording
+
+if TYPE_CHECKING:
+    from hashreplay.core.config import Config
+
+#: Reads the bytes of one blob for the recording at a path (or raises RecordingError).
+BlobReader = Callable[[BlobRef, "Path | str | None"], bytes]
+_REF_MARK = f'"{BLOB_REF_KEY}"'.encode()
 
 _DUMP = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
 
@@ -36,8 +54,21 @@ def dump_recording(recording: Recording) -> bytes:
     return dumps(recording.to_json_dict())
 
 
-def parse_recording(content: bytes, path: Path | str | None) -> Recording:
-    """Validate the bytes of a recording file; every problem names the file."""
+def parse_recording(
+    content: bytes,
+    path: Path | str | None,
+    blobs: BlobReader | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> Recording:
+    """Validate the bytes of a recording file; every problem names the file. Blob
+    references are resolved through `blobs` (a `RecordingError` when there is none)."""
+    if len(content) > max_bytes:
+        msg = (
+            f"the file is {len(content)} bytes, over max_body_bytes ({max_bytes}); raise "
+            "max_body_bytes in [tool.hashreplay] to read it"
+        )
+        raise RecordingError(path, msg)
     if not content.strip():
         raise RecordingError(path, "the file is empty (an interrupted write?); re-record it")
     try:
@@ -61,6 +92,11 @@ def parse_recording(content: bytes, path: Path | str | None) -> Recording:
             "re-record it or upgrade hashreplay"
         )
         raise RecordingError(path, msg)
+    if _REF_MARK in content:
+        if blobs is None:
+            msg = "it refers to blobs, and no blob directory was given to read them from"
+            raise RecordingError(path, msg)
+        data = join_blobs(data, lambda ref: blobs(ref, path))
     try:
         return Recording.model_validate(data)
     except ValidationError as exc:
@@ -70,17 +106,32 @@ def parse_recording(content: bytes, path: Path | str | None) -> Recording:
         raise RecordingError(path, f"invalid recording: {problems}") from None
 
 
-def read_recording(path: Path) -> Recording:
+def read_limited(path: Path, max_bytes: int, what: str = "file") -> bytes:
+    """A file's bytes, refusing one over `max_bytes` before reading it (FileNotFoundError
+    passes through; other problems are a RecordingError naming the file)."""
     try:
-        content = path.read_bytes()
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:
+                msg = (
+                    f"the {what} is {size} bytes, over max_body_bytes ({max_bytes}); raise "
+                    "max_body_bytes in [tool.hashreplay] to read it"
+                )
+                raise RecordingError(path, msg)
+            return f.read()
     except FileNotFoundError:
         raise
     except OSError as exc:
-        raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
-    return parse_recording(content, path)
+        raise RecordingError(path, f"cannot read the {what}: {exc.strerror or exc}") from None
 
 
-async def aread_recording(path: Path) -> Recording:
+def read_recording(path: Path, blobs: BlobReader | None = None) -> Recording:
+    return parse_recording(read_limited(path, DEFAULT_MAX_BODY_BYTES), path, blobs)
+
+
+async def aread_recording(
+    path: Path, blobs: BlobReader | None = None, max_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> Recording:
     try:
         async with aiofiles.open(path, "rb") as f:
             content = await f.read()
@@ -88,7 +139,7 @@ async def aread_recording(path: Path) -> Recording:
         raise
     except OSError as exc:
         raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
-    return parse_recording(content, path)
+    return parse_recording(content, path, blobs, max_bytes=max_bytes)
 
 
 def _current_umask() -> int:
@@ -144,12 +195,89 @@ async def awrite_bytes_atomic(path: Path, content: bytes) -> None:
 
 
 class Store:
-    """Where a test's recordings live, and reading/writing them."""
+    """Where a test's recordings live, and reading/writing them (blobs included)."""
 
-    def __init__(self, root: Path, common_dir: Path) -> None:
+    def __init__(
+        self,
+        root: Path,
+        common_dir: Path,
+        *,
+        blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
         self.root = root.resolve()
         self.common_dir = common_dir.resolve()
+        self.blobs_dir = self.common_dir / BLOBS_DIRNAME
+        self.blob_threshold = blob_threshold
+        self.max_body_bytes = max_body_bytes
         self._dirs: dict[str | None, Path] = {}  # test file -> its recordings directory
+
+    @classmethod
+    def from_config(cls, config: Config) -> Store:
+        return cls(
+            config.root,
+            config.common_dir,
+            blob_threshold=config.blob_threshold,
+            max_body_bytes=config.max_body_bytes,
+        )
+
+    # --- blobs ------------------------------------------------------------------------------
+
+    def blob_path(self, digest: str) -> Path:
+        return self.blobs_dir / digest
+
+    def read_blob(self, ref: BlobRef, source: Path | str | None = None) -> bytes:
+        """The bytes of a referenced blob, checked against its name; a RecordingError naming
+        the recording and the blob when it is missing, too large or not what it should be."""
+        path = self.blob_path(ref.digest)
+        try:
+            data = read_limited(path, self.max_body_bytes, "blob")
+        except FileNotFoundError:
+            msg = (
+                f"blob {path} is missing (a {ref.size}-byte {ref.media_type} value); restore "
+                "it from version control or re-record the test"
+            )
+            raise RecordingError(source, msg) from None
+        except RecordingError as exc:
+            raise RecordingError(source, f"blob {path}: {exc.problem}") from None
+        if blob_digest(data) != ref.digest:
+            msg = f"blob {path} does not match its name (changed or corrupted); re-record it"
+            raise RecordingError(source, msg)
+        return data
+
+    def dump_data(self, data: dict[str, Any]) -> bytes:
+        """The bytes of a recording's JSON as stored: bodies over `max_body_bytes` refused,
+        large values written to blobs first (atomically, once), references in their place."""
+        content = dumps(data)
+        if len(content) > self.max_body_bytes:  # no body is larger than the whole file
+            self._check_sizes(data)
+        if len(content) <= self.blob_threshold:
+            return content  # no single string can be over the threshold
+        stored, blobs = split_blobs(data, self.blob_threshold)
+        for digest, raw in sorted(blobs.items()):
+            path = self.blob_path(digest)
+            if not path.exists():
+                write_bytes_atomic(path, raw)
+        return dumps(stored) if blobs else content
+
+    def _check_sizes(self, data: dict[str, Any]) -> None:
+        for where, size in body_sizes(data):
+            if size > self.max_body_bytes:
+                request = data.get("request")
+                url = request.get("url", "?") if isinstance(request, dict) else "?"
+                raise BodyTooLarge(
+                    test_id=data.get("test_id"),
+                    url=str(url),
+                    where=where,
+                    size=size,
+                    limit=self.max_body_bytes,
+                )
+
+    def dump(self, recording: Recording) -> bytes:
+        return self.dump_data(recording.to_json_dict())
+
+    def parse(self, content: bytes, path: Path | str | None) -> Recording:
+        return parse_recording(content, path, self.read_blob, max_bytes=self.max_body_bytes)
 
     def dir_for(self, test_id: str | None) -> Path:
         """`tests/a/b/test_x.py::test_y[p]` → `<root>/tests/a/b/recordings`.
@@ -193,7 +321,7 @@ class Store:
         for directory in self.search_dirs(test_id):
             path = directory / name
             try:
-                return path, read_recording(path)
+                return path, self.read(path)
             except FileNotFoundError:
                 continue
         return None
@@ -206,19 +334,14 @@ class Store:
                 found[path.name] = path
         return [found[name] for name in sorted(found)]
 
-    @staticmethod
-    def read(path: Path) -> Recording:
-        return read_recording(path)
+    def read(self, path: Path) -> Recording:
+        return self.parse(read_limited(path, self.max_body_bytes), path)
 
-    @staticmethod
-    async def aread(path: Path) -> Recording:
-        """Read on aiofiles' threads (for callers that must never block their loop)."""
-        return await aread_recording(path)
+    async def aread(self, path: Path) -> Recording:
+        return await aread_recording(path, self.read_blob, self.max_body_bytes)
 
-    @staticmethod
-    def write(path: Path, recording: Recording) -> None:
-        write_bytes_atomic(path, dump_recording(recording))
+    def write(self, path: Path, recording: Recording) -> None:
+        write_bytes_atomic(path, self.dump(recording))
 
-    @staticmethod
-    async def awrite(path: Path, recording: Recording) -> None:
-        await awrite_bytes_atomic(path, dump_recording(recording))
+    async def awrite(self, path: Path, recording: Recording) -> None:
+        await awrite_bytes_atomic(path, self.dump(recording))

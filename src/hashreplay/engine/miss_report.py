@@ -14,7 +14,6 @@ from hashreplay.core.constants import FIXTURE_MARK, RECORD_COMMAND
 from hashreplay.core.diff import count_differences, request_difference
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.names import is_model_list_name, recording_name
-from hashreplay.core.store import read_recording
 
 if TYPE_CHECKING:
     from hashreplay.core.recording import Recording
@@ -55,7 +54,7 @@ def _candidates(store: Store, prep: Prepared) -> tuple[list[_Candidate], int]:
                 continue
             seen.add(path)
             try:
-                recording = read_recording(path)
+                recording = store.read(path)
             except (RecordingError, OSError):
                 continue
             same_test = recording.test_id == prep.test_id

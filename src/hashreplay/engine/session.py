@@ -45,7 +45,7 @@ class Session:
         """`write_behind`: write recordings on a background thread (the pytest plugin does),
         so recording costs the caller no disk latency; call `flush()` before reading files."""
         self.config = config
-        self.store = store or Store(config.root, config.common_dir)
+        self.store = store or Store.from_config(config)
         self.keyer = Keyer(config)
         self.redactor = self.keyer.redactor
         self.view = StoreView(self.store, BackgroundWriter() if write_behind else None)

@@ -18,7 +18,6 @@ from hashreplay.core.normalise import filter_headers, new_id_registry
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.recording import RecordedException, RecordedResponse, new_recording
 from hashreplay.core.redact import Redactor
-from hashreplay.core.store import dump_recording
 from hashreplay.core.streams import parse_stream, stream_format_for
 from hashreplay.engine.http import LiveExchange, header_value
 from hashreplay.engine.keying import Prepared
@@ -120,18 +119,21 @@ class Recorder:
             where = "response.body" if index == 0 else f"later_responses[{index - 1}].body"
             state = tests.state(prep.test_id)
             normalised = normalise_response(response, seq.ids, where=where, known_ids=state.id_map)
-            seq.responses.append(normalised)
-            seq.calls += 1
-            state.id_map.update(seq.ids.stable)
             recording = new_recording(
                 test_id=prep.test_id,
                 request=prep.request,
-                responses=list(seq.responses),
+                responses=[*seq.responses, normalised],
                 id_mapping=seq.ids.facts,
             )
+            # large values go to blobs here; a body over max_body_bytes raises BodyTooLarge
+            # and leaves the sequence as it was
+            content = self.view.store.dump(recording)
+            seq.responses.append(normalised)
+            seq.calls += 1
+            state.id_map.update(seq.ids.stable)
             tests.stats.recorded += 1
             tests.use(prep.test_id, seq.path)
-            return seq.path, dump_recording(recording)
+            return seq.path, content
 
     def _stage_model_list(
         self, prep: Prepared, response: RecordedResponse
@@ -144,4 +146,4 @@ class Recorder:
             return path, None  # the same model set is stored already
         normalised = normalise_response(response, new_id_registry(prep.hash), model_list=True)
         recording = new_recording(test_id=None, request=prep.request, responses=[normalised])
-        return path, dump_recording(recording)
+        return path, self.view.store.dump(recording)

@@ -10,13 +10,7 @@ from pathlib import Path
 
 from hashreplay.core.names import model_list_name_prefix, recording_name
 from hashreplay.core.recording import Recording
-from hashreplay.core.store import (
-    Store,
-    awrite_bytes_atomic,
-    parse_recording,
-    read_recording,
-    write_bytes_atomic,
-)
+from hashreplay.core.store import Store, awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.writer import BackgroundWriter
 
 
@@ -33,7 +27,7 @@ class StoreView:
                 path = directory / recording_name(hash_hex)
                 content = writer.pending(path)
                 if content is not None:
-                    return path, parse_recording(content, path)
+                    return path, self.store.parse(content, path)
         return self.store.read_first(test_id, hash_hex)
 
     def model_list_paths(self, hash_hex: str, test_id: str | None) -> list[Path]:
@@ -45,7 +39,7 @@ class StoreView:
 
     def read(self, path: Path) -> Recording:
         content = self.writer.pending(path) if self.writer is not None else None
-        return parse_recording(content, path) if content is not None else read_recording(path)
+        return self.store.parse(content, path) if content is not None else self.store.read(path)
 
     def exists(self, path: Path) -> bool:
         return (self.writer is not None and self.writer.pending(path) is not None) or (

@@ -37,7 +37,7 @@ from hashreplay.core.names import (
 from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_request_body
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.recording import Recording
-from hashreplay.core.store import dumps, parse_recording, write_bytes_atomic
+from hashreplay.core.store import Store, dumps, parse_recording, write_bytes_atomic
 from hashreplay.engine.session import Session
 
 #: Directories never searched for recordings.
@@ -132,13 +132,14 @@ class Loaded:
         return is_model_list_name(self.path.name)
 
 
-def load(path: Path) -> Loaded:
-    """Read and validate one file; every problem is a `RecordingError` naming the file."""
+def load(path: Path, store: Store | None = None) -> Loaded:
+    """Read and validate one file; every problem is a `RecordingError` naming the file.
+    Blob references are resolved (and checked) through `store`; `raw` keeps them as stored."""
     try:
         content = path.read_bytes()
     except OSError as exc:
         raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
-    recording = parse_recording(content, path)
+    recording = parse_recording(content, path) if store is None else store.parse(content, path)
     raw = orjson.loads(content)
     return Loaded(path, content, raw, recording)
 
@@ -294,8 +295,9 @@ def renormalised(loaded: Loaded, rules: Rules) -> dict[str, Any] | None:
     return data
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    write_like(path, dumps(data), path)
+def write_json(path: Path, data: dict[str, Any], store: Store) -> None:
+    """Write a recording's JSON as `store` stores it (large values as blob references)."""
+    write_like(path, store.dump_data(data), path)
 
 
 def write_like(path: Path, content: bytes, like: Path) -> None:

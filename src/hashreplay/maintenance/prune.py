@@ -2,19 +2,24 @@
 
 It never guesses: a recording is pruned only when its test ran to completion without using
 it, or, after a full run, when its test no longer exists; shared model lists only when a full
-run in which every test ran to completion used none. Everything else is kept.
+run in which every test ran to completion used none. Everything else is kept. A blob goes
+when no recording that stays refers to it (and none is unreadable: it might).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
+from hashreplay.core.blobs import references
 from hashreplay.core.config import Config
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.names import is_model_list_name
 from hashreplay.core.recording import Recording
+from hashreplay.core.store import Store
 from hashreplay.engine.usage_log import RunUsage, relative
 from hashreplay.maintenance.files import default_paths, find_recordings, load
 
@@ -100,6 +105,35 @@ class PruneResult:
     #: Unused files that could not be deleted, with the reason.
     failed: dict[Path, str]
     unreadable: list[RecordingError]
+    #: Blobs no remaining recording refers to (deleted unless a dry run).
+    blobs: list[Path] = field(default_factory=list)
+
+
+def unreferenced_blobs(
+    store: Store, raws: Iterable[dict[str, object]], started: float
+) -> list[Path]:
+    """The files of the blob directory that none of `raws` (the JSON of every recording
+    that stays) refers to, leaving alone any written since `started`."""
+    if not store.blobs_dir.is_dir():
+        return []
+    referenced = {ref.digest for raw in raws for ref in references(raw)}
+    return [
+        path
+        for path in sorted(store.blobs_dir.iterdir())
+        if path.is_file()
+        and not path.name.startswith(".")
+        and path.name not in referenced
+        and not _changed_since(path, started)
+    ]
+
+
+def _stored_json(path: Path) -> dict[str, object] | None:
+    """A file's JSON as stored (blob references kept), or None when it is not readable."""
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def prune_project(
@@ -113,14 +147,33 @@ def prune_project(
 
     Unreadable files are collected, never deleted.
     """
+    store = Store.from_config(config)
     files = find_recordings(default_paths(config), config.common_dir)
     recordings: list[tuple[Path, Recording]] = []
+    raws: dict[Path, dict[str, object]] = {}
     unreadable: list[RecordingError] = []
     for path in progress(files) if progress is not None else files:
         try:
-            recordings.append((path, load(path).recording))
+            loaded = load(path, store)
         except RecordingError as exc:
             unreadable.append(exc)
+            raw = _stored_json(path)
+            if raw is not None:
+                raws[path] = raw  # its blobs stay, even if some other one is missing
+            continue
+        recordings.append((path, loaded.recording))
+        raws[path] = loaded.raw
     unused = plan_prune(run, recordings, config.root)
-    failed = delete_unused(unused, dry_run=dry_run)
-    return PruneResult(len(files), unused, failed, unreadable)
+    gone = {entry.path for entry in unused}
+    unparsable = any(exc.path not in raws for exc in unreadable)
+    blobs = (
+        []
+        if unparsable
+        else unreferenced_blobs(
+            store, (raw for path, raw in raws.items() if path not in gone), run.started
+        )
+    )
+    failed = delete_unused(
+        [*unused, *(Unused(blob, "unreferenced blob") for blob in blobs)], dry_run=dry_run
+    )
+    return PruneResult(len(files), unused, failed, unreadable, blobs)

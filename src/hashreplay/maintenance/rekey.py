@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hashreplay.core.constants import KEY_VERSION
-from hashreplay.core.store import dump_recording
 from hashreplay.maintenance.files import Loaded, Rules, write_like
 
 
@@ -35,7 +34,7 @@ def plan_rekey(loaded: Loaded, rules: Rules) -> Rekey | None:
     body = rules.renormalised_body(recording)
     request = recording.request.model_copy(update={"body": body})
     updated = recording.model_copy(update={"key_version": KEY_VERSION, "request": request})
-    content = dump_recording(updated)
+    content = rules.store.dump(updated)
     target = loaded.path.with_name(rules.file_name(recording, body))
     if target == loaded.path and content == loaded.content:
         return None

@@ -1,0 +1,208 @@
+"""Shared blobs for large values (DESIGN.md §13, contract): the pure rules, no I/O.
+
+A string inside a stored body (a base64 image, audio, a PDF), or a whole non-JSON body
+(stored as text or base64), longer than `blob_threshold` bytes is kept once in
+`<recordings_dir>/blobs/<xxh3_128 hex of its UTF-8 bytes>` and the body holds a reference in
+its place: `{"__blob__": "<hex>", "size": <bytes>, "type": "<media type>"}`. Keys are computed
+on the full value before anything is stored, so a blob never changes a hash; the store puts
+the value back on every read, so replay is byte-identical. Only the bodies are searched
+(`request.body`, `response.body`, `later_responses[*].body`), never headers or ids.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import xxhash
+
+from hashreplay.core.constants import BLOB_REF_KEY
+
+_REF_KEYS = frozenset({BLOB_REF_KEY, "size", "type"})
+_HEX = frozenset("0123456789abcdef")
+
+#: Leading bytes of common binary payloads, for the `type` shown in reviews.
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"%PDF-", "application/pdf"),
+    (b"ID3", "audio/mpeg"),
+    (b"\xff\xfb", "audio/mpeg"),
+    (b"OggS", "audio/ogg"),
+    (b"fLaC", "audio/flac"),
+)
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """What a recording holds in place of a large value."""
+
+    digest: str
+    size: int
+    media_type: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {BLOB_REF_KEY: self.digest, "size": self.size, "type": self.media_type}
+
+    def describe(self) -> str:
+        return f"<blob {self.digest[:12]}…, {self.size} bytes, {self.media_type}>"
+
+
+def blob_digest(data: bytes) -> str:
+    """The name of a blob: the `xxh3_128` hex digest of its bytes."""
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def parse_ref(value: Any) -> BlobRef | None:
+    """The reference `value` is, or None (any other value, however it looks)."""
+    if not isinstance(value, dict) or value.keys() != _REF_KEYS:
+        return None
+    digest, size, media = value[BLOB_REF_KEY], value["size"], value["type"]
+    if (
+        not isinstance(digest, str)
+        or len(digest) != 32
+        or not _HEX.issuperset(digest)
+        or type(size) is not int
+        or not isinstance(media, str)
+    ):
+        return None
+    return BlobRef(digest, size, media)
+
+
+def media_type_of(text: str) -> str:
+    """A best guess at what a large string holds: a data URL's type, the type of the bytes a
+    base64 string decodes to, else `text/plain`."""
+    if text.startswith("data:"):
+        head = text[5:64].split(",", 1)[0].split(";", 1)[0]
+        return head or "text/plain"
+    prefix = text[:64]
+    try:
+        raw = base64.b64decode(prefix[: len(prefix) // 4 * 4], validate=True)
+    except (binascii.Error, ValueError):
+        return "text/plain"
+    for magic, media in _MAGIC:
+        if raw.startswith(magic):
+            return media
+    if raw[:4] == b"RIFF" and raw[8:12] in (b"WEBP", b"WAVE"):
+        return "image/webp" if raw[8:12] == b"WEBP" else "audio/wav"
+    return "application/octet-stream" if _looks_base64(text) else "text/plain"
+
+
+def _looks_base64(text: str) -> bool:
+    sample = text[:4096].rstrip("=")
+    return bool(sample) and all(c.isalnum() or c in "+/-_" for c in sample)
+
+
+def describe_value(text: str) -> str:
+    """A large string as a review shows it: digest, size and type, never the bytes."""
+    data = text.encode("utf-8")
+    return BlobRef(blob_digest(data), len(data), media_type_of(text)).describe()
+
+
+# --- the body fields of a recording's JSON ----------------------------------------------------
+
+
+def _bodies(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each JSON object of `data` that holds a body, with the name of that body."""
+    request = data.get("request")
+    if isinstance(request, dict):
+        yield "request body", request
+    response = data.get("response")
+    if isinstance(response, dict):
+        yield "response body", response
+    later = data.get("later_responses")
+    if isinstance(later, list):
+        for index, item in enumerate(later, start=2):
+            if isinstance(item, dict):
+                yield f"response body {index}", item
+
+
+def body_sizes(data: dict[str, Any]) -> Iterator[tuple[str, int]]:
+    """Each body of a recording's JSON and its size in bytes (a string's UTF-8 length, any
+    other value's compact JSON length)."""
+    for where, holder in _bodies(data):
+        body = holder.get("body")
+        if body is None:
+            continue
+        size = len(body.encode("utf-8")) if isinstance(body, str) else len(orjson.dumps(body))
+        yield where, size
+
+
+def _map_strings(value: Any, change: Callable[[str], Any]) -> Any:
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, dict):
+        return {k: _map_strings(v, change) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_map_strings(v, change) for v in value]
+    return value
+
+
+def _map_refs(value: Any, change: Callable[[BlobRef], Any]) -> Any:
+    ref = parse_ref(value)
+    if ref is not None:
+        return change(ref)
+    if isinstance(value, dict):
+        return {k: _map_refs(v, change) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_map_refs(v, change) for v in value]
+    return value
+
+
+def _with_bodies(data: dict[str, Any], change: Callable[[Any], Any]) -> dict[str, Any]:
+    """A copy of `data` with every body replaced by `change(body)`."""
+    out = dict(data)
+    if isinstance(out.get("request"), dict):
+        out["request"] = {**out["request"], "body": change(out["request"].get("body"))}
+    if isinstance(out.get("response"), dict):
+        out["response"] = {**out["response"], "body": change(out["response"].get("body"))}
+    later = out.get("later_responses")
+    if isinstance(later, list):
+        out["later_responses"] = [
+            {**item, "body": change(item.get("body"))} if isinstance(item, dict) else item
+            for item in later
+        ]
+    return out
+
+
+def split_blobs(data: dict[str, Any], threshold: int) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """`data` with every string over `threshold` bytes in its bodies replaced by a reference,
+    and the blobs to store (digest → bytes). `data` itself is not changed."""
+    blobs: dict[str, bytes] = {}
+
+    def change(text: str) -> Any:
+        if len(text) * 4 <= threshold:  # cannot exceed it even in 4-byte UTF-8
+            return text
+        raw = text.encode("utf-8")
+        if len(raw) <= threshold:
+            return text
+        digest = blob_digest(raw)
+        blobs[digest] = raw
+        return BlobRef(digest, len(raw), media_type_of(text)).to_json()
+
+    out = _with_bodies(data, lambda body: _map_strings(body, change))
+    return (out, blobs) if blobs else (data, blobs)
+
+
+def join_blobs(data: dict[str, Any], read: Callable[[BlobRef], bytes]) -> dict[str, Any]:
+    """`data` with every reference in its bodies replaced by the value `read` returns."""
+    return _with_bodies(data, lambda body: _map_refs(body, lambda ref: read(ref).decode("utf-8")))
+
+
+def references(data: dict[str, Any]) -> list[BlobRef]:
+    """Every blob reference in the bodies of a recording's JSON, in order."""
+    found: list[BlobRef] = []
+
+    def note(ref: BlobRef) -> BlobRef:
+        found.append(ref)
+        return ref
+
+    for _where, holder in _bodies(data):
+        _map_refs(holder.get("body"), note)
+    return found
