@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from typing import TYPE_CHECKING
 
 from hashreplay.adapters import _state
@@ -17,12 +19,17 @@ active_session = _state.active_session
 
 
 def activate(session: Session) -> None:
-    """Intercept httpx/httpx2 and patch the configured call-layer targets. A bad
-    `callables` entry raises a ConfigError naming it, and nothing stays patched."""
+    """Intercept httpx/httpx2 (and aiohttp when installed) and patch the configured
+    call-layer targets. A bad `callables` entry raises a ConfigError naming it, and nothing
+    stays patched."""
     from hashreplay.adapters import callables, httpx
 
     httpx.install(session)
     try:
+        if _has_aiohttp():
+            from hashreplay.adapters import aiohttp
+
+            aiohttp.install(session)
         callables.patch_callables(session.config.callables)
     except BaseException:
         deactivate()
@@ -33,4 +40,11 @@ def deactivate() -> None:
     from hashreplay.adapters import callables, httpx
 
     callables.unpatch_callables()
+    aiohttp = sys.modules.get("hashreplay.adapters.aiohttp")  # imported only if installed
+    if aiohttp is not None:
+        aiohttp.uninstall()
     httpx.uninstall()
+
+
+def _has_aiohttp() -> bool:
+    return importlib.util.find_spec("aiohttp") is not None
