@@ -113,7 +113,9 @@ class TeeReader(StreamReader):
     """A live response's `content`: reads the live reader as the caller reads this one."""
 
     def __init__(self, inner: StreamReader, tee: Tee, *, loop: asyncio.AbstractEventLoop) -> None:
-        limit = inner.get_read_buffer_limits()[0] or DEFAULT_LIMIT
+        limit = DEFAULT_LIMIT
+        with contextlib.suppress(AttributeError):  # the shared empty reader has no limits
+            limit = inner.get_read_buffer_limits()[0] or DEFAULT_LIMIT
         super().__init__(_NoTransport(), limit, loop=loop)  # type: ignore[arg-type]
         self._inner = inner
         self._tee = tee
