@@ -40,6 +40,7 @@ class _NoTransport:
 
     connected = True
     upgraded = False
+    _reading_paused = False  # read by the StreamReader of aiohttp 3.12
 
     def pause_reading(self) -> None:
         pass

@@ -13,7 +13,8 @@ the retry of a dropped keep-alive connection and timeouts stay aiohttp's code. M
 are given per session, so the one patch is a thin wrapper on `ClientSession._request` that
 appends ours, innermost, to the effective list through the public `middlewares=` keyword:
 sessions made before activation and those that SDKs make inside are covered alike. An
-aiohttp without middlewares (< 3.12) gets a `HashReplayWarning` at install, not a patch.
+aiohttp older than 3.12.2 (no middlewares, or no `Payload.as_bytes()` to read a request body
+without using it up) gets a `HashReplayWarning` at install, not a patch.
 
 The response. A replayed answer is the request's own `response_class`, started by aiohttp's
 `ClientResponse.start()` from a parsed message (`aiohttp.http.RawResponseMessage`) over a
@@ -24,7 +25,10 @@ Recorded failures replay as aiohttp's exceptions: the recorded class when aiohtt
 else `ServerTimeoutError` for a timeout, `ClientConnectionError` before a response and
 `ClientPayloadError` in the middle of a body.
 
-Not intercepted: WebSocket upgrades (`ws_connect`) go on untouched and unrecorded.
+Private members relied on, each checked at install where it can be: `ClientSession._request`
+(wrapped, only to add the keyword), `StreamReader._wait` (overridden by the body readers) and
+`ClientResponse.start()` (called with the stand-in connection). Not intercepted: WebSocket
+upgrades (`ws_connect`) go on untouched and unrecorded.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from hashreplay.engine.session import Session
 
 _lock = threading.Lock()
 _saved: list[Callable[..., Any]] = []  # the original `ClientSession._request`, while patched
+_warned: list[str] = []  # the seam problem already warned about (once per process)
 
 
 def install(session: Session) -> None:
@@ -67,7 +72,9 @@ def install(session: Session) -> None:
             return
         problem = seam_problem()
         if problem is not None:
-            _warn(problem)
+            if problem not in _warned:
+                _warned.append(problem)
+                _warn(problem)
             return
         original = aiohttp.ClientSession._request
         _saved.append(original)
@@ -94,6 +101,8 @@ def seam_problem() -> str | None:
         return "it has no ClientSession._request"
     if "middlewares" not in params:
         return "it has no client middlewares (aiohttp 3.12 added them)"
+    if not callable(getattr(aiohttp.payload.Payload, "as_bytes", None)):
+        return "its request payloads have no as_bytes() (aiohttp 3.12.2 added it)"
     if not callable(getattr(StreamReader, "_wait", None)):
         return "its StreamReader has no _wait"
     return None
@@ -106,7 +115,7 @@ def _warn(problem: str) -> None:
         version = getattr(aiohttp, "__version__", "unknown")
     msg = (
         f"hashreplay cannot intercept aiohttp {version}: {problem}. Requests made through "
-        "aiohttp are not recorded or replayed; upgrade aiohttp to 3.12 or later."
+        "aiohttp are not recorded or replayed; upgrade aiohttp to 3.12.2 or later."
     )
     warnings.warn(HashReplayWarning(msg), stacklevel=3)
 
