@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 from typing import TYPE_CHECKING
 
 from hashreplay.adapters import _state
@@ -40,8 +39,9 @@ def deactivate() -> None:
     from hashreplay.adapters import callables, httpx
 
     callables.unpatch_callables()
-    aiohttp = sys.modules.get("hashreplay.adapters.aiohttp")  # imported only if installed
-    if aiohttp is not None:
+    if _has_aiohttp():
+        from hashreplay.adapters import aiohttp
+
         aiohttp.uninstall()
     httpx.uninstall()
 
