@@ -162,3 +162,56 @@ def test_binary_body_and_stream_byte_exact(aio_recorder: AioRecorder) -> None:
     assert phases.offline[0] == whole
     assert b"".join(phases.offline[1]) == b"".join(chunks)
     assert phases.offline[2] == exact == b"chunk 0\nchun"
+
+
+def _binary_stream_server(chunks: list[bytes]) -> tuple[str, Any]:
+    """Serves one chunked `application/vnd.amazon.eventstream` response of `chunks`."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/vnd.amazon.eventstream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        for chunk in chunks:
+            conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        conn.sendall(b"0\r\n\r\n")
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}", listener
+
+
+def test_binary_event_stream_replays_byte_exact_chunk_for_chunk(
+    aio_recorder: AioRecorder,
+) -> None:
+    """Bytes that are neither text nor lines (every byte value, NULs, lone CRs) come back
+    exactly, in the chunks they were recorded in (the server's HTTP chunks, unless the
+    network split one)."""
+    chunks = [bytes(range(256)), b"\x00\x00\x00\x10\r\x00\xff", bytes(range(255, -1, -1))]
+    url, listener = _binary_stream_server(chunks)
+
+    async def go() -> list[bytes]:
+        async with aiohttp.ClientSession() as s, s.post(f"{url}/model/m/converse-stream") as r:
+            return [c async for c in r.content.iter_any()]
+
+    aio_recorder.start(Mode.RECORD)
+    with test_context(TEST_ID):
+        live = asyncio.run(go())
+    listener.close()
+    assert b"".join(live) == b"".join(chunks)
+    aio_recorder.start(Mode.REPLAY)
+    with ConnectGuard() as guard, test_context(TEST_ID):
+        replayed = asyncio.run(go())
+    assert guard.attempts == []
+    assert b"".join(replayed) == b"".join(chunks)
+    stored = json.loads(aio_recorder.files()[0].read_text())["response"]
+    assert stored["is_streaming"] is True
+    assert len(replayed) == len(stored["body"])  # one replayed chunk per recorded chunk
