@@ -442,3 +442,23 @@ def test_no_warning_when_the_seam_is_there(aio_recorder: AioRecorder) -> None:
         warnings.simplefilter("error")
         aio_recorder.start(Mode.REPLAY)
     assert adapter.seam_problem() is None
+
+
+def test_a_streamed_request_body_is_hashed_and_still_sent_whole(
+    upstream: FakeUpstream, aio_recorder: AioRecorder
+) -> None:
+    async def parts() -> Any:
+        for piece in (b'{"a": ', b"1, ", b'"b": 2}'):
+            yield piece
+
+    async def go(s: aiohttp.ClientSession) -> Any:
+        async with s.post(f"{upstream.url}/echo", data=parts()) as r:
+            return (await r.json())["received"]
+
+    aio_recorder.start(Mode.RECORD)
+    assert run(go) == {"a": 1, "b": 2}
+    upstream.stop()
+    session = aio_recorder.start(Mode.REPLAY)
+    with ConnectGuard():
+        assert run(go) == {"a": 1, "b": 2}
+    assert session.stats.replayed == 1
