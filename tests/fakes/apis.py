@@ -944,6 +944,10 @@ def find_handler(method: str, path: str) -> Handler:
         return handler
     if method == "GET" and path.startswith("/v1/models/"):
         return openai_model
+    from . import gemini  # its own module: it builds on the helpers above
+
+    if (found := gemini.find(method, path)) is not None:
+        return found
     if any(route_path == path for _, route_path in ROUTES):
         raise ApiError(error_reply(path, 405, f"Method {method} not allowed for {path}."))
     raise ApiError(error_reply(path, 404, f"Invalid URL ({method} {path})"))

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING
 
 from hashreplay.adapters import _state
@@ -17,13 +18,18 @@ active_session = _state.active_session
 
 
 def activate(session: Session) -> None:
-    """Intercept httpx/httpx2 and patch the configured call-layer targets. A bad
-    `callables` entry raises a ConfigError naming it, and nothing stays patched."""
+    """Intercept httpx/httpx2 (and aiohttp when installed) and patch the configured
+    call-layer targets. A bad `callables` entry raises a ConfigError naming it, and nothing
+    stays patched."""
     from hashreplay.adapters import callables, httpx, network_guard
 
     httpx.install(session)
     network_guard.install(session)
     try:
+        if _has_aiohttp():
+            from hashreplay.adapters import aiohttp
+
+            aiohttp.install(session)
         callables.patch_callables(session.config.callables)
     except BaseException:
         deactivate()
@@ -35,4 +41,12 @@ def deactivate() -> None:
 
     network_guard.uninstall()
     callables.unpatch_callables()
+    if _has_aiohttp():
+        from hashreplay.adapters import aiohttp
+
+        aiohttp.uninstall()
     httpx.uninstall()
+
+
+def _has_aiohttp() -> bool:
+    return importlib.util.find_spec("aiohttp") is not None

@@ -1,0 +1,160 @@
+"""Response bodies for the aiohttp adapter: aiohttp's own `StreamReader`, fed on demand.
+
+Both readers subclass `aiohttp.StreamReader` and override the one method every read waits in
+when its buffer is empty, `_wait`: instead of waiting for the network to feed the buffer,
+they feed it themselves, one piece per wait.
+
+- `ReplayReader` feeds one recorded chunk per wait, so `iter_any()` yields the recorded
+  chunks one for one, `readline()`, `iter_chunked(n)` and `async for line in content` see
+  the same bytes split their own way, and a recorded mid-stream failure is raised only after
+  the bytes that came before it (a live reader would raise it at once, losing buffered bytes).
+- `TeeReader` stands in for a live response's `content`: each wait reads the next piece of
+  the live body and hands it to the caller and to the recording together (no buffering
+  before the caller sees bytes). The recording is written at the end of the body, at a
+  failure, or when the caller releases the response early (what was read by then).
+
+Everything else (`read`, `readline`, `readchunk`, `iter_*`, `at_eof`, exceptions after
+`release()`) is aiohttp's own code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from aiohttp import ClientPayloadError, StreamReader
+
+from hashreplay.engine.http import LiveBody, LiveExchange
+from hashreplay.engine.keying import Prepared
+from hashreplay.engine.session import Session
+
+#: aiohttp's default read buffer (`read_bufsize`): it only tunes pause/resume thresholds.
+DEFAULT_LIMIT = 2**16
+
+
+class _NoTransport:
+    """The protocol a fed reader reports to: nothing to pause, always connected."""
+
+    connected = True
+    upgraded = False
+    _reading_paused = False  # read by the StreamReader of aiohttp 3.12
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        pass
+
+
+class ReplayReader(StreamReader):
+    """Recorded chunks, one per wait, then the recorded failure or the end."""
+
+    def __init__(
+        self,
+        chunks: Iterable[bytes],
+        exc: BaseException | None,
+        *,
+        http_chunks: bool,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        super().__init__(_NoTransport(), DEFAULT_LIMIT, loop=loop)  # type: ignore[arg-type]
+        self._chunks = deque(chunk for chunk in chunks if chunk)
+        self._failure = exc
+        self._http_chunks = http_chunks
+        if http_chunks:  # `readchunk()` / `iter_chunks()` report each chunk's end, as live
+            self.begin_http_chunk_receiving()
+
+    async def _wait(self, func_name: str) -> None:
+        if self._chunks:
+            self.feed_data(self._chunks.popleft())
+            if self._http_chunks:
+                self.end_http_chunk_receiving()
+            return
+        if self._failure is not None:
+            exc = self._failure
+            StreamReader.set_exception(self, exc)
+            raise exc
+        self.feed_eof()
+
+
+class Tee:
+    """A live body on its way to the caller, recorded once it ends."""
+
+    def __init__(self, session: Session, prep: Prepared, body: LiveBody) -> None:
+        self.session = session
+        self.prep = prep
+        self.body = body
+
+    def feed(self, data: bytes) -> None:
+        try:
+            self.body.feed(data)
+        except ValueError as exc:  # the bytes do not decode: as aiohttp itself would say
+            raise ClientPayloadError(str(exc)) from exc
+
+    def exchange(self, exc: BaseException | None) -> LiveExchange | None:
+        with contextlib.suppress(ValueError):  # a truncated compressed body: keep what decoded
+            self.body.tail()
+        return self.body.exchange(exc)
+
+    async def finish(self, exc: BaseException | None) -> None:
+        exchange = self.exchange(exc)
+        if exchange is not None:
+            await self.session.arecord(self.prep, exchange)
+
+    def finish_now(self, exc: BaseException | None) -> None:
+        exchange = self.exchange(exc)
+        if exchange is not None:
+            self.session.record(self.prep, exchange)
+
+
+class TeeReader(StreamReader):
+    """A live response's `content`: reads the live reader as the caller reads this one."""
+
+    def __init__(self, inner: StreamReader, tee: Tee, *, loop: asyncio.AbstractEventLoop) -> None:
+        limit = DEFAULT_LIMIT
+        with contextlib.suppress(AttributeError):  # the shared empty reader has no limits
+            limit = inner.get_read_buffer_limits()[0] or DEFAULT_LIMIT
+        super().__init__(_NoTransport(), limit, loop=loop)  # type: ignore[arg-type]
+        self._inner = inner
+        self._tee = tee
+        self.begin_http_chunk_receiving()
+
+    async def _wait(self, func_name: str) -> None:
+        while True:
+            try:
+                data, end_of_chunk = await self._inner.readchunk()
+                if data:
+                    self._tee.feed(data)
+            except Exception as exc:  # ClientPayloadError, ServerTimeoutError, ...
+                await self._tee.finish(exc)
+                StreamReader.set_exception(self, exc)
+                raise
+            if data:
+                self.feed_data(data)
+                if end_of_chunk:
+                    self.end_http_chunk_receiving()
+                return
+            if not end_of_chunk:  # (b"", False): the end of the body
+                await self._tee.finish(None)
+                self.feed_eof()
+                return
+
+    def set_exception(self, exc: BaseException, *args: Any) -> None:
+        """aiohttp calls this when the response is released or closed: record what the
+        caller read, plus whatever of the body had arrived already."""
+        if self._exception is None:
+            self._take_buffered()
+            self._tee.finish_now(None)
+        super().set_exception(exc, *args)
+
+    def _take_buffered(self) -> None:
+        inner = self._inner
+        if inner.exception() is not None:
+            return
+        with contextlib.suppress(RuntimeError, ValueError, ClientPayloadError):
+            rest = inner.read_nowait()
+            if rest:
+                self._tee.feed(rest)

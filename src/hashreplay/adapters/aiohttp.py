@@ -1,0 +1,300 @@
+"""The aiohttp adapter: every `ClientSession` request, answered with aiohttp's own response.
+
+The seam. vcrpy and cassetter replace the private `ClientSession._request` and rebuild the
+request from its ~30 arguments (params, json, data, auth, cookies, base_url, default
+headers ...), then hand back a response assembled field by field. That copies a 400-line
+private method that grows every release (3.12-3.14 added `middlewares`, `max_headers`,
+`upload_tracker`) and drifts from what aiohttp really sends. Since 3.12 aiohttp has public
+client middlewares: a middleware gets the `ClientRequest` exactly as it will be sent (final
+URL with params, default, auth and cookie headers, the body payload) and may answer it
+without sending it. So this adapter is a middleware, and each hop of a redirect is one
+request, as the httpx transport adapter sees them; cookies, redirects, `raise_for_status`,
+the retry of a dropped keep-alive connection and timeouts stay aiohttp's code. Middlewares
+are given per session, so the one patch is a thin wrapper on `ClientSession._request` that
+appends ours, innermost, to the effective list through the public `middlewares=` keyword:
+sessions made before activation and those that SDKs make inside are covered alike. An
+aiohttp older than 3.12.2 (no middlewares, or no `Payload.as_bytes()` to read a request body
+without using it up) gets a `HashReplayWarning` at install, not a patch.
+
+The response. A replayed answer is the request's own `response_class`, started by aiohttp's
+`ClientResponse.start()` from a parsed message (`aiohttp.http.RawResponseMessage`) over a
+stand-in connection, so status, reason, headers, cookies and `raise_for_status()` are
+aiohttp's. Its `content` is a `StreamReader` fed from the recording; a recorded response's
+`content` is one fed from the live reader as the caller reads (see `_aiohttp_bodies`).
+Recorded failures replay as aiohttp's exceptions: the recorded class when aiohttp has it,
+else `ServerTimeoutError` for a timeout, `ClientConnectionError` before a response and
+`ClientPayloadError` in the middle of a body.
+
+Private members relied on, each checked at install where it can be: `ClientSession._request`
+(wrapped, only to add the keyword), `StreamReader._wait` (overridden by the body readers) and
+`ClientResponse.start()` (called with the stand-in connection). Not intercepted: WebSocket
+upgrades (`ws_connect`) go on untouched and unrecorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import inspect
+import re
+import threading
+import warnings
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Any
+
+import aiohttp
+from aiohttp import StreamReader
+from aiohttp.helpers import TimerNoop
+from aiohttp.http import HttpVersion11, RawResponseMessage
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from hashreplay.adapters import _state
+from hashreplay.adapters._aiohttp_bodies import ReplayReader, Tee, TeeReader
+from hashreplay.core.constants import TEST_ID_HEADER
+from hashreplay.core.context import adapter_io
+from hashreplay.core.errors import HashReplayWarning
+from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
+from hashreplay.engine.http import IncomingRequest, LiveBody, LiveExchange, ReplayPlan
+from hashreplay.engine.session import Session
+
+_lock = threading.Lock()
+_saved: list[Callable[..., Any]] = []  # the original `ClientSession._request`, while patched
+_warned: list[str] = []  # the seam problem already warned about (once per process)
+
+
+def install(session: Session) -> None:
+    """Route every aiohttp `ClientSession` request through `session`. Idempotent: a second
+    call only swaps the session. Warns (and patches nothing) when the seam is missing."""
+    with _lock:
+        _state.set_active_session(session)
+        if _saved:
+            return
+        problem = seam_problem()
+        if problem is not None:
+            if problem not in _warned:
+                _warned.append(problem)
+                _warn(problem)
+            return
+        original = aiohttp.ClientSession._request
+        _saved.append(original)
+        aiohttp.ClientSession._request = _wrap(original)  # type: ignore[method-assign]
+
+
+def uninstall() -> None:
+    """Restore `ClientSession._request` and forget the session."""
+    with _lock:
+        if _saved:
+            aiohttp.ClientSession._request = _saved.pop()  # type: ignore[method-assign]
+        _state.set_active_session(None)
+
+
+def is_installed() -> bool:
+    return bool(_saved)
+
+
+def seam_problem() -> str | None:
+    """Why this aiohttp cannot be intercepted, or None when it can."""
+    try:
+        params = inspect.signature(aiohttp.ClientSession._request).parameters
+    except (AttributeError, TypeError, ValueError):
+        return "it has no ClientSession._request"
+    if "middlewares" not in params:
+        return "it has no client middlewares (aiohttp 3.12 added them)"
+    if not callable(getattr(aiohttp.payload.Payload, "as_bytes", None)):
+        return "its request payloads have no as_bytes() (aiohttp 3.12.2 added it)"
+    if not callable(getattr(StreamReader, "_wait", None)):
+        return "its StreamReader has no _wait"
+    return None
+
+
+def _warn(problem: str) -> None:
+    try:
+        version = importlib.metadata.version("aiohttp")
+    except importlib.metadata.PackageNotFoundError:
+        version = getattr(aiohttp, "__version__", "unknown")
+    msg = (
+        f"hashreplay cannot intercept aiohttp {version}: {problem}. Requests made through "
+        "aiohttp are not recorded or replayed; upgrade aiohttp to 3.12.2 or later."
+    )
+    warnings.warn(HashReplayWarning(msg), stacklevel=3)
+
+
+def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    async def _request(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> Any:
+        if _state.active_session() is None:
+            return await original(self, *args, **kwargs)
+        chain: Any = kwargs.get("middlewares")
+        if chain is None:
+            chain = getattr(self, "_middlewares", ())
+        decompress = kwargs.get("auto_decompress")
+        if decompress is None:
+            decompress = self.auto_decompress
+        kwargs["middlewares"] = (*chain, _middleware(decompress=bool(decompress)))
+        return await original(self, *args, **kwargs)
+
+    _request.__wrapped__ = original  # type: ignore[attr-defined]
+    return _request
+
+
+def _middleware(*, decompress: bool) -> Callable[..., Any]:
+    async def hashreplay(req: aiohttp.ClientRequest, handler: Callable[..., Any]) -> Any:
+        session = _state.active_session()
+        if session is None or "upgrade" in req.headers.get("connection", "").lower():
+            return await handler(req)
+        return await _handle(session, req, handler, decompress)
+
+    return hashreplay
+
+
+async def _handle(
+    session: Session, req: aiohttp.ClientRequest, handler: Callable[..., Any], decompress: bool
+) -> Any:
+    incoming = IncomingRequest(
+        method=req.method,
+        url=str(req.url),
+        headers=list(req.headers.items()),
+        content=await _content(req),
+    )
+    decision = session.decide(incoming)
+    if isinstance(decision, (Replay, Miss)):
+        return await _replayed(req, decision.plan())
+    if isinstance(decision, Passthrough) and decision.headers and TEST_ID_HEADER not in req.headers:
+        for name, value in decision.headers:
+            req.headers[name] = value
+    if not isinstance(decision, Record):
+        with adapter_io():
+            return await handler(req)
+    try:
+        with adapter_io():
+            resp = await handler(req)
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        await session.arecord(decision.prep, LiveExchange(None, [], [], exception=exc))
+        raise
+    headers = list(resp.headers.items())
+    if decompress:  # aiohttp hands the caller decoded bytes already
+        headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
+    tee = Tee(session, decision.prep, LiveBody(resp.status, headers))
+    resp.content = TeeReader(resp.content, tee, loop=req.loop)
+    return resp
+
+
+async def _content(req: aiohttp.ClientRequest) -> bytes:
+    """The request body's bytes; a streamed body is read once and kept by aiohttp's payload
+    (`as_bytes()` caches it), so it is still sent in full when the request goes out."""
+    body: Any = req.body
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    return bytes(await body.as_bytes())
+
+
+# --- replay ----------------------------------------------------------------------------------
+
+
+class _Canned:
+    """Stands in for the `Connection` a live response starts from: its protocol answers
+    with a message already parsed; releasing it only runs the callbacks aiohttp added
+    (the total timeout's cancel)."""
+
+    upgraded = False
+    transport = None
+
+    def __init__(self, message: RawResponseMessage, payload: StreamReader) -> None:
+        self._answer = (message, payload)
+        self._callbacks: list[Callable[[], None]] = []
+        self.closed = False
+
+    def __bool__(self) -> bool:
+        return True
+
+    @property
+    def protocol(self) -> _Canned:
+        return self
+
+    async def read(self) -> tuple[RawResponseMessage, StreamReader]:
+        return self._answer
+
+    def add_callback(self, callback: Callable[[], None]) -> None:
+        self._callbacks.append(callback)
+
+    def release(self) -> None:
+        self.closed = True
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    close = release
+
+
+class _Sent:
+    """What `ClientResponse` reads of the writer of a request already sent."""
+
+    def __init__(self, size: int) -> None:
+        self.output_size = size
+
+
+_response_params: dict[type, frozenset[str]] = {}
+
+
+def _new_response(req: aiohttp.ClientRequest) -> aiohttp.ClientResponse:
+    cls: type[aiohttp.ClientResponse] = req.response_class or aiohttp.ClientResponse
+    params = _response_params.get(cls)
+    if params is None:
+        params = frozenset(inspect.signature(cls.__init__).parameters)
+        _response_params[cls] = params
+    offered: dict[str, Any] = {
+        "writer": None,
+        "continue100": None,
+        "timer": TimerNoop(),
+        "request_info": req.request_info,
+        "traces": [],
+        "loop": req.loop,
+        "session": getattr(req, "session", None),
+        "stream_writer": _Sent(0),
+    }
+    kwargs = {k: v for k, v in offered.items() if k in params}
+    return cls(req.method, req.original_url, **kwargs)
+
+
+async def _replayed(req: aiohttp.ClientRequest, plan: ReplayPlan) -> aiohttp.ClientResponse:
+    if plan.status is None:
+        raise exception_for(plan, req, in_body=False)
+    exc = exception_for(plan, req, in_body=True) if plan.exception_type else None
+    reader = ReplayReader(plan.chunks, exc, http_chunks=plan.is_streaming, loop=req.loop)
+    headers = CIMultiDictProxy(CIMultiDict(plan.headers))
+    raw = tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in plan.headers)
+    try:
+        reason = HTTPStatus(plan.status).phrase
+    except ValueError:
+        reason = ""
+    message = RawResponseMessage(
+        HttpVersion11, plan.status, reason, headers, raw, False, None, False, plan.is_streaming
+    )
+    resp = _new_response(req)
+    await resp.start(_Canned(message, reader))  # type: ignore[arg-type]
+    return resp
+
+
+_BRACKETED = re.compile(r"\[(.*)\]\s*$", re.DOTALL)
+
+
+def exception_for(plan: ReplayPlan, req: aiohttp.ClientRequest, *, in_body: bool) -> BaseException:
+    """aiohttp's exception for a recorded failure: its own class when aiohttp has one of
+    that name (a recording made with aiohttp), else the closest aiohttp class."""
+    name = (plan.exception_type or "").rsplit(".", 1)[-1]
+    message = plan.exception_message
+    cls = getattr(aiohttp, name, None)
+    if isinstance(cls, type) and issubclass(cls, aiohttp.ClientError):
+        try:
+            if issubclass(cls, aiohttp.ClientConnectorError):
+                found = _BRACKETED.search(message)
+                reason = found.group(1) if found else message
+                return cls(req.connection_key, OSError(None, reason))
+            return cls(message)
+        except TypeError:
+            pass  # a constructor of another shape: the closest class below
+    if "timeout" in name.lower():
+        return aiohttp.ServerTimeoutError(message)
+    if in_body:
+        return aiohttp.ClientPayloadError(message)
+    return aiohttp.ClientConnectionError(message)
