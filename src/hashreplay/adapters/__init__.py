@@ -7,9 +7,12 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from hashreplay.adapters import _state
+from hashreplay.adapters._post_import import cancel_all, when_imported
 
 if TYPE_CHECKING:
     from hashreplay.engine.session import Session
@@ -26,10 +29,8 @@ def activate(session: Session) -> None:
     httpx.install(session)
     network_guard.install(session)
     try:
-        if _has_aiohttp():
-            from hashreplay.adapters import aiohttp
-
-            aiohttp.install(session)
+        if "aiohttp" in sys.modules or _has_aiohttp():
+            when_imported("aiohttp", _install_aiohttp)
         callables.patch_callables(session.config.callables)
     except BaseException:
         deactivate()
@@ -39,13 +40,23 @@ def activate(session: Session) -> None:
 def deactivate() -> None:
     from hashreplay.adapters import callables, httpx, network_guard
 
+    cancel_all()
     network_guard.uninstall()
     callables.unpatch_callables()
-    if _has_aiohttp():
+    if "hashreplay.adapters.aiohttp" in sys.modules:
         from hashreplay.adapters import aiohttp
 
         aiohttp.uninstall()
     httpx.uninstall()
+
+
+def _install_aiohttp(_: ModuleType) -> None:
+    """aiohttp was imported (or is already): patch it for the active session."""
+    session = _state.active_session()
+    if session is not None:
+        from hashreplay.adapters import aiohttp
+
+        aiohttp.install(session)
 
 
 def _has_aiohttp() -> bool:

@@ -11,8 +11,8 @@ clients that SDKs create internally are covered; `ASGITransport`, `WSGITransport
 from __future__ import annotations
 
 import contextlib
-import importlib
 import importlib.util
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from hashreplay.adapters import _state
+from hashreplay.adapters._post_import import when_imported
 from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.context import adapter_io
 from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
@@ -38,34 +39,27 @@ class _Patch:
     original: Callable[..., Any]
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _patches: list[_Patch] = []
+_installed = [False]
 
 
 def active_session() -> Session | None:
     return _state.active_session()
 
 
-def installed_modules() -> list[ModuleType]:
-    """The httpx-like modules importable here, each real module once."""
-    found: dict[int, ModuleType] = {}
-    for name in MODULE_NAMES:
-        if importlib.util.find_spec(name) is None:
-            continue
-        module = importlib.import_module(name)
-        found.setdefault(id(module), module)
-    return list(found.values())
-
-
 def install(session: Session) -> None:
-    """Route every real httpx/httpx2 request through `session`. Idempotent: a second call
-    only swaps the session."""
+    """Route every real httpx/httpx2 request through `session`. A module imported already
+    is patched now, one not imported yet when it is first imported (so a run that never uses
+    it never pays for importing it). Idempotent: a second call only swaps the session."""
     with _lock:
         _state.set_active_session(session)
-        if _patches:
+        if _installed[0]:
             return
-        for module in installed_modules():
-            _patch_module(module)
+        _installed[0] = True
+    for name in MODULE_NAMES:
+        if name in sys.modules or importlib.util.find_spec(name) is not None:
+            when_imported(name, _patch_module_once)
 
 
 def uninstall() -> None:
@@ -74,12 +68,22 @@ def uninstall() -> None:
         for patch in reversed(_patches):
             setattr(patch.cls, patch.attr, patch.original)
         _patches.clear()
+        _installed[0] = False
         _state.set_active_session(None)
 
 
 def is_installed() -> bool:
     """Whether the transports are patched now (tests check that nothing stays patched)."""
     return bool(_patches)
+
+
+def _patch_module_once(module: ModuleType) -> None:
+    """Patch `module` unless it is patched already (`httpx2.alias_httpx()` makes `httpx` the
+    same module) or the adapter was uninstalled meanwhile."""
+    with _lock:
+        if not _installed[0] or any(p.module is module for p in _patches):
+            return
+        _patch_module(module)
 
 
 def _patch_module(module: ModuleType) -> None:

@@ -1,0 +1,57 @@
+"""Adapters patch a client library when it is first imported: activation imports nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+
+def run(code: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_activation_imports_no_client_and_patches_on_first_import(tmp_path: object) -> None:
+    out = run(
+        f"""
+        import sys
+        from hashreplay.adapters import activate, deactivate
+        from hashreplay.core.config import load_config
+        from hashreplay.engine.session import Session
+        activate(Session(load_config({str(tmp_path)!r}, env={{}})))
+        print(sorted(m for m in ("httpx", "httpx2", "aiohttp") if m in sys.modules))
+        import httpx2, aiohttp
+        print(hasattr(httpx2.HTTPTransport.handle_request, "__wrapped__"))
+        from hashreplay.adapters import aiohttp as adapter
+        print(adapter.is_installed() if hasattr(adapter, "is_installed") else "n/a")
+        deactivate()
+        print(hasattr(httpx2.HTTPTransport.handle_request, "__wrapped__"))
+        """
+    )
+    lines = out.splitlines()
+    assert lines[0] == "[]"
+    assert lines[1] == "True"
+    assert lines[2] in ("True", "n/a")
+    assert lines[3] == "False"
+
+
+def test_deactivate_before_the_import_patches_nothing(tmp_path: object) -> None:
+    out = run(
+        f"""
+        from hashreplay.adapters import activate, deactivate
+        from hashreplay.adapters._post_import import waiting
+        from hashreplay.core.config import load_config
+        from hashreplay.engine.session import Session
+        activate(Session(load_config({str(tmp_path)!r}, env={{}})))
+        print(waiting())
+        deactivate()
+        print(waiting())
+        import httpx2
+        print(hasattr(httpx2.HTTPTransport.handle_request, "__wrapped__"))
+        """
+    )
+    assert out.splitlines() == ["['aiohttp', 'httpx', 'httpx2']", "[]", "False"]
