@@ -39,6 +39,14 @@ from hashreplay.core.normalise import (
 )
 from hashreplay.core.recording import RecordedRequest, RecordedResponse, Recording, new_recording
 from hashreplay.core.redact import Redactor
+from hashreplay.core.secret_values import (
+    NO_SECRETS,
+    SecretValues,
+    SeenSecrets,
+    request_secrets,
+    scrub_recording,
+    scrub_request,
+)
 from hashreplay.core.store import Store, dump_recording, parse_recording
 from hashreplay.core.typed import jsonable_arg
 from hashreplay.core.volatile import compile_patterns
@@ -75,6 +83,8 @@ class Prepared:
     hash: str
     shared: bool
     request: RecordedRequest
+    #: the credential values the live request carried (issue 13): never written or printed
+    secrets: SecretValues = NO_SECRETS
 
 
 @dataclass
@@ -132,6 +142,8 @@ class Session:
         self.store = store or Store(config.root, config.common_dir)
         self.writer = BackgroundWriter() if write_behind else None
         self.redactor = Redactor(config.redact_keys)
+        #: credential values seen in requests, scrubbed from logs (issue 13 item 3)
+        self.seen_secrets = SeenSecrets()
         self.rules = RequestRules(
             ignore_body_keys=config.ignore_body_keys,
             volatile=compile_patterns(config.volatile_patterns),
@@ -237,7 +249,7 @@ class Session:
         url = redactor.url(incoming.url)
         endpoint = endpoint_of(incoming.url, redactor.is_query_secret)
         raw_body, encoding = encode_request_body(incoming.content, incoming.header("content-type"))
-        body = self._hashed_body(raw_body, test_id)
+        body = self._hashed_body(raw_body, test_id, encoding)
         model = body.get("model") if isinstance(body, dict) else None
         request = RecordedRequest(
             method=method,
@@ -248,8 +260,13 @@ class Session:
             body_encoding=encoding,
             model=model if isinstance(model, str) else None,
         )
-        hash_hex, shared = self.key_of(request, test_id)
-        return Prepared(test_id, self.mode_for(test_id), hash_hex, shared, request)
+        # --- issue 13 item 3, redaction by value: the credential values this request
+        # carries leave the request before hashing, and everything it writes or prints.
+        secrets = request_secrets(redactor, incoming.url, incoming.headers)
+        self.seen_secrets.add(secrets)
+        request = scrub_request(request, secrets)
+        hash_hex, shared = self.key_of(request, secrets.optional_text(test_id))
+        return Prepared(test_id, self.mode_for(test_id), hash_hex, shared, request, secrets)
 
     def prepare_call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Prepared:
         """A call-layer call (DESIGN.md §2) as a request: `CALL <name>` with its arguments
@@ -269,12 +286,13 @@ class Session:
         hash_hex, shared = self.key_of(request, test_id)
         return Prepared(test_id, self.mode_for(test_id), hash_hex, shared, request)
 
-    def _hashed_body(self, raw: Any, test_id: str | None) -> Any:
+    def _hashed_body(self, raw: Any, test_id: str | None, encoding: str = "json") -> Any:
         """A body as hashed and stored: redacted, then normalised with the ids this test
         received earlier mapped to their stable form."""
         state = self._tests.get(test_id)
         id_map = dict(state.id_map) if state is not None and state.id_map else None
-        return normalise_request_body(self.redactor.value(raw), self.rules, id_map)
+        redacted = self.redactor.request_body(raw, encoding)
+        return normalise_request_body(redacted, self.rules, id_map)
 
     def key_of(self, request: RecordedRequest, test_id: str | None) -> tuple[str, bool]:
         """The hash that names the file of `request` made by `test_id`, and whether it is a
@@ -366,7 +384,8 @@ class Session:
             seq = state.sequences.get(prep.hash) if state else None
             recorded_count = len(seq.responses) if seq else 0
         report = miss_report(self, prep, problem=problem, recorded_count=recorded_count)
-        miss = ReplayMiss(self.redactor.text(report), test_id=prep.test_id, request_hash=prep.hash)
+        report = prep.secrets.text(self.redactor.text(report))  # issue 13 item 3
+        miss = ReplayMiss(report, test_id=prep.test_id, request_hash=prep.hash)
         with self._lock:
             self.stats.missed += 1
             self._state(prep.test_id).misses.append(miss)
@@ -393,6 +412,7 @@ class Session:
         """Normalise (ids, times) and write a response built by an adapter; redact it first."""
         path, recording = self._stage(prep, response)
         if recording is not None:
+            recording = scrub_recording(recording, prep.secrets)  # issue 13 item 3
             if self.writer is not None:
                 self.writer.submit(path, dump_recording(recording))
             else:
@@ -402,6 +422,7 @@ class Session:
     async def arecord_response(self, prep: Prepared, response: RecordedResponse) -> Path:
         path, recording = self._stage(prep, response)
         if recording is not None:
+            recording = scrub_recording(recording, prep.secrets)  # issue 13 item 3
             if self.writer is not None:
                 self.writer.submit(path, dump_recording(recording))
             else:

@@ -20,6 +20,7 @@ from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import test_context
 from hashreplay.engine.session import Session
 from hashreplay.server.forward import Counters, Forwarder, ProxyRequest
+from hashreplay.server.log_secrets import install_log_filter
 from hashreplay.server.responses import ProxyError, Receive, Responder, Scope, Send, end_to_end
 from hashreplay.server.settings import ADMIN_PREFIX, SETTINGS_ENV, ServeSettings, UnknownUpstream
 
@@ -49,6 +50,7 @@ class ProxyApp:
         self.session = session
         self.counters = Counters()
         self.forwarder = Forwarder(session, settings, self.counters)
+        install_log_filter(session)  # issue 13 item 3: no credential in any log line
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope.get("type")
