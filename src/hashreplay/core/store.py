@@ -19,6 +19,7 @@ import aiofiles.os
 import orjson
 from pydantic import ValidationError
 
+from hashreplay.core.body_checks import check_bodies
 from hashreplay.core.constants import FORMAT_VERSION, MODEL_LIST_PREFIX, RECORDINGS_DIRNAME
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.recording import Recording
@@ -61,12 +62,14 @@ def parse_recording(content: bytes, path: Path | str | None) -> Recording:
         )
         raise RecordingError(path, msg)
     try:
-        return Recording.model_validate(data)
+        recording = Recording.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg'].lower()}" for e in exc.errors()
         )
         raise RecordingError(path, f"invalid recording: {problems}") from None
+    check_bodies(recording, path)
+    return recording
 
 
 def read_recording(path: Path) -> Recording:

@@ -17,7 +17,7 @@ import orjson
 from hashreplay.core.bodies import BodyEncoding, decode_body, encode_body
 from hashreplay.core.constants import MISS_HEADER, MISS_STATUS
 from hashreplay.core.content_coding import decoder_for
-from hashreplay.core.errors import ReplayMiss
+from hashreplay.core.errors import RecordingError, ReplayMiss
 from hashreplay.core.normalise import filter_headers
 from hashreplay.core.recording import RecordedException, RecordedResponse
 from hashreplay.core.redact import Redactor
@@ -67,7 +67,16 @@ class ReplayPlan:
 
 
 def plan_for(response: RecordedResponse, path: Path | None = None) -> ReplayPlan:
-    """Bytes and headers that reproduce a recorded response for a client."""
+    """Bytes and headers that reproduce a recorded response for a client; a body that
+    cannot be decoded is a `RecordingError` naming the file (issue 13 item 7)."""
+    try:
+        return _plan_for(response, path)
+    except (ValueError, TypeError, KeyError, UnicodeError) as exc:
+        msg = f"cannot decode the recorded response body: {type(exc).__name__}: {exc}; re-record it"
+        raise RecordingError(path, msg) from None
+
+
+def _plan_for(response: RecordedResponse, path: Path | None) -> ReplayPlan:
     headers = [(k, v) for k, v in response.headers.items() if k != "content-length"]
     exc = response.exception if response.is_exception else None
     exc_type = exc.type if exc else None
