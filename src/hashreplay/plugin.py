@@ -59,6 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"hashreplay: {exc}") from None
     # write-behind: a record-mode call costs no disk latency; flushed at session end
     session = Session(settings, write_behind=True)
+    session.store.sweep_temp_files()  # what writers killed earlier left behind
     config.stash[SESSION_KEY] = session
     config.stash[WORKER_STATS_KEY] = Stats()
     try:

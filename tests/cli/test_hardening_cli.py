@@ -17,3 +17,23 @@ def test_verify_decodes_every_body(project: Project, cli: Cli) -> None:
     assert f"tests/recordings/{path.name}: unreadable: response.body: invalid base64 data" in (
         result.out
     )
+
+
+def test_verify_and_status_report_symlinks_and_temp_files(project: Project, cli: Cli) -> None:
+    """Issue 13 items 10 and 15."""
+    path = project.one(CHAT)
+    outside = project.root.parent / "outside.json"
+    outside.write_bytes(path.read_bytes())
+    link = path.parent / "linked.json"
+    link.symlink_to(outside)
+    temp = path.parent / f".{path.name}.4242.abcd1234.tmp"
+    temp.write_bytes(b"{")
+    result = cli("verify")
+    assert result.code == 1
+    assert f"tests/recordings/linked.json: symlink to {outside} (outside the project root" in (
+        result.out
+    )
+    assert f"tests/recordings/{temp.name}: temp file left by an interrupted write" in result.out
+    assert result.lines[-1] == "Also: 2 symlinks or temp files in recordings directories"
+    status = cli("status")
+    assert f"stray: tests/recordings/{temp.name}: temp file" in status.out

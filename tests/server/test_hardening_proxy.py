@@ -10,7 +10,8 @@ import httpx2
 from hashreplay import IncomingRequest, Session, load_config
 from hashreplay.engine.session import LiveExchange
 from hashreplay.server.app import ProxyApp
-from hashreplay.server.settings import ServeSettings
+from hashreplay.server.settings import ServeSettings, parse_upstream
+from tests.fakes.upstream import FakeUpstream
 
 TEST_ID = "tests/api/test_blob.py::test_download"
 
@@ -37,3 +38,26 @@ async def test_an_undecodable_body_is_the_miss_error_not_a_bug_report(root: Path
     assert "invalid base64 data" in message
     assert path.name in message
     assert "bug in hashreplay" not in answer.text
+
+
+async def test_a_header_test_id_never_creates_directories_outside_the_tests(
+    root: Path, upstream: FakeUpstream
+) -> None:
+    """Issue 13 item 12."""
+    config = load_config(root, env={}, mode="record")
+    settings = ServeSettings(upstreams=(parse_upstream(upstream.url),), root=str(root))
+    app = ProxyApp(settings, session=Session(config))
+    transport = httpx2.ASGITransport(app=app)
+    hostile = [".git/hooks/test_x.py::t", "~/test_x.py::t", "%2e%2e/%2e%2e/test_x.py::t"]
+    async with httpx2.AsyncClient(transport=transport, base_url="http://proxy") as client:
+        for test_id in hostile:
+            body = {"model": "gpt-fake-1", "messages": [{"role": "user", "content": test_id}]}
+            answer = await client.post(
+                "/v1/chat/completions", json=body, headers={"x-hashreplay-test-id": test_id}
+            )
+            assert answer.status_code == 200
+    await app.aclose()
+    files = sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
+    assert [f.parent for f in files if f.suffix == ".json"] == [Path("recordings")] * 3
+    assert not (root / ".git").exists()
+    assert not any("%2e" in str(f) or "~" in str(f) for f in files)

@@ -76,6 +76,8 @@ def status(run: Run) -> int:
         console.line(f"total: {len(files)} files\t{total} bytes")
     if not files:
         console.line("no recordings yet: INFERENCE_MODE=record-if-missing pytest records them")
+    for stray in run.strays():
+        console.line(f"stray: {run.show_path(stray.path)}: {stray.problem}")
 
     tokens = Tokens()
     for item in loaded:
@@ -308,8 +310,13 @@ def verify(run: Run) -> int:
         bad += bool(problems)
         for problem in problems:
             run.console.line(f"{run.show_path(path)}: {problem}")
+    strays = run.strays(run.args.paths)
+    for stray in strays:
+        run.console.line(f"{run.show_path(stray.path)}: {stray.problem}")
     run.console.line(f"Summary: {bad}/{len(files)} files with problems")
-    return EXIT_PROBLEMS if bad else EXIT_OK
+    if strays:
+        run.console.line(f"Also: {len(strays)} symlinks or temp files in recordings directories")
+    return EXIT_PROBLEMS if bad or strays else EXIT_OK
 
 
 # --- rehash ---------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from hashreplay.cli.console import Console
 from hashreplay.core.config import Config, load_config
 from hashreplay.core.errors import ConfigError, HashReplayError, RecordingError
 from hashreplay.maintenance.files import Loaded, PathNotFound, default_paths, find_recordings, load
+from hashreplay.maintenance.hygiene import Stray, find_strays
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -46,6 +47,10 @@ class Run:
 
     def files(self, paths: Sequence[Path] | None = None) -> list[Path]:
         return find_recordings(paths or default_paths(self.config), self.config.common_dir)
+
+    def strays(self, paths: Sequence[Path] | None = None) -> list[Stray]:
+        """Symlinks and temp files in recordings directories (issue 13 items 10, 15)."""
+        return find_strays(paths or default_paths(self.config), self.config.root)
 
     def load_all(self, paths: Sequence[Path], label: str) -> list[Loaded]:
         """Every readable file; each unreadable one is reported, skipped and counted."""

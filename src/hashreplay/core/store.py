@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -20,9 +21,16 @@ import orjson
 from pydantic import ValidationError
 
 from hashreplay.core.body_checks import check_bodies
-from hashreplay.core.constants import FORMAT_VERSION, MODEL_LIST_PREFIX, RECORDINGS_DIRNAME
+from hashreplay.core.constants import FORMAT_VERSION, MODEL_LIST_PREFIX, STATE_DIRNAME
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.recording import Recording
+from hashreplay.core.store_paths import read_contained, recordings_dir_for
+from hashreplay.core.temp_files import (
+    TEMP_DIRNAME,
+    state_temp_dir,
+    sweep_temp_files,
+    temp_prefix,
+)
 
 _DUMP = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
 
@@ -104,9 +112,8 @@ def _current_umask() -> int:
 _FILE_MODE = 0o666 & ~_current_umask()
 
 
-def _temp_for(path: Path) -> tuple[int, str]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def _temp_in(directory: Path, path: Path) -> tuple[int, str]:
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=temp_prefix(path), suffix=".tmp")
     try:
         mode = path.stat().st_mode & 0o777  # an existing file keeps its permissions
     except OSError:
@@ -115,23 +122,42 @@ def _temp_for(path: Path) -> tuple[int, str]:
     return fd, tmp
 
 
-def write_bytes_atomic(path: Path, content: bytes) -> None:
-    """Write via a temp file in the same directory, flush + fsync, then `os.replace`."""
-    fd, tmp = _temp_for(path)
+def _write_temp(directory: Path, path: Path, content: bytes) -> str:
+    fd, tmp = _temp_in(directory, path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content)
             f.flush()
             os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise
+    return tmp
+
+
+def write_bytes_atomic(path: Path, content: bytes, temp_dir: Path | None = None) -> None:
+    """Write via a temp file (in `temp_dir`, else beside `path`), flush + fsync, then
+    `os.replace`. A `temp_dir` on another file system falls back to beside `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _write_temp(temp_dir or path.parent, path, content)
+    try:
         Path(tmp).replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        if temp_dir is None or exc.errno != errno.EXDEV:
+            raise
+        write_bytes_atomic(path, content)
     except BaseException:
         with contextlib.suppress(OSError):
             Path(tmp).unlink()
         raise
 
 
-async def awrite_bytes_atomic(path: Path, content: bytes) -> None:
-    fd, tmp = _temp_for(path)
+async def awrite_bytes_atomic(path: Path, content: bytes, temp_dir: Path | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _temp_in(temp_dir or path.parent, path)
     os.close(fd)
     try:
         async with aiofiles.open(tmp, "wb") as f:
@@ -139,6 +165,12 @@ async def awrite_bytes_atomic(path: Path, content: bytes) -> None:
             await f.flush()
             await asyncio.to_thread(os.fsync, f.fileno())
         await aiofiles.os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        if temp_dir is None or exc.errno != errno.EXDEV:
+            raise
+        await awrite_bytes_atomic(path, content)
     except BaseException:
         with contextlib.suppress(OSError):
             Path(tmp).unlink()
@@ -152,6 +184,25 @@ class Store:
         self.root = root.resolve()
         self.common_dir = common_dir.resolve()
         self._dirs: dict[str | None, Path] = {}
+        self._temp_dir: Path | None = None
+
+    @property
+    def temp_dir(self) -> Path:
+        """Where this store's writes put their temp files (`.hashreplay/tmp/`, git-ignored)."""
+        if self._temp_dir is None:
+            self._temp_dir = state_temp_dir(self.root)
+        return self._temp_dir
+
+    def sweep_temp_files(self) -> list[Path]:
+        """Remove temp files that killed writers left (in the temp and common directories)."""
+        return sweep_temp_files([self.root / STATE_DIRNAME / TEMP_DIRNAME, self.common_dir])
+
+    def save(self, path: Path, recording: Recording) -> None:
+        """`write`, with the temp file kept where git does not see it."""
+        write_bytes_atomic(path, dump_recording(recording), self.temp_dir)
+
+    async def asave(self, path: Path, recording: Recording) -> None:
+        await awrite_bytes_atomic(path, dump_recording(recording), self.temp_dir)
 
     def dir_for(self, test_id: str | None) -> Path:
         """`tests/a/b/test_x.py::test_y[p]` → `<root>/tests/a/b/recordings`.
@@ -165,19 +216,7 @@ class Store:
         return found
 
     def _resolve_dir(self, test_id: str | None) -> Path:
-        if not test_id:
-            return self.common_dir
-        file_part = test_id.split("::", 1)[0]
-        if not file_part or "\x00" in file_part or Path(file_part).is_absolute():
-            return self.common_dir
-        candidate = (self.root / file_part).parent / RECORDINGS_DIRNAME
-        try:
-            resolved = candidate.resolve()
-        except (OSError, RuntimeError):
-            return self.common_dir
-        if resolved != self.root and self.root not in resolved.parents:
-            return self.common_dir
-        return resolved
+        return recordings_dir_for(self.root, self.common_dir, test_id)
 
     def search_dirs(self, test_id: str | None) -> list[Path]:
         own = self.dir_for(test_id)
@@ -193,7 +232,7 @@ class Store:
         for directory in self.search_dirs(test_id):
             path = directory / name
             try:
-                return path, read_recording(path)
+                return path, parse_recording(read_contained(path, self.root), path)
             except FileNotFoundError:
                 continue
         return None

@@ -18,7 +18,8 @@ from hashreplay.core.store import write_bytes_atomic
 
 
 class BackgroundWriter:
-    def __init__(self) -> None:
+    def __init__(self, temp_dir: Path | None = None) -> None:
+        self._temp_dir = temp_dir
         self._queue: queue.Queue[tuple[Path, bytes] | None] = queue.Queue()
         self._lock = threading.Lock()
         #: path → latest bytes queued for it and not yet on disk
@@ -44,7 +45,7 @@ class BackgroundWriter:
                     return
                 path, content = job
                 try:
-                    write_bytes_atomic(path, content)
+                    write_bytes_atomic(path, content, self._temp_dir)
                 except OSError as exc:
                     with self._lock:
                         self._errors.append(

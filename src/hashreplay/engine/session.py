@@ -140,7 +140,8 @@ class Session:
         so recording costs the caller no disk latency; call `flush()` before reading files."""
         self.config = config
         self.store = store or Store(config.root, config.common_dir)
-        self.writer = BackgroundWriter() if write_behind else None
+        # issue 13 item 10: temp files under .hashreplay/tmp, where git never sees them
+        self.writer = BackgroundWriter(self.store.temp_dir) if write_behind else None
         self.redactor = Redactor(config.redact_keys)
         #: credential values seen in requests, scrubbed from logs (issue 13 item 3)
         self.seen_secrets = SeenSecrets()
@@ -416,7 +417,7 @@ class Session:
             if self.writer is not None:
                 self.writer.submit(path, dump_recording(recording))
             else:
-                self.store.write(path, recording)
+                self.store.save(path, recording)
         return path
 
     async def arecord_response(self, prep: Prepared, response: RecordedResponse) -> Path:
@@ -426,7 +427,7 @@ class Session:
             if self.writer is not None:
                 self.writer.submit(path, dump_recording(recording))
             else:
-                await self.store.awrite(path, recording)
+                await self.store.asave(path, recording)
         return path
 
     def flush(self) -> None:

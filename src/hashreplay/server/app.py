@@ -51,6 +51,7 @@ class ProxyApp:
         self.counters = Counters()
         self.forwarder = Forwarder(session, settings, self.counters)
         install_log_filter(session)  # issue 13 item 3: no credential in any log line
+        session.store.sweep_temp_files()  # what a killed proxy left behind (item 10)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope.get("type")
