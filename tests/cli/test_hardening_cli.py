@@ -37,3 +37,21 @@ def test_verify_and_status_report_symlinks_and_temp_files(project: Project, cli:
     assert result.lines[-1] == "Also: 2 symlinks or temp files in recordings directories"
     status = cli("status")
     assert f"stray: tests/recordings/{temp.name}: temp file" in status.out
+
+
+HOSTILE = "hi\x1b]0;pwned\x07 \x1b[2J\x9b31m \u202etxt.exe"
+
+
+def test_show_escapes_control_characters(project: Project, cli: Cli) -> None:
+    """Issue 13 item 14: recorded text never drives the terminal."""
+    path = project.one(CHAT)
+    data = json.loads(path.read_text())
+    data["response"]["body"]["choices"][0]["message"]["content"] = HOSTILE
+    data["request"]["body"]["messages"][0]["content"] = HOSTILE
+    data["response"]["headers"]["content-type"] = "application/json\x1b[8m"
+    path.write_text(json.dumps(data))
+    for args in (("show", str(path)), ("show", "--raw", str(path))):
+        result = cli(*args)
+        assert result.code == 0, result.err
+        assert not any(c in result.out for c in "\x1b\x07\x9b\u202e"), args
+        assert "\\x1b]0;pwned\\x07" in result.out or "\\u001b]0;pwned" in result.out

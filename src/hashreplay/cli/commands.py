@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from hashreplay.cli.console import human_size
+from hashreplay.cli.console import human_size, printable
 from hashreplay.cli.main import EXIT_OK, EXIT_PROBLEMS, Run
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.config import ModeSource
@@ -208,7 +208,8 @@ def show(run: Run) -> int:
     if path is None:
         return EXIT_PROBLEMS
     if run.args.raw:
-        run.console.line(path.read_bytes().decode("utf-8", errors="replace").rstrip("\n"))
+        raw = path.read_bytes().decode("utf-8", errors="replace").rstrip("\n")
+        run.console.line(printable(raw))
         return EXIT_OK
     try:
         item = load(path)
@@ -219,13 +220,18 @@ def show(run: Run) -> int:
     return EXIT_OK
 
 
-def _field(run: Run, name: str, value: str) -> None:
-    run.console.line(f"{run.console.style(f'{name}:'.ljust(10), 'bold')} {value}")
+def _field(run: Run, name: str, value: str, *, styled: bool = False) -> None:
+    """One `name: value` line; recorded data in `value` is escaped unless the caller
+    `styled` it (and escaped the data it holds) itself."""
+    shown = value if styled else printable(value)
+    run.console.line(f"{run.console.style(f'{name}:'.ljust(10), 'bold')} {shown}")
 
 
-def _indented(run: Run, text: str, indent: str = "  ") -> None:
-    for line in text.splitlines() or [""]:
-        run.console.line(f"{indent}{line}")
+def _indented(run: Run, text: str, indent: str = "  ", prefix: str = "") -> None:
+    """Recorded text, escaped, indented; `prefix` (already styled) starts the first line."""
+    for index, line in enumerate(text.splitlines() or [""]):
+        lead = f"{prefix} " if prefix and index == 0 else ""
+        run.console.line(f"{indent}{lead}{printable(line)}")
 
 
 def _pretty(value: Any) -> str:
@@ -245,8 +251,8 @@ def _render(run: Run, item: Loaded) -> None:
     if turns:
         run.console.line(run.console.style("conversation:", "bold"))
         for turn in turns:
-            role = run.console.style(f"[{turn.role}]", "cyan")
-            _indented(run, f"{role} {turn.text}")
+            role = run.console.style(f"[{printable(turn.role)}]", "cyan")
+            _indented(run, turn.text, prefix=role)
     elif request.body is not None:
         run.console.line(run.console.style(f"body ({request.body_encoding.value}):", "bold"))
         _indented(run, _body_text(request.body, request.body_encoding))
@@ -263,7 +269,8 @@ def _render_response(run: Run, label: str, response: RecordedResponse) -> None:
     status = _status(response)
     failed = response.is_exception or (response.status or 0) >= 400
     colour = "red" if failed else "green"
-    _field(run, label, f"{run.console.style(status, colour)} {kind}".rstrip())
+    shown = f"{run.console.style(printable(status), colour)} {printable(kind)}".rstrip()
+    _field(run, label, shown, styled=True)
     if response.is_exception and response.exception is not None:
         _field(run, "exception", f"{response.exception.type}: {response.exception.message}")
     said = reply(response)
