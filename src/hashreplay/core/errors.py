@@ -23,6 +23,24 @@ class RecordingError(HashReplayError):
         super().__init__(f"{where}: {problem}")
 
 
+class RecordingWriteError(RecordingError):
+    """Recordings that could not be written (disk full, no permission): every one is kept
+    in `failures`, the message lists the first `shown` and counts the rest."""
+
+    def __init__(self, failures: list[RecordingError], shown: int = 10) -> None:
+        self.failures = failures
+        lines = [f"  {failure}" for failure in failures[:shown]]
+        if len(failures) > shown:
+            lines.append(f"  … and {len(failures) - shown} more")
+        count = len(failures)
+        problem = (
+            f"{count} recording{'s' if count != 1 else ''} could not be written "
+            "(nothing was stored for them; free space or fix permissions and re-record):\n"
+            + "\n".join(lines)
+        )
+        super().__init__(failures[0].path if failures else None, problem)
+
+
 class ReplayMiss(HashReplayError):
     """A request had no recording in replay mode. Its message is the full miss report."""
 

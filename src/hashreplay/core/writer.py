@@ -4,7 +4,7 @@ A record-mode call should cost about what the live call costs; an fsynced atomic
 0.3 to 5 ms on ordinary disks. So the engine hands the finished bytes to one writer thread
 (first in, first out: later versions of a file land after earlier ones) and keeps them in
 `pending` until they are on disk, so reads see them at once. `flush()` waits for everything
-and reports the first failure; the pytest plugin flushes at the end of the session.
+and reports every failure; the pytest plugin flushes at the end of the session.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import queue
 import threading
 from pathlib import Path
 
-from hashreplay.core.errors import RecordingError
+from hashreplay.core.errors import RecordingError, RecordingWriteError
 from hashreplay.core.store import write_bytes_atomic
 
 
@@ -58,12 +58,13 @@ class BackgroundWriter:
                 self._queue.task_done()
 
     def flush(self) -> None:
-        """Wait until every queued write is on disk; raise the first write error."""
+        """Wait until every queued write is on disk; raise a `RecordingWriteError` that
+        holds every write that failed since the last flush."""
         self._queue.join()
         with self._lock:
             errors, self._errors = self._errors, []
         if errors:
-            raise errors[0]
+            raise RecordingWriteError(errors)
 
     def close(self) -> None:
         self.flush()
