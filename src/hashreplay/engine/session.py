@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hashreplay.core.bodies import encode_request_body
 from hashreplay.core.config import Config
 from hashreplay.core.constants import CALL_METHOD, MODEL_LIST_PREFIX, RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import current_test_id
@@ -28,6 +27,7 @@ from hashreplay.core.key import (
 )
 from hashreplay.core.key import request_hash as compute_hash
 from hashreplay.core.mode import Mode
+from hashreplay.core.nesting import parse_checked_body
 from hashreplay.core.normalise import (
     KEPT_REQUEST_HEADERS,
     KEPT_RESPONSE_HEADERS,
@@ -249,7 +249,7 @@ class Session:
         redactor = self.redactor
         url = redactor.url(incoming.url)
         endpoint = endpoint_of(incoming.url, redactor.is_query_secret)
-        raw_body, encoding = encode_request_body(incoming.content, incoming.header("content-type"))
+        raw_body, encoding = parse_checked_body(incoming, f"{method} {endpoint}")  # issue 13
         body = self._hashed_body(raw_body, test_id, encoding)
         model = body.get("model") if isinstance(body, dict) else None
         request = RecordedRequest(

@@ -18,6 +18,7 @@ from hashreplay.asgi import test_and_run_ids
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import test_context
+from hashreplay.core.nesting import RequestTooDeep
 from hashreplay.engine.session import Session
 from hashreplay.server.forward import Counters, Forwarder, ProxyRequest
 from hashreplay.server.log_secrets import install_log_filter
@@ -157,7 +158,10 @@ class ProxyApp:
         )
         self.session.enter_run(test_id, run_id)
         with test_context(test_id):
-            await self.forwarder.handle(request, reply, receive)
+            try:
+                await self.forwarder.handle(request, reply, receive)
+            except RequestTooDeep as exc:  # issue 13 item 13: a client error, not a bug
+                raise ProxyError(400, "request_too_deep", str(exc)) from None
 
     async def _read_body(
         self, method: str, target: str, headers: list[tuple[str, str]], receive: Receive
