@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import httpx2
+import pytest
 
 from hashreplay import IncomingRequest, Session, load_config
 from hashreplay.engine.session import LiveExchange
 from hashreplay.server.app import ProxyApp
 from hashreplay.server.settings import ServeSettings, parse_upstream
 from tests.fakes.upstream import FakeUpstream
+from tests.server.conftest import free_port
 
 TEST_ID = "tests/api/test_blob.py::test_download"
 
@@ -61,3 +64,24 @@ async def test_a_header_test_id_never_creates_directories_outside_the_tests(
     assert [f.parent for f in files if f.suffix == ".json"] == [Path("recordings")] * 3
     assert not (root / ".git").exists()
     assert not any("%2e" in str(f) or "~" in str(f) for f in files)
+
+
+async def test_upstream_userinfo_is_never_shown(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 13 item 5: not in stats, error bodies or logs."""
+    port = free_port()  # nothing listens there: the upstream is down
+    upstream = parse_upstream(f"http://admin:hunter2-upstream@127.0.0.1:{port}")
+    config = load_config(root, env={}, mode="record")
+    app = ProxyApp(ServeSettings(upstreams=(upstream,), root=str(root)), session=Session(config))
+    caplog.set_level(logging.INFO)
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://proxy") as client:
+        answer = await client.post("/v1/chat/completions", json={"model": "m"})
+        stats = await client.get("/__hashreplay/stats")
+    await app.aclose()
+    assert answer.status_code == 502
+    shown = answer.text + stats.text + app.describe() + caplog.text + repr(app.settings)
+    assert "hunter2-upstream" not in shown and "admin" not in shown
+    assert f"[secret removed]@127.0.0.1:{port}" in answer.json()["error"]["message"]
+    assert stats.json()["upstreams"]["default"] == f"http://[secret removed]@127.0.0.1:{port}"

@@ -19,6 +19,7 @@ from hashreplay.core.config import load_config
 from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import test_context
 from hashreplay.core.nesting import RequestTooDeep
+from hashreplay.core.secret_values import SecretValues
 from hashreplay.engine.session import Session
 from hashreplay.server.forward import Counters, Forwarder, ProxyRequest
 from hashreplay.server.log_secrets import install_log_filter
@@ -52,6 +53,8 @@ class ProxyApp:
         self.counters = Counters()
         self.forwarder = Forwarder(session, settings, self.counters)
         install_log_filter(session)  # issue 13 item 3: no credential in any log line
+        userinfo = [v for u in settings.upstreams for v in u.userinfo_values]
+        session.seen_secrets.add(SecretValues(userinfo))  # item 5: nor the upstream's
         session.store.sweep_temp_files()  # what a killed proxy left behind (item 10)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -85,7 +88,7 @@ class ProxyApp:
     def describe(self) -> str:
         config = self.session.config
         routes = (
-            ", ".join(f"{u.prefix}* -> {u.url}" for u in self.settings.upstreams)
+            ", ".join(f"{u.prefix}* -> {u.shown}" for u in self.settings.upstreams)
             or "none (replay only)"
         )
         return (
@@ -217,7 +220,7 @@ class ProxyApp:
             "requests": self.counters.requests,
             "in_flight": self.counters.in_flight,
             "errors": dict(sorted(self.counters.errors.items())),
-            "upstreams": {u.name or "default": u.url for u in self.settings.upstreams},
+            "upstreams": {u.name or "default": u.shown for u in self.settings.upstreams},
             "root": str(config.root),
             "recordings": str(config.common_dir),
         }

@@ -10,7 +10,9 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from hashreplay.core.constants import SECRET_PLACEHOLDER
 
 #: Environment variable that carries the settings to the app factory in each worker.
 SETTINGS_ENV = "HASHREPLAY_SERVE_SETTINGS"
@@ -53,18 +55,36 @@ class Upstream:
     """Where requests go: the default upstream (`name` None) or the one of a path prefix."""
 
     name: str | None
-    url: str
+    #: The URL requests go to, with any userinfo (`user:password@`): never print it, print
+    #: `shown` (issue 13 item 5).
+    url: str = field(repr=False)
 
     @property
     def prefix(self) -> str:
         return "/" if self.name is None else f"/{self.name}/"
 
     @property
+    def shown(self) -> str:
+        """The URL for messages, logs and stats: userinfo replaced by `[secret removed]`."""
+        parts = urlsplit(self.url)
+        if "@" not in parts.netloc:
+            return self.url
+        host = parts.netloc.rpartition("@")[2]
+        netloc = f"{SECRET_PLACEHOLDER}@{host}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+    @property
+    def userinfo_values(self) -> tuple[str, ...]:
+        """The user name and password in the URL (scrubbed from logs by value)."""
+        parts = urlsplit(self.url)
+        return tuple(unquote(v) for v in (parts.username, parts.password) if v)
+
+    @property
     def label(self) -> str:
         return (
-            f"default upstream {self.url}"
+            f"default upstream {self.shown}"
             if self.name is None
-            else f"upstream {self.name!r} ({self.url})"
+            else f"upstream {self.name!r} ({self.shown})"
         )
 
 
@@ -117,7 +137,7 @@ class ServeSettings:
         named: dict[str, Upstream] = {}
         defaults = [u for u in self.upstreams if u.name is None]
         if len(defaults) > 1:
-            urls = ", ".join(u.url for u in defaults)
+            urls = ", ".join(u.shown for u in defaults)
             msg = f"more than one default --upstream ({urls}); name the others as NAME=URL"
             raise SettingsError(msg)
         for upstream in self.upstreams:
