@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
 
+import hashreplay.core.store as store_module
 from hashreplay import IncomingRequest, Session, load_config
 from hashreplay.engine.session import LiveExchange
 from hashreplay.server.app import ProxyApp
@@ -85,3 +88,63 @@ async def test_upstream_userinfo_is_never_shown(
     assert "hunter2-upstream" not in shown and "admin" not in shown
     assert f"[secret removed]@127.0.0.1:{port}" in answer.json()["error"]["message"]
     assert stats.json()["upstreams"]["default"] == f"http://[secret removed]@127.0.0.1:{port}"
+
+
+def full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_space(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store_module.os, "fsync", no_space)
+
+
+async def call_asgi(app: ProxyApp, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """One request through the ASGI app; every message the app sent."""
+    content = json.dumps(body).encode()
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json"), (b"host", b"proxy")],
+    }
+    incoming = [{"type": "http.request", "body": content, "more_body": False}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if incoming:
+            return incoming.pop(0)
+        await asyncio.sleep(3600)  # the client stays connected
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(dict(message))
+
+    await app(scope, receive, send)
+    return sent
+
+
+async def test_a_failed_write_is_a_5xx_naming_it_never_a_200(
+    root: Path, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13 item 8."""
+    config = load_config(root, env={}, mode="record")
+    settings = ServeSettings(upstreams=(parse_upstream(upstream.url),), root=str(root))
+    app = ProxyApp(settings, session=Session(config))
+    full_disk(monkeypatch)
+    body = {"model": "gpt-fake-1", "messages": [{"role": "user", "content": "hi"}]}
+    whole = await call_asgi(app, body)
+    streamed = await call_asgi(app, {**body, "stream": True})
+    await app.aclose()
+    # the whole answer: a JSON 500 naming the problem, never the upstream's 200
+    assert whole[0]["status"] == 500
+    error = json.loads(whole[1]["body"])["error"]
+    assert error["code"] == "recording_not_written"
+    assert "No space left on device" in error["message"]
+    assert "the upstream answered 200" in error["message"]
+    # the stream: relayed as it came, but never ended cleanly (the client sees an error)
+    assert streamed[0]["status"] == 200
+    assert b"".join(m.get("body", b"") for m in streamed[1:])
+    assert all(m.get("more_body") for m in streamed[1:])
+    assert app.stats()["errors"] == {"recording_not_written": 2}
+    assert list(root.rglob("*.json")) == []
