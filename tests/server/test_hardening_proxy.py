@@ -148,3 +148,31 @@ async def test_a_failed_write_is_a_5xx_naming_it_never_a_200(
     assert all(m.get("more_body") for m in streamed[1:])
     assert app.stats()["errors"] == {"recording_not_written": 2}
     assert list(root.rglob("*.json")) == []
+
+
+async def test_per_test_state_is_bounded_least_recently_used_first(
+    root: Path, upstream: FakeUpstream
+) -> None:
+    """Issue 13 item 9: a long-lived proxy forgets the state of idle test ids."""
+    config = load_config(root, env={}, mode="record")
+    settings = ServeSettings(
+        upstreams=(parse_upstream(upstream.url),), root=str(root), max_tests=10
+    )
+    session = Session(config)
+    app = ProxyApp(settings, session=session)
+    transport = httpx2.ASGITransport(app=app)
+    keep = "tests/test_keep.py::test_busy"
+    async with httpx2.AsyncClient(transport=transport, base_url="http://proxy") as client:
+        for n in range(40):
+            for test_id in (f"tests/test_many.py::test_{n}", keep):
+                body = {"model": "gpt-fake-1", "messages": [{"role": "user", "content": f"{n}"}]}
+                headers = {"x-hashreplay-test-id": test_id}
+                answer = await client.post("/v1/chat/completions", json=body, headers=headers)
+                assert answer.status_code == 200
+    await app.aclose()
+    tests = session._tests  # what the bound is about
+    assert len(tests) == 10
+    assert keep in tests  # the busy test was used last: never evicted
+    assert "tests/test_many.py::test_0" not in tests
+    assert len(session.usage) <= 10
+    assert len(list(root.rglob("*.json"))) == 80  # every recording was written

@@ -9,6 +9,7 @@ becomes a JSON error that says what happened and what to do; nothing stops the p
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -20,6 +21,7 @@ from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import test_context
 from hashreplay.core.nesting import RequestTooDeep
 from hashreplay.core.secret_values import SecretValues
+from hashreplay.engine.eviction import touch_test
 from hashreplay.engine.session import Session
 from hashreplay.server.forward import Counters, Forwarder, ProxyRequest
 from hashreplay.server.log_secrets import install_log_filter
@@ -160,6 +162,7 @@ class ProxyApp:
             upstream=upstream,
         )
         self.session.enter_run(test_id, run_id)
+        touch_test(self.session, test_id, self.settings.max_tests)  # issue 13 item 9
         with test_context(test_id):
             try:
                 await self.forwarder.handle(request, reply, receive)
@@ -181,8 +184,20 @@ class ProxyApp:
             raise too_large
         parts: list[bytes] = []
         size = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.body_timeout  # issue 13 item 11
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                raise ProxyError(
+                    408,
+                    "body_timeout",
+                    f"the body of {method} {target} did not arrive within "
+                    f"{self.settings.body_timeout:g} s ({size} bytes came); hashreplay serve "
+                    "closes such slow requests; raise the limit with --body-timeout",
+                    close=True,
+                ) from None
             if message["type"] == "http.disconnect":
                 raise _ClientGone
             chunk: bytes = message.get("body", b"")

@@ -50,12 +50,16 @@ def encode_header(value: str) -> bytes:
 class ProxyError(Exception):
     """A request the proxy answers with a JSON error of its own (never a crash)."""
 
-    def __init__(self, status: int, code: str, message: str, *, retry: bool = False) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, *, retry: bool = False, close: bool = False
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.retry = retry
+        #: the connection closes after the answer (the rest of the request is not read)
+        self.close = close or status == 413
 
     def body(self) -> bytes:
         error = {"message": self.message, "type": f"hashreplay_{self.code}", "code": self.code}
@@ -97,6 +101,6 @@ class Responder:
         headers = [("content-type", "application/json")]
         if not problem.retry:
             headers.append(("x-should-retry", "false"))
-        if problem.status == 413:
+        if problem.close:
             headers.append(("connection", "close"))  # the unread rest of the body is dropped
         await self.whole(problem.status, headers, problem.body())

@@ -24,6 +24,11 @@ DEFAULT_PORT = 8790
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_UPSTREAM_TIMEOUT = 300.0
 DEFAULT_GRACEFUL_TIMEOUT = 30
+#: Test ids whose state the proxy keeps (least recently used beyond that are forgotten).
+DEFAULT_MAX_TESTS = 1000
+#: Seconds a client may take to send a request's head, and its body (else 408).
+DEFAULT_HEADER_TIMEOUT = 30.0
+DEFAULT_BODY_TIMEOUT = 120.0
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~-]*")
@@ -131,6 +136,9 @@ class ServeSettings:
     graceful_timeout: int = DEFAULT_GRACEFUL_TIMEOUT
     log_level: str = "info"
     access_log: bool = True
+    max_tests: int = DEFAULT_MAX_TESTS
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
     named: dict[str, Upstream] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -160,6 +168,9 @@ class ServeSettings:
                 self.graceful_timeout > 0,
                 f"--graceful-timeout {self.graceful_timeout}: expected > 0",
             ),
+            (self.max_tests >= 1, f"--max-tests {self.max_tests}: expected 1 or more"),
+            (self.header_timeout > 0, f"--header-timeout {self.header_timeout}: expected > 0"),
+            (self.body_timeout > 0, f"--body-timeout {self.body_timeout}: expected > 0"),
             (
                 self.log_level in LOG_LEVELS,
                 f"--log-level {self.log_level!r}: expected one of {', '.join(LOG_LEVELS)}",
