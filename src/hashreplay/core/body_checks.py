@@ -47,6 +47,10 @@ def _response(response: RecordedResponse) -> None:
     if response.is_streaming and response.stream_format is not None:
         if body is not None and not isinstance(body, list):
             raise _Bad("", f"a stream's body must be a list, found {type(body).__name__}")
+        if response.stream_format is StreamFormat.SSE:
+            for i, event in enumerate(body or []):
+                if not isinstance(event, dict):
+                    raise _Bad(f"[{i}]", f"an SSE event must be an object, found {event!r:.40}")
         if response.stream_format is StreamFormat.CHUNKS:
             for i, chunk in enumerate(body or []):
                 if isinstance(chunk, dict):

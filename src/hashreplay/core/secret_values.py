@@ -42,17 +42,23 @@ _AWS_PART = re.compile(r"\b(Credential|Signature)=([^,\s/]+)")
 
 
 class SecretValues:
-    """A set of exact secret values and the scrubber that removes them from any text."""
+    """A set of exact secret values and the scrubber that removes them from any text.
 
-    __slots__ = ("_pattern", "values")
+    Plain substring replacement, longest value first (no regular expression: a process
+    sees a new cookie or key with nearly every request, and compiling a pattern for each
+    set cost milliseconds and filled the `re` cache)."""
+
+    __slots__ = ("_encoded", "values")
 
     def __init__(self, values: Iterable[str] = ()) -> None:
-        found = {v for v in values if len(v) >= MIN_SECRET_LENGTH and v != SECRET_PLACEHOLDER}
+        found = {
+            v
+            for v in values
+            if len(v) >= MIN_SECRET_LENGTH and v not in SECRET_PLACEHOLDER  # never re-scrubbed
+        }
         #: longest first, so a value that contains another is removed whole
         self.values: tuple[str, ...] = tuple(sorted(found, key=lambda v: (-len(v), v)))
-        self._pattern = (
-            re.compile("|".join(re.escape(v) for v in self.values)) if self.values else None
-        )
+        self._encoded: tuple[bytes, ...] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.values)
@@ -61,21 +67,26 @@ class SecretValues:
         return SecretValues((*self.values, *other.values))
 
     def text(self, text: str) -> str:
-        if self._pattern is None or not text:
+        if not text:
             return text
-        return self._pattern.sub(SECRET_PLACEHOLDER, text)
+        for value in self.values:
+            if value in text:
+                text = text.replace(value, SECRET_PLACEHOLDER)
+        return text
 
     def optional_text(self, text: str | None) -> str | None:
         return None if text is None else self.text(text)
 
     def mentioned_in(self, serialised: bytes) -> bool:
         """Whether any value occurs in these JSON bytes (as it would be written there)."""
-        return any(
-            v.encode() in serialised or orjson.dumps(v)[1:-1] in serialised for v in self.values
-        )
+        if self._encoded is None:
+            self._encoded = tuple(
+                form for v in self.values for form in {v.encode(), orjson.dumps(v)[1:-1]}
+            )
+        return any(form in serialised for form in self._encoded)
 
     def data(self, data: bytes) -> bytes:
-        if self._pattern is None or not data:
+        if not self.values or not data:
             return data
         placeholder = SECRET_PLACEHOLDER.encode()
         for value in self.values:
@@ -84,7 +95,7 @@ class SecretValues:
 
     def value(self, value: Any) -> Any:
         """A copy of a JSON-like value with the secrets removed from every string and key."""
-        if self._pattern is None:
+        if not self.values:
             return value
         if isinstance(value, str):
             return self.text(value)
@@ -160,7 +171,7 @@ class SeenSecrets:
         self._limit = limit
         self._values: dict[str, None] = {}
         self._lock = threading.Lock()
-        self._scrubber = NO_SECRETS
+        self._scrubber: SecretValues | None = NO_SECRETS
 
     def add(self, secrets: SecretValues) -> None:
         if not secrets or all(v in self._values for v in secrets.values):
@@ -171,14 +182,18 @@ class SeenSecrets:
                 self._values[value] = None
             while len(self._values) > self._limit:
                 del self._values[next(iter(self._values))]
-            self._scrubber = SecretValues(self._values)
+            self._scrubber = None  # rebuilt when next needed
 
     @property
     def scrubber(self) -> SecretValues:
-        return self._scrubber
+        scrubber = self._scrubber
+        if scrubber is None:
+            with self._lock:
+                scrubber = self._scrubber = SecretValues(self._values)
+        return scrubber
 
     def text(self, text: str) -> str:
-        return self._scrubber.text(text)
+        return self.scrubber.text(text)
 
 
 def scrub_request(request: RecordedRequest, secrets: SecretValues) -> RecordedRequest:

@@ -71,7 +71,7 @@ def plan_for(response: RecordedResponse, path: Path | None = None) -> ReplayPlan
     cannot be decoded is a `RecordingError` naming the file (issue 13 item 7)."""
     try:
         return _plan_for(response, path)
-    except (ValueError, TypeError, KeyError, UnicodeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, UnicodeError) as exc:
         msg = f"cannot decode the recorded response body: {type(exc).__name__}: {exc}; re-record it"
         raise RecordingError(path, msg) from None
 

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import sys
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from hashreplay.asgi import test_and_run_ids
 from hashreplay.core.config import load_config
@@ -150,6 +150,11 @@ class ProxyApp:
         else:  # replay without an upstream: the URL the client used
             host = next((v for k, v in headers if k.lower() == "host"), "hashreplay-serve")
             base = f"http://{host}"
+            try:  # found by fuzzing (issue 13 item 17): `Host: [` is not a crash
+                urlsplit(base).port  # noqa: B018 - parsing is the check
+            except ValueError as exc:
+                msg = f"{method} {target}: invalid Host header {host!r} ({exc})"
+                raise ProxyError(400, "bad_request", msg) from None
         url = base + upstream_path + (f"?{query}" if query else "")
         test_id, run_id = test_and_run_ids(scope.get("headers") or ())
         request = ProxyRequest(
