@@ -14,7 +14,8 @@ import pytest
 
 from hashreplay import IncomingRequest, Session, load_config
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.store import Store
+from hashreplay.core.recording import Recording
+from hashreplay.core.store import Store, read_recording
 from hashreplay.core.temp_files import is_temp_name, sweep_temp_files
 from hashreplay.engine.session import LiveExchange
 from hashreplay.maintenance.hygiene import find_strays
@@ -120,7 +121,8 @@ KILLED_WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from hashreplay.core.store import Store
+    from hashreplay.core.recording import Recording
+from hashreplay.core.store import Store, read_recording
     from tests.unit.test_store import make_recording
 
     original = Path.replace
@@ -189,3 +191,19 @@ def test_a_young_temp_file_of_a_dead_pid_is_kept(tmp_path: Path) -> None:
     young = tmp_path / f".{HASH}.json.999999999.abcdefgh.tmp"
     young.write_bytes(b"{")
     assert sweep_temp_files([tmp_path]) == []
+
+
+def test_without_a_state_directory_temp_files_go_beside_the_file(root: Path) -> None:
+    (root / ".hashreplay").write_text("not a directory")  # .hashreplay/tmp cannot be made
+    store = Store(root, root / "recordings")
+    path = store.path_for("tests/test_x.py::t", HASH)
+    store.save(path, read_any_recording(root))
+    assert store.temp_dir is None
+    assert path.exists()
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+def read_any_recording(root: Path) -> Recording:
+    other = root / "other"
+    other.mkdir()
+    return read_recording(record(other, "tests/test_x.py::t"))

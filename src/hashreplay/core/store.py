@@ -186,12 +186,18 @@ class Store:
         self.common_dir = common_dir.resolve()
         self._dirs: dict[str | None, Path] = {}
         self._temp_dir: Path | None = None
+        self._temp_checked = False
 
     @property
-    def temp_dir(self) -> Path:
-        """Where this store's writes put their temp files (`.hashreplay/tmp/`, git-ignored)."""
-        if self._temp_dir is None:
-            self._temp_dir = state_temp_dir(self.root)
+    def temp_dir(self) -> Path | None:
+        """Where this store's writes put their temp files: `.hashreplay/tmp/` (git-ignored);
+        None (beside each file) when that cannot be created, e.g. a read-only root."""
+        if not self._temp_checked:
+            self._temp_checked = True
+            try:
+                self._temp_dir = state_temp_dir(self.root)
+            except OSError:
+                self._temp_dir = None
         return self._temp_dir
 
     def sweep_temp_files(self) -> list[Path]:
