@@ -121,8 +121,7 @@ KILLED_WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from hashreplay.core.recording import Recording
-from hashreplay.core.store import Store, read_recording
+    from hashreplay.core.store import Store
     from tests.unit.test_store import make_recording
 
     original = Path.replace
