@@ -105,19 +105,22 @@ def test_seen_secrets_are_bounded_and_keep_the_newest() -> None:
 KEYS = st.text(alphabet="abcdefghjkmnpqrstuvwxyz23456789", min_size=12, max_size=30)
 
 
-def plant_and_record(root: Path, bearer: str, header_key: str, query_key: str, pw: str) -> str:
+def plant_and_record(
+    root: Path, bearer: str, header_key: str, query_key: str, pw: str, aws: str = "aws-token-1234"
+) -> str:
     test_id = f"tests/test_keys.py::test_it[{header_key}]"
     session = Session(load_config(root, env={}, mode="record"), write_behind=True)
     session.begin_test(test_id)
     headers = [
         ("authorization", f"Bearer {bearer}"),
         ("x-api-key", header_key),
+        ("x-amz-security-token", aws),
         ("content-type", "application/json"),
     ]
     url = f"http://user:{pw}@127.0.0.1:9/v1/{bearer}/chat?key={query_key}"
     content = json.dumps({"model": "m", "messages": [{"content": f"my key {header_key}"}]})
     incoming = IncomingRequest("POST", url, headers, content.encode())
-    echoes = f"{bearer} {header_key} {query_key} {pw}"
+    echoes = f"{bearer} {header_key} {query_key} {pw} {aws}"
     exchanges = [
         LiveExchange(
             401,
@@ -149,13 +152,13 @@ def plant_and_record(root: Path, bearer: str, header_key: str, query_key: str, p
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(KEYS, KEYS, KEYS, KEYS)
+@given(KEYS, KEYS, KEYS, KEYS, KEYS)
 def test_property_no_planted_key_value_is_ever_written(
-    bearer: str, header_key: str, query_key: str, pw: str
+    bearer: str, header_key: str, query_key: str, pw: str, aws: str
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        output = plant_and_record(Path(tmp), bearer, header_key, query_key, pw)
-    for value in (bearer, header_key, query_key, pw):
+        output = plant_and_record(Path(tmp), bearer, header_key, query_key, pw, aws)
+    for value in (bearer, header_key, query_key, pw, aws):
         assert value not in output
     assert SECRET in output
 
