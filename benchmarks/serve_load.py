@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,9 @@ def free_port() -> int:
 class Proxy:
     """`python -m hashreplay.server` in a subprocess, logging to a file."""
 
-    def __init__(self, root: Path, mode: str, workers: int, *upstreams: str) -> None:
+    def __init__(
+        self, root: Path, mode: str, workers: int, *upstreams: str, options: Sequence[str] = ()
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = root.parent / f"serve-{mode}.log"
@@ -83,6 +86,7 @@ class Proxy:
         ]  # fmt: skip
         for upstream in upstreams:
             argv += ["--upstream", upstream]
+        argv += list(options)
         env = {k: v for k, v in os.environ.items() if k != "INFERENCE_MODE"}
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(

@@ -17,7 +17,7 @@ from hashreplay import adapters
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import FIXTURE_MARK, MODE_ENV, MODE_OPTION
 from hashreplay.core.context import process_test_id, set_process_test_id, test_context
-from hashreplay.core.errors import ConfigError, RecordingError, ReplayFailure
+from hashreplay.core.errors import ConfigError, RecordingError, RecordingWriteError, ReplayFailure
 from hashreplay.core.mode import Mode
 from hashreplay.engine.session import Session, Stats
 from hashreplay.engine.usage_log import UsageCollector
@@ -63,6 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"hashreplay: {exc}") from None
     # write-behind: a record-mode call costs no disk latency; flushed at session end
     session = Session(settings, write_behind=True)
+    session.store.sweep_temp_files()  # what writers killed earlier left behind
     config.stash[SESSION_KEY] = session
     config.stash[WORKER_STATS_KEY] = Stats()
     config.stash[UNRECORDED_KEY] = {}
@@ -93,9 +94,13 @@ def _flush_recordings(session: pytest.Session, hr: Session) -> None:
     try:
         hr.flush()
     except RecordingError as exc:
+        if isinstance(exc, RecordingWriteError):
+            # the summary counts files that exist: each failure was one counted recording
+            hr.stats.recorded = max(0, hr.stats.recorded - len(exc.failures))
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
-            reporter.write_line(f"hashreplay: {exc}", red=True)
+            for line in f"hashreplay: {exc}".splitlines():
+                reporter.write_line(line, red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

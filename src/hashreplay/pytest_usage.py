@@ -112,12 +112,13 @@ def finish_usage(
     collector.add_files(engine.usage, root)
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None:
-        workeroutput["hashreplay_usage"] = collector.piece.model_dump(mode="json")
+        piece = collector.piece.model_dump(mode="json")
+        workeroutput["hashreplay_usage"] = engine.seen_secrets.scrubber.value(piece)
         return
     run = collector.finish(root=root, mode=engine.config.mode, reasons=_partial_reasons(session))
     lines: list[str] = []
     try:
-        write_usage(run, root)
+        write_usage(run, root, engine.seen_secrets.scrubber)
     except OSError as exc:
         lines.append(f"hashreplay: could not write the usage log under {root}: {exc}")
     if config.getoption("hashreplay_prune"):

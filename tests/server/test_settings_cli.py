@@ -119,6 +119,9 @@ def test_configure_parser_has_every_option_with_its_default() -> None:
         "max_body_bytes": 32 * 1024 * 1024,
         "upstream_timeout": 300.0,
         "graceful_timeout": 30,
+        "max_tests": 1000,
+        "header_timeout": 30.0,
+        "body_timeout": 120.0,
         "log_level": "info",
         "access_log": True,
     }

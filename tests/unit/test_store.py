@@ -124,12 +124,16 @@ def test_dir_for_escaping_ids_go_to_common(store: Store, node_id: str) -> None:
     assert store.dir_for(node_id) == store.common_dir
 
 
-def test_dir_for_symlink_out_of_root_goes_to_common(store: Store, root: Path) -> None:
+def test_dir_for_symlink_out_of_root_is_refused_naming_it(store: Store, root: Path) -> None:
+    """Issue 13 item 15: a directory symlinked outside the root is an error, not ignored."""
     outside = root.parent / "outside"
     outside.mkdir()
     (root / "tests").mkdir()
     (root / "tests" / "link").symlink_to(outside, target_is_directory=True)
-    assert store.dir_for("tests/link/test_x.py::t") == store.common_dir
+    with pytest.raises(RecordingError) as info:
+        store.dir_for("tests/link/test_x.py::t")
+    assert str(root / "tests" / "link" / "recordings") in str(info.value)
+    assert f"resolves to {outside / 'recordings'}, outside the project root" in str(info.value)
 
 
 def is_safe(store: Store, path: Path) -> bool:

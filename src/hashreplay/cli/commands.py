@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from hashreplay.cli.console import human_size
+from hashreplay.cli.console import human_size, printable
 from hashreplay.cli.run import EXIT_OK, EXIT_PROBLEMS, Run
 from hashreplay.core.blobs import parse_ref
 from hashreplay.core.bodies import BodyEncoding
@@ -78,6 +78,8 @@ def status(run: Run) -> int:
         console.line(f"total: {len(files)} files\t{total} bytes")
     if not files:
         console.line("no recordings yet: INFERENCE_MODE=record-if-missing pytest records them")
+    for stray in run.strays():
+        console.line(f"stray: {run.show_path(stray.path)}: {stray.problem}")
 
     tokens = Tokens()
     for item in loaded:
@@ -208,7 +210,8 @@ def show(run: Run) -> int:
     if path is None:
         return EXIT_PROBLEMS
     if run.args.raw:
-        run.console.line(path.read_bytes().decode("utf-8", errors="replace").rstrip("\n"))
+        raw = path.read_bytes().decode("utf-8", errors="replace").rstrip("\n")
+        run.console.line(printable(raw))
         return EXIT_OK
     try:
         item = load(path, run.store)
@@ -220,13 +223,18 @@ def show(run: Run) -> int:
     return EXIT_OK
 
 
-def _field(run: Run, name: str, value: str) -> None:
-    run.console.line(f"{run.console.style(f'{name}:'.ljust(10), 'bold')} {value}")
+def _field(run: Run, name: str, value: str, *, styled: bool = False) -> None:
+    """One `name: value` line; recorded data in `value` is escaped unless the caller
+    `styled` it (and escaped the data it holds) itself."""
+    shown = value if styled else printable(value)
+    run.console.line(f"{run.console.style(f'{name}:'.ljust(10), 'bold')} {shown}")
 
 
-def _indented(run: Run, text: str, indent: str = "  ") -> None:
-    for line in text.splitlines() or [""]:
-        run.console.line(f"{indent}{line}")
+def _indented(run: Run, text: str, indent: str = "  ", prefix: str = "") -> None:
+    """Recorded text, escaped, indented; `prefix` (already styled) starts the first line."""
+    for index, line in enumerate(text.splitlines() or [""]):
+        lead = f"{prefix} " if prefix and index == 0 else ""
+        run.console.line(f"{indent}{lead}{printable(line)}")
 
 
 def _pretty(value: Any) -> str:
@@ -246,8 +254,8 @@ def _render(run: Run, item: Loaded) -> None:
     if turns:
         run.console.line(run.console.style("conversation:", "bold"))
         for turn in turns:
-            role = run.console.style(f"[{turn.role}]", "cyan")
-            _indented(run, f"{role} {turn.text}")
+            role = run.console.style(f"[{printable(turn.role)}]", "cyan")
+            _indented(run, turn.text, prefix=role)
     elif request.body is not None:
         run.console.line(run.console.style(f"body ({request.body_encoding.value}):", "bold"))
         _indented(run, _body_text(request.body, request.body_encoding))
@@ -264,7 +272,8 @@ def _render_response(run: Run, label: str, response: RecordedResponse) -> None:
     status = _status(response)
     failed = response.is_exception or (response.status or 0) >= 400
     colour = "red" if failed else "green"
-    _field(run, label, f"{run.console.style(status, colour)} {kind}".rstrip())
+    shown = f"{run.console.style(printable(status), colour)} {printable(kind)}".rstrip()
+    _field(run, label, shown, styled=True)
     if response.is_exception and response.exception is not None:
         _field(run, "exception", f"{response.exception.type}: {response.exception.message}")
     said = reply(response)
@@ -314,8 +323,13 @@ def verify(run: Run) -> int:
         bad += bool(problems)
         for problem in problems:
             run.console.line(f"{run.show_path(path)}: {problem}")
+    strays = run.strays(run.args.paths)
+    for stray in strays:
+        run.console.line(f"{run.show_path(stray.path)}: {stray.problem}")
     run.console.line(f"Summary: {bad}/{len(files)} files with problems")
-    return EXIT_PROBLEMS if bad else EXIT_OK
+    if strays:
+        run.console.line(f"Also: {len(strays)} symlinks or temp files in recordings directories")
+    return EXIT_PROBLEMS if bad or strays else EXIT_OK
 
 
 # --- rehash ---------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from hashreplay.core.config import Config
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.store import Store
 from hashreplay.maintenance.files import Loaded, default_paths, find_recordings, load
+from hashreplay.maintenance.hygiene import Stray, find_strays
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -38,6 +39,10 @@ class Run:
 
     def files(self, paths: Sequence[Path] | None = None) -> list[Path]:
         return find_recordings(paths or default_paths(self.config), self.config.common_dir)
+
+    def strays(self, paths: Sequence[Path] | None = None) -> list[Stray]:
+        """Symlinks and temp files in recordings directories."""
+        return find_strays(paths or default_paths(self.config), self.config.root)
 
     def load_all(self, paths: Sequence[Path], label: str) -> list[Loaded]:
         """Every readable file; each unreadable one is reported, skipped and counted."""

@@ -52,6 +52,24 @@ def _next_power(size: int) -> int:
     return limit
 
 
+class RecordingWriteError(RecordingError):
+    """Recordings that could not be written (disk full, no permission): every one is kept
+    in `failures`, the message lists the first `shown` and counts the rest."""
+
+    def __init__(self, failures: list[RecordingError], shown: int = 10) -> None:
+        self.failures = failures
+        lines = [f"  {failure}" for failure in failures[:shown]]
+        if len(failures) > shown:
+            lines.append(f"  … and {len(failures) - shown} more")
+        count = len(failures)
+        problem = (
+            f"{count} recording{'s' if count != 1 else ''} could not be written "
+            "(nothing was stored for them; free space or fix permissions and re-record):\n"
+            + "\n".join(lines)
+        )
+        super().__init__(failures[0].path if failures else None, problem)
+
+
 class ReplayFailure(HashReplayError):
     """Something a replay-mode test needed could not be served offline; the test fails with
     `report`, even when the code under test caught the error."""
@@ -93,12 +111,16 @@ class UnknownUpstream(HashReplayError, LookupError):
 class ProxyError(HashReplayError):
     """A request the proxy answers with a JSON error of its own (never a crash)."""
 
-    def __init__(self, status: int, code: str, message: str, *, retry: bool = False) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, *, retry: bool = False, close: bool = False
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.retry = retry
+        #: the connection closes after the answer (the rest of the request is not read)
+        self.close = close or status == 413
 
     def body(self) -> bytes:
         return error_body(self.message, f"hashreplay_{self.code}", self.code)

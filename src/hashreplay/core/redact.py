@@ -72,6 +72,53 @@ def _fold(key: str) -> str:
     return key.lower().replace("-", "_")
 
 
+#: Words of a key name: `apiToken` → api, token; `X-Amz-Security-Token` → x, amz, security, token.
+_WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+#: A key whose last word is one of these is a secret whatever comes before it
+#: (`db_password`, `passwd`, `clientSecret`, `aws_credentials`).
+SECRET_LAST_WORDS: frozenset[str] = frozenset(
+    {"password", "passwd", "passphrase", "pwd", "secret", "credential", "credentials", "apikey"}
+)
+#: `…_token` is a secret (`auth_token`, `apiToken`, `session_token`, `x-amz-security-token`)
+#: unless the word before names a tokenizer's or a paginator's token, which is ordinary data.
+NOT_SECRET_TOKENS: frozenset[str] = frozenset(
+    {
+        "bos", "eos", "pad", "unk", "sep", "cls", "mask", "stop", "start", "end",
+        "special", "next", "page", "prev", "previous", "continuation", "cursor",
+        "max", "min", "num", "total", "prompt", "completion", "input", "output",
+        "cached", "reasoning", "first", "last", "sync", "resume",
+    }
+)  # fmt: skip
+#: `…_key` is a secret only after one of these words (`private_key`, `secret_key`,
+#: `aws_secret_access_key`); `cache_key`, `sort_key`, `idempotency_key` are ordinary.
+SECRET_KEY_QUALIFIERS: frozenset[str] = frozenset(
+    {
+        "api", "private", "secret", "access", "session", "signing", "encryption", "client",
+        "master", "auth", "account", "subscription", "service", "license", "licence",
+        "ssh", "pgp", "gpg", "hmac", "webhook", "app", "developer",
+    }
+)  # fmt: skip
+
+
+def is_compound_secret(key: str) -> bool:
+    """Whether a key name is a secret by its words: `auth_token`, `apiToken`, `private_key`,
+    `passwd`, `aws_secret_access_key`, `x-amz-security-token` are; `max_tokens`,
+    `prompt_tokens`, `key_version`, `tokens`, `eos_token`, `cache_key` are not."""
+    words = [w.lower() for w in _WORDS.findall(key)]
+    if not words:
+        return False
+    last = words[-1]
+    if last in SECRET_LAST_WORDS:
+        return True
+    before = words[-2] if len(words) > 1 else ""
+    if last == "token":
+        return before not in NOT_SECRET_TOKENS
+    if last == "key":
+        return before in SECRET_KEY_QUALIFIERS
+    return False
+
+
 class Redactor:
     """Removes secrets from headers, URLs, bodies and text. Immutable and cheap to share."""
 
@@ -86,7 +133,7 @@ class Redactor:
     def is_secret_key(self, key: str) -> bool:
         found = self._key_cache.get(key)
         if found is None:
-            found = _fold(key) in self.keys
+            found = _fold(key) in self.keys or is_compound_secret(key)
             if len(self._key_cache) < _KEY_CACHE_MAX:  # keys of real APIs are a small set
                 self._key_cache[key] = found
         return found
@@ -130,6 +177,24 @@ class Redactor:
         if isinstance(value, (list, tuple)):
             return [self.value(item) for item in value]
         return value
+
+    def request_body(self, body: Any, encoding: str) -> Any:
+        """A parsed request body with secrets removed; multipart parts whose field name is a
+        secret (`name="api_key"`) lose their data, which `value` alone cannot see."""
+        if encoding == "multipart" and isinstance(body, list):
+            body = [self._multipart_part(part) for part in body]
+        return self.value(body)
+
+    def _multipart_part(self, part: Any) -> Any:
+        if not isinstance(part, Mapping):
+            return part
+        name = part.get("name")
+        if isinstance(name, str) and self.is_secret_key(name) and part.get("data") is not None:
+            return {
+                **{k: v for k, v in part.items() if k != "data_encoding"},
+                "data": SECRET_PLACEHOLDER,
+            }
+        return part
 
     def header(self, name: str, value: str) -> str:
         if self.is_secret_key(name):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Callable
@@ -23,17 +24,25 @@ import orjson
 from pydantic import ValidationError
 
 from hashreplay.core.blobs import BlobRef, blob_digest, body_sizes, join_blobs, split_blobs
+from hashreplay.core.body_checks import check_bodies
 from hashreplay.core.constants import (
     BLOB_REF_KEY,
     BLOBS_DIRNAME,
     DEFAULT_BLOB_THRESHOLD,
     DEFAULT_MAX_BODY_BYTES,
     FORMAT_VERSION,
-    RECORDINGS_DIRNAME,
+    STATE_DIRNAME,
 )
 from hashreplay.core.errors import BodyTooLarge, RecordingError
 from hashreplay.core.names import model_list_glob, recording_name
 from hashreplay.core.recording import Recording
+from hashreplay.core.store_paths import read_contained, recordings_dir_for
+from hashreplay.core.temp_files import (
+    TEMP_DIRNAME,
+    state_temp_dir,
+    sweep_temp_files,
+    temp_prefix,
+)
 
 if TYPE_CHECKING:
     from hashreplay.core.config import Config
@@ -43,6 +52,7 @@ BlobReader = Callable[[BlobRef, "Path | str | None"], bytes]
 _REF_MARK = f'"{BLOB_REF_KEY}"'.encode()
 
 _DUMP = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+_DIR_CACHE_MAX = 4096
 
 
 def dumps(data: Any) -> bytes:
@@ -98,12 +108,14 @@ def parse_recording(
             raise RecordingError(path, msg)
         data = join_blobs(data, lambda ref: blobs(ref, path))
     try:
-        return Recording.model_validate(data)
+        recording = Recording.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg'].lower()}" for e in exc.errors()
         )
         raise RecordingError(path, f"invalid recording: {problems}") from None
+    check_bodies(recording, path)
+    return recording
 
 
 def read_limited(path: Path, max_bytes: int, what: str = "file") -> bytes:
@@ -153,9 +165,8 @@ def _current_umask() -> int:
 _FILE_MODE = 0o666 & ~_current_umask()
 
 
-def _temp_for(path: Path) -> tuple[int, str]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def _temp_in(directory: Path, path: Path) -> tuple[int, str]:
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=temp_prefix(path), suffix=".tmp")
     try:
         mode = path.stat().st_mode & 0o777  # an existing file keeps its permissions
     except OSError:
@@ -164,23 +175,42 @@ def _temp_for(path: Path) -> tuple[int, str]:
     return fd, tmp
 
 
-def write_bytes_atomic(path: Path, content: bytes) -> None:
-    """Write via a temp file in the same directory, flush + fsync, then `os.replace`."""
-    fd, tmp = _temp_for(path)
+def _write_temp(directory: Path, path: Path, content: bytes) -> str:
+    fd, tmp = _temp_in(directory, path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content)
             f.flush()
             os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise
+    return tmp
+
+
+def write_bytes_atomic(path: Path, content: bytes, temp_dir: Path | None = None) -> None:
+    """Write via a temp file (in `temp_dir`, else beside `path`), flush + fsync, then
+    `os.replace`. A `temp_dir` on another file system falls back to beside `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _write_temp(temp_dir or path.parent, path, content)
+    try:
         Path(tmp).replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        if temp_dir is None or exc.errno != errno.EXDEV:
+            raise
+        write_bytes_atomic(path, content)
     except BaseException:
         with contextlib.suppress(OSError):
             Path(tmp).unlink()
         raise
 
 
-async def awrite_bytes_atomic(path: Path, content: bytes) -> None:
-    fd, tmp = _temp_for(path)
+async def awrite_bytes_atomic(path: Path, content: bytes, temp_dir: Path | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _temp_in(temp_dir or path.parent, path)
     os.close(fd)
     try:
         async with aiofiles.open(tmp, "wb") as f:
@@ -188,6 +218,12 @@ async def awrite_bytes_atomic(path: Path, content: bytes) -> None:
             await f.flush()
             await asyncio.to_thread(os.fsync, f.fileno())
         await aiofiles.os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        if temp_dir is None or exc.errno != errno.EXDEV:
+            raise
+        await awrite_bytes_atomic(path, content)
     except BaseException:
         with contextlib.suppress(OSError):
             Path(tmp).unlink()
@@ -211,6 +247,8 @@ class Store:
         self.blob_threshold = blob_threshold
         self.max_body_bytes = max_body_bytes
         self._dirs: dict[str | None, Path] = {}  # test file -> its recordings directory
+        self._temp_dir: Path | None = None
+        self._temp_checked = False
 
     @classmethod
     def from_config(cls, config: Config) -> Store:
@@ -279,6 +317,29 @@ class Store:
     def parse(self, content: bytes, path: Path | str | None) -> Recording:
         return parse_recording(content, path, self.read_blob, max_bytes=self.max_body_bytes)
 
+    @property
+    def temp_dir(self) -> Path | None:
+        """Where this store's writes put their temp files: `.hashreplay/tmp/` (git-ignored);
+        None (beside each file) when that cannot be created, e.g. a read-only root."""
+        if not self._temp_checked:
+            self._temp_checked = True
+            try:
+                self._temp_dir = state_temp_dir(self.root)
+            except OSError:
+                self._temp_dir = None
+        return self._temp_dir
+
+    def sweep_temp_files(self) -> list[Path]:
+        """Remove temp files that killed writers left (in the temp and common directories)."""
+        return sweep_temp_files([self.root / STATE_DIRNAME / TEMP_DIRNAME, self.common_dir])
+
+    def save(self, path: Path, recording: Recording) -> None:
+        """`write`, with the temp file kept where git does not see it."""
+        write_bytes_atomic(path, self.dump(recording), self.temp_dir)
+
+    async def asave(self, path: Path, recording: Recording) -> None:
+        await awrite_bytes_atomic(path, self.dump(recording), self.temp_dir)
+
     def dir_for(self, test_id: str | None) -> Path:
         """`tests/a/b/test_x.py::test_y[p]` → `<root>/tests/a/b/recordings`.
 
@@ -290,22 +351,12 @@ class Store:
         file_part = test_id.split("::", 1)[0] if test_id else None
         found = self._dirs.get(file_part)
         if found is None:
-            found = self._dirs[file_part] = self._resolve_dir(file_part)
+            if len(self._dirs) >= _DIR_CACHE_MAX:  # a proxy sees unbounded test ids
+                self._dirs.clear()
+            found = self._dirs[file_part] = recordings_dir_for(
+                self.root, self.common_dir, file_part
+            )
         return found
-
-    def _resolve_dir(self, file_part: str | None) -> Path:
-        if not file_part:
-            return self.common_dir
-        if not file_part or "\x00" in file_part or Path(file_part).is_absolute():
-            return self.common_dir
-        candidate = (self.root / file_part).parent / RECORDINGS_DIRNAME
-        try:
-            resolved = candidate.resolve()
-        except (OSError, RuntimeError):
-            return self.common_dir
-        if resolved != self.root and self.root not in resolved.parents:
-            return self.common_dir
-        return resolved
 
     def search_dirs(self, test_id: str | None) -> list[Path]:
         own = self.dir_for(test_id)
@@ -321,7 +372,7 @@ class Store:
         for directory in self.search_dirs(test_id):
             path = directory / name
             try:
-                return path, self.read(path)
+                return path, self.parse(read_contained(path, self.root), path)
             except FileNotFoundError:
                 continue
         return None

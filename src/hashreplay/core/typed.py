@@ -95,16 +95,27 @@ def _build_model(cls: type, data: Any, path: Any) -> Any:
     if dataclasses.is_dataclass(cls) and isinstance(data, dict):
         fields = {f.name for f in dataclasses.fields(cls) if f.init}
         return cls(**{k: v for k, v in data.items() if k in fields})
-    if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
-        msg = f"type {type_name(cls)} is neither a pydantic model nor a dataclass"
-        raise RecordingError(path, msg)
+    if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
+        msg = (
+            f"type {type_name(cls)} is neither a pydantic model nor a dataclass"
+            if cls is not BaseModel
+            else "type pydantic.BaseModel is abstract: a recording names a concrete model"
+        )
+        raise RecordingError(path, msg + "; re-record it")
     try:
         return cls.model_validate(data)
     except ValidationError:
         # The SDK's model drifted since the recording was made: keep the data as recorded.
         if isinstance(data, dict):
-            return cls.model_construct(**data)
+            try:
+                return cls.model_construct(**data)
+            except Exception as exc:
+                msg = f"cannot rebuild {type_name(cls)} from its recorded data: {exc}"
+                raise RecordingError(path, msg) from None
         raise
+    except Exception as exc:  # PydanticUserError and the like: a class that cannot be built
+        msg = f"cannot rebuild {type_name(cls)}: {type(exc).__name__}: {exc}"
+        raise RecordingError(path, msg) from None
 
 
 def resolve_type(dotted: str, allowlist: TypeAllowlist, *, path: Any = None) -> type:
@@ -178,8 +189,13 @@ def exception_from_json(
 ) -> BaseException:
     """Rebuild a recorded exception as its own type, with its args and message."""
     cls = resolve_type(str(data[EXCEPTION_KEY]), allowlist, path=path)
-    if not issubclass(cls, BaseException):
-        msg = f"type {type_name(cls)} is not an exception"
+    if not issubclass(cls, Exception):
+        # KeyboardInterrupt, SystemExit, GeneratorExit would stop the whole test session
+        what = "not an exception" if not issubclass(cls, BaseException) else "not an Exception"
+        msg = (
+            f"type {type_name(cls)} is {what}: only Exception subclasses are raised on "
+            "replay; re-record it"
+        )
         raise RecordingError(path, msg)
     args = [from_jsonable(a, allowlist, path=path) for a in data.get("args", [])]
     message = str(data.get("message", ""))

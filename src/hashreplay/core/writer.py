@@ -4,7 +4,7 @@ A record-mode call should cost about what the live call costs; an fsynced atomic
 0.3 to 5 ms on ordinary disks. So the engine hands the finished bytes to one writer thread
 (first in, first out: later versions of a file land after earlier ones) and keeps them in
 `pending` until they are on disk, so reads see them at once. `flush()` waits for everything
-and reports the first failure; the pytest plugin flushes at the end of the session.
+and reports every failure; the pytest plugin flushes at the end of the session.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ import queue
 import threading
 from pathlib import Path
 
-from hashreplay.core.errors import RecordingError
+from hashreplay.core.errors import RecordingError, RecordingWriteError
 from hashreplay.core.store import write_bytes_atomic
 
 
 class BackgroundWriter:
-    def __init__(self) -> None:
+    def __init__(self, temp_dir: Path | None = None) -> None:
+        self._temp_dir = temp_dir
         self._queue: queue.Queue[tuple[Path, bytes] | None] = queue.Queue()
         self._lock = threading.Lock()
         #: path → latest bytes queued for it and not yet on disk
@@ -44,7 +45,7 @@ class BackgroundWriter:
                     return
                 path, content = job
                 try:
-                    write_bytes_atomic(path, content)
+                    write_bytes_atomic(path, content, self._temp_dir)
                 except OSError as exc:
                     with self._lock:
                         self._errors.append(
@@ -66,12 +67,13 @@ class BackgroundWriter:
             return list(self._pending)
 
     def flush(self) -> None:
-        """Wait until every queued write is on disk; raise the first write error."""
+        """Wait until every queued write is on disk; raise a `RecordingWriteError` that
+        holds every write that failed since the last flush."""
         self._queue.join()
         with self._lock:
             errors, self._errors = self._errors, []
         if errors:
-            raise errors[0]
+            raise RecordingWriteError(errors)
 
     def close(self) -> None:
         self.flush()

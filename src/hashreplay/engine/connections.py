@@ -47,13 +47,13 @@ class Connections:
         mode = self.tests.mode_for(test_id)
         if mode is Mode.LIVE or test_id is None:
             return None
+        if self.rules.allows(connection.port, *connection.hosts):
+            return None  # loopback (by default), allowed hosts, passthrough
         if mode is not Mode.REPLAY:
             with self.tests.lock:
                 self.unrecorded.setdefault(connection.label, set()).add(
                     connection.opener.split(".", 1)[0]
                 )
-            return None
-        if self.rules.allows(connection.port, *connection.hosts):
             return None
         failure = NetworkBlocked(blocked_report(test_id, connection), test_id=test_id)
         with self.tests.lock:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hashreplay.core.bodies import decode_body
 from hashreplay.core.content_coding import decoder_for
+from hashreplay.core.errors import RecordingError
 from hashreplay.core.recording import RecordedResponse
 from hashreplay.core.streams import render_stream
 
@@ -59,7 +60,16 @@ class ReplayPlan:
 
 
 def plan_for(response: RecordedResponse, path: Path | None = None) -> ReplayPlan:
-    """Bytes and headers that reproduce a recorded response for a client."""
+    """Bytes and headers that reproduce a recorded response for a client; a body that
+    cannot be decoded is a `RecordingError` naming the file (issue 13 item 7)."""
+    try:
+        return _plan_for(response, path)
+    except (ValueError, TypeError, KeyError, AttributeError, UnicodeError) as exc:
+        msg = f"cannot decode the recorded response body: {type(exc).__name__}: {exc}; re-record it"
+        raise RecordingError(path, msg) from None
+
+
+def _plan_for(response: RecordedResponse, path: Path | None) -> ReplayPlan:
     headers = [(k, v) for k, v in response.headers.items() if k != "content-length"]
     exc = response.exception if response.is_exception else None
     exc_type = exc.type if exc else None

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hashreplay.core.bodies import encode_request_body
 from hashreplay.core.config import Config
 from hashreplay.core.constants import CALL_METHOD, KEY_VERSION, RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.diff import request_difference
 from hashreplay.core.errors import HashReplayWarning
 from hashreplay.core.key import MODEL_LIST_SUFFIXES, endpoint_of, is_model_list, request_hash
 from hashreplay.core.mode import Mode
+from hashreplay.core.nesting import parse_checked_body
 from hashreplay.core.normalise import (
     KEPT_REQUEST_HEADERS,
     RequestRules,
@@ -28,6 +28,12 @@ from hashreplay.core.normalise import (
 )
 from hashreplay.core.recording import RecordedRequest, Recording
 from hashreplay.core.redact import Redactor
+from hashreplay.core.secret_values import (
+    NO_SECRETS,
+    SecretValues,
+    request_secrets,
+    scrub_request,
+)
 from hashreplay.core.typed import jsonable_arg
 from hashreplay.core.volatile import compile_patterns
 from hashreplay.engine.http import IncomingRequest
@@ -42,6 +48,9 @@ class Prepared:
     hash: str
     shared: bool
     request: RecordedRequest
+    #: the credential values the live request carried: scrubbed from everything it writes
+    #: or prints (docs/design.md §7)
+    secrets: SecretValues = NO_SECRETS
 
 
 class Keyer:
@@ -62,21 +71,28 @@ class Keyer:
 
     def request(
         self, incoming: IncomingRequest, id_map: Mapping[str, str] | None
-    ) -> RecordedRequest:
-        """An HTTP request as stored and hashed (docs/design.md §3, §7)."""
+    ) -> tuple[RecordedRequest, SecretValues]:
+        """An HTTP request as stored and hashed (docs/design.md §3, §7), and the credential
+        values it carried. Redacted by key and shape, then by those values (a key that also
+        appears in the body or URL path leaves before hashing, so a recording made with one
+        key replays with another); a body nested too deep is a `RequestTooDeep`."""
         redactor = self.redactor
-        raw_body, encoding = encode_request_body(incoming.content, incoming.header("content-type"))
-        body = self.body(raw_body, id_map)
+        method = incoming.method.upper()
+        endpoint = endpoint_of(incoming.url, redactor.is_query_secret)
+        raw_body, encoding = parse_checked_body(incoming, f"{method} {endpoint}")
+        body = normalise_request_body(redactor.request_body(raw_body, encoding), self.rules, id_map)
         model = body.get("model") if isinstance(body, dict) else None
-        return RecordedRequest(
-            method=incoming.method.upper(),
+        request = RecordedRequest(
+            method=method,
             url=redactor.url(incoming.url),
-            endpoint=endpoint_of(incoming.url, redactor.is_query_secret),
+            endpoint=endpoint,
             headers=filter_headers(incoming.headers, self.kept_request_headers, redactor.header),
             body=body,
             body_encoding=encoding,
             model=model if isinstance(model, str) else None,
         )
+        secrets = request_secrets(redactor, incoming.url, incoming.headers)
+        return scrub_request(request, secrets), secrets
 
     def call(
         self,

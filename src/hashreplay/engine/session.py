@@ -20,6 +20,7 @@ from hashreplay.core.errors import RecordingError, ReplayFailure, ReplayMiss
 from hashreplay.core.mode import Mode
 from hashreplay.core.normalise import KEPT_RESPONSE_HEADERS
 from hashreplay.core.recording import RecordedRequest, RecordedResponse
+from hashreplay.core.secret_values import NO_SECRETS, SecretValues, SeenSecrets
 from hashreplay.core.store import Store
 from hashreplay.core.writer import BackgroundWriter
 from hashreplay.engine.connections import Connections
@@ -48,7 +49,11 @@ class Session:
         self.store = store or Store.from_config(config)
         self.keyer = Keyer(config)
         self.redactor = self.keyer.redactor
-        self.view = StoreView(self.store, BackgroundWriter() if write_behind else None)
+        # temp files under .hashreplay/tmp, where git never sees them
+        writer = BackgroundWriter(self.store.temp_dir) if write_behind else None
+        self.view = StoreView(self.store, writer)
+        #: credential values seen in requests, scrubbed from logs and the usage log
+        self.seen_secrets = SeenSecrets()
         self.tests = Tests(config.mode)
         self.stats = self.tests.stats
         #: recording files each test id used (replayed or wrote), for `hashreplay prune`
@@ -153,8 +158,9 @@ class Session:
         """Redact, normalise and hash a request."""
         if test_id is None:
             test_id = current_test_id()
-        request = self.keyer.request(incoming, self.tests.id_map(test_id))
-        return self._prepared(request, test_id)
+        request, secrets = self.keyer.request(incoming, self.tests.id_map(test_id))
+        self.seen_secrets.add(secrets)
+        return self._prepared(request, test_id, secrets)
 
     def prepare_call(
         self,
@@ -168,9 +174,12 @@ class Session:
         request = self.keyer.call(name, args, kwargs, self.tests.id_map(test_id))
         return self._prepared(request, test_id)
 
-    def _prepared(self, request: RecordedRequest, test_id: str | None) -> Prepared:
-        hash_hex, shared = self.keyer.key_of(request, test_id)
-        return Prepared(test_id, self.mode_for(test_id), hash_hex, shared, request)
+    def _prepared(
+        self, request: RecordedRequest, test_id: str | None, secrets: SecretValues = NO_SECRETS
+    ) -> Prepared:
+        # a key that appears in the test id (a parametrised test) leaves its hash too
+        hash_hex, shared = self.keyer.key_of(request, secrets.optional_text(test_id))
+        return Prepared(test_id, self.mode_for(test_id), hash_hex, shared, request, secrets)
 
     def key_of(self, request: RecordedRequest, test_id: str | None) -> tuple[str, bool]:
         return self.keyer.key_of(request, test_id)
@@ -210,7 +219,8 @@ class Session:
         report = miss_report(
             self.store, self.config.root, prep, problem=problem, recorded_count=recorded
         )
-        miss = ReplayMiss(self.redactor.text(report), test_id=prep.test_id, request_hash=prep.hash)
+        report = prep.secrets.text(self.redactor.text(report))
+        miss = ReplayMiss(report, test_id=prep.test_id, request_hash=prep.hash)
         with self.tests.lock:
             self.stats.missed += 1
             self.tests.state(prep.test_id).misses.append(miss)

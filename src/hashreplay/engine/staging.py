@@ -18,6 +18,7 @@ from hashreplay.core.normalise import filter_headers, new_id_registry
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.recording import RecordedException, RecordedResponse, new_recording
 from hashreplay.core.redact import Redactor
+from hashreplay.core.secret_values import scrub_recording
 from hashreplay.core.streams import parse_stream, stream_format_for
 from hashreplay.engine.http import LiveExchange, header_value
 from hashreplay.engine.keying import Prepared
@@ -125,9 +126,9 @@ class Recorder:
                 responses=[*seq.responses, normalised],
                 id_mapping=seq.ids.facts,
             )
-            # large values go to blobs here; a body over max_body_bytes raises BodyTooLarge
-            # and leaves the sequence as it was
-            content = self.view.store.dump(recording)
+            # the request's own credential values leave every string; large values go to
+            # blobs; a body over max_body_bytes raises BodyTooLarge, the sequence unchanged
+            content = self.view.store.dump(scrub_recording(recording, prep.secrets))
             seq.responses.append(normalised)
             seq.calls += 1
             state.id_map.update(seq.ids.stable)
@@ -146,4 +147,4 @@ class Recorder:
             return path, None  # the same model set is stored already
         normalised = normalise_response(response, new_id_registry(prep.hash), model_list=True)
         recording = new_recording(test_id=None, request=prep.request, responses=[normalised])
-        return path, self.view.store.dump(recording)
+        return path, self.view.store.dump(scrub_recording(recording, prep.secrets))

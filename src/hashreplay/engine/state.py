@@ -137,3 +137,27 @@ class Tests:
     def use(self, test_id: str | None, *paths: Path) -> None:
         """Note files a test used (callers hold the lock)."""
         self.usage.setdefault(test_id, set()).update(paths)
+
+    def touch(self, test_id: str | None, limit: int) -> int:
+        """For long-lived servers, which never see a test end: mark `test_id` as just used
+        and forget the least recently used test states beyond `limit` (with the files noted
+        for them); returns how many were forgotten. A test that comes back after that starts
+        again from its first recorded response, as a new run does."""
+        evicted = 0
+        with self.lock:
+            tests = self._tests
+            state = tests.pop(test_id, None)
+            if state is not None:
+                tests[test_id] = state  # dicts keep insertion order: the end is the newest
+            while len(tests) > limit:
+                oldest = next(iter(tests))
+                if oldest == test_id:
+                    break
+                del tests[oldest]
+                self.usage.pop(oldest, None)
+                evicted += 1
+            if len(self.usage) > limit:  # files of tests that never had a state
+                excess = len(self.usage) - limit
+                for stale in [t for t in self.usage if t not in tests][:excess]:
+                    del self.usage[stale]
+        return evicted

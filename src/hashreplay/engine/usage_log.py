@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_fie
 from hashreplay.core.constants import STATE_DIRNAME
 from hashreplay.core.errors import UsageError
 from hashreplay.core.mode import Mode
+from hashreplay.core.secret_values import NO_SECRETS, SecretValues
 from hashreplay.core.store import dumps, write_bytes_atomic
 
 USAGE_VERSION = 1
@@ -271,10 +272,12 @@ def ensure_state_dir(root: Path) -> Path:
     return state
 
 
-def write_usage(run: RunUsage, root: Path) -> Path:
+def write_usage(run: RunUsage, root: Path, secrets: SecretValues = NO_SECRETS) -> Path:
+    """Write the usage log; `secrets` (credential values seen in requests) are scrubbed
+    from every test id in it."""
     ensure_state_dir(root)
     path = usage_path(root)
-    write_bytes_atomic(path, dumps(run.model_dump(mode="json")))
+    write_bytes_atomic(path, dumps(secrets.value(run.model_dump(mode="json"))))
     return path
 
 

@@ -50,13 +50,13 @@ class StoreView:
         if self.writer is not None:
             self.writer.submit(path, content)
         else:
-            write_bytes_atomic(path, content)
+            write_bytes_atomic(path, content, self.store.temp_dir)
 
     async def awrite(self, path: Path, content: bytes) -> None:
         if self.writer is not None:
             self.writer.submit(path, content)
         else:
-            await awrite_bytes_atomic(path, content)
+            await awrite_bytes_atomic(path, content, self.store.temp_dir)
 
     def flush(self) -> None:
         """Wait until every queued write is on disk; a RecordingError for one that failed."""

@@ -9,18 +9,23 @@ becomes a JSON error that says what happened and what to do; nothing stops the p
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from hashreplay.asgi import test_and_run_ids
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import test_context
 from hashreplay.core.errors import ProxyError, UnknownUpstream
+from hashreplay.core.nesting import RequestTooDeep
+from hashreplay.core.secret_values import SecretValues
+from hashreplay.engine.eviction import touch_test
 from hashreplay.engine.session import Session
 from hashreplay.server.forward import Counters, Forwarder, ProxyRequest
+from hashreplay.server.log_secrets import install_log_filter
 from hashreplay.server.responses import Receive, Responder, Scope, Send, end_to_end
 from hashreplay.server.settings import ADMIN_PREFIX, SETTINGS_ENV, ServeSettings
 
@@ -50,6 +55,10 @@ class ProxyApp:
         self.session = session
         self.counters = Counters()
         self.forwarder = Forwarder(session, settings, self.counters)
+        install_log_filter(session)  # issue 13 item 3: no credential in any log line
+        userinfo = [v for u in settings.upstreams for v in u.userinfo_values]
+        session.seen_secrets.add(SecretValues(userinfo))  # item 5: nor the upstream's
+        session.store.sweep_temp_files()  # what a killed proxy left behind (item 10)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope.get("type")
@@ -82,7 +91,7 @@ class ProxyApp:
     def describe(self) -> str:
         config = self.session.config
         routes = (
-            ", ".join(f"{u.prefix}* -> {u.url}" for u in self.settings.upstreams)
+            ", ".join(f"{u.prefix}* -> {u.shown}" for u in self.settings.upstreams)
             or "none (replay only)"
         )
         return (
@@ -142,6 +151,11 @@ class ProxyApp:
         else:  # replay without an upstream: the URL the client used
             host = next((v for k, v in headers if k.lower() == "host"), "hashreplay-serve")
             base = f"http://{host}"
+            try:  # found by fuzzing (issue 13 item 17): `Host: [` is not a crash
+                urlsplit(base).port  # noqa: B018 - parsing is the check
+            except ValueError as exc:
+                msg = f"{method} {target}: invalid Host header {host!r} ({exc})"
+                raise ProxyError(400, "bad_request", msg) from None
         url = base + upstream_path + (f"?{query}" if query else "")
         test_id, run_id = test_and_run_ids(scope.get("headers") or ())
         request = ProxyRequest(
@@ -154,8 +168,12 @@ class ProxyApp:
             upstream=upstream,
         )
         self.session.enter_run(test_id, run_id)
+        touch_test(self.session, test_id, self.settings.max_tests)  # issue 13 item 9
         with test_context(test_id):
-            await self.forwarder.handle(request, reply, receive)
+            try:
+                await self.forwarder.handle(request, reply, receive)
+            except RequestTooDeep as exc:  # issue 13 item 13: a client error, not a bug
+                raise ProxyError(400, "request_too_deep", str(exc)) from None
 
     async def _read_body(
         self, method: str, target: str, headers: list[tuple[str, str]], receive: Receive
@@ -172,8 +190,20 @@ class ProxyApp:
             raise too_large
         parts: list[bytes] = []
         size = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.body_timeout  # issue 13 item 11
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                raise ProxyError(
+                    408,
+                    "body_timeout",
+                    f"the body of {method} {target} did not arrive within "
+                    f"{self.settings.body_timeout:g} s ({size} bytes came); hashreplay serve "
+                    "closes such slow requests; raise the limit with --body-timeout",
+                    close=True,
+                ) from None
             if message["type"] == "http.disconnect":
                 raise _ClientGone
             chunk: bytes = message.get("body", b"")
@@ -211,7 +241,7 @@ class ProxyApp:
             "requests": self.counters.requests,
             "in_flight": self.counters.in_flight,
             "errors": dict(sorted(self.counters.errors.items())),
-            "upstreams": {u.name or "default": u.url for u in self.settings.upstreams},
+            "upstreams": {u.name or "default": u.shown for u in self.settings.upstreams},
             "root": str(config.root),
             "recordings": str(config.common_dir),
         }

@@ -14,9 +14,12 @@ from pathlib import Path
 
 from hashreplay.core.errors import SettingsError
 from hashreplay.server.settings import (
+    DEFAULT_BODY_TIMEOUT,
     DEFAULT_GRACEFUL_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT,
     DEFAULT_HOST,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_TESTS,
     DEFAULT_PORT,
     DEFAULT_UPSTREAM_TIMEOUT,
     LOG_LEVELS,
@@ -94,6 +97,30 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="on SIGTERM/SIGINT, how long in-flight requests may take to finish "
         f"(default {DEFAULT_GRACEFUL_TIMEOUT})",
     )
+    parser.add_argument(
+        "--max-tests",
+        type=int,
+        default=DEFAULT_MAX_TESTS,
+        metavar="N",
+        help="test ids whose state (identical-request order, id mappings) is kept; the least "
+        f"recently used beyond that are forgotten (default {DEFAULT_MAX_TESTS})",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=DEFAULT_HEADER_TIMEOUT,
+        metavar="SECONDS",
+        help="time a client has to send a request line and headers, else 408 "
+        f"(default {DEFAULT_HEADER_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=float,
+        default=DEFAULT_BODY_TIMEOUT,
+        metavar="SECONDS",
+        help="time a client has to send a request body, else 408 "
+        f"(default {DEFAULT_BODY_TIMEOUT:g})",
+    )
     parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     parser.add_argument(
         "--no-access-log", dest="access_log", action="store_false", help="no line per request"
@@ -116,6 +143,9 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         graceful_timeout=args.graceful_timeout,
         log_level=args.log_level,
         access_log=args.access_log,
+        max_tests=args.max_tests,
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
     )
 
 

@@ -27,6 +27,7 @@ from hashreplay.engine.decision import Miss, Record, Replay
 from hashreplay.engine.http import IncomingRequest, LiveBody, ReplayPlan
 from hashreplay.engine.keying import Prepared
 from hashreplay.engine.session import Session
+from hashreplay.server.relay import Relay, record_exchange
 from hashreplay.server.responses import Receive, Responder, end_to_end
 from hashreplay.server.settings import ServeSettings, Upstream
 
@@ -190,11 +191,11 @@ class Forwarder:
         live = LiveBody(response.status_code, raw_headers, keep=prep is not None)
         dropped = ("content-encoding", "content-length") if live.decodes else ()
         client_headers = end_to_end(raw_headers, dropped)
-        await reply.start(response.status_code, client_headers)
-        # With content-length framing the client sees the end of the response with its last
-        # byte: while recording, that byte waits until the file is written.
+        # While recording, a content-length response is held until its file is written, so
+        # a failed write is a 5xx, never a 200 (issue 13 item 8; see relay.py).
         hold = prep is not None and any(k.lower() == "content-length" for k, _ in client_headers)
-        relay = _Relay(reply, hold)
+        relay = Relay(reply, hold, response.status_code, client_headers)
+        await relay.begin()
         gone = asyncio.Event()
         watcher = asyncio.ensure_future(_watch_disconnect(receive, gone))
         failure: BaseException | None = None
@@ -216,8 +217,10 @@ class Forwarder:
         sent = relay.sent
         exchange = live.exchange(failure)
         if prep is not None and exchange is not None:
-            await self.session.arecord(prep, exchange)
+            what = f"{request.method} {request.target}"
+            await record_exchange(self.session, prep, exchange, what)  # issue 13 item 8
         if failure is not None:
+            await relay.abort()
             self.counters.error("broken_stream")
             logger.warning(
                 "%s broke off the response to %s %s after %d bytes (%s: %s); %s",
@@ -241,27 +244,6 @@ class Forwarder:
             )
             return
         await relay.end()
-
-
-class _Relay:
-    """Sends a live body to the client as it arrives, optionally holding back its last byte
-    until `end()` (so the client cannot see the end of the response before it is recorded)."""
-
-    def __init__(self, reply: Responder, hold: bool) -> None:
-        self.reply = reply
-        self.hold = hold
-        self.held = b""
-        self.sent = 0
-
-    async def send(self, data: bytes) -> None:
-        self.sent += len(data)
-        if self.hold:
-            data, self.held = self.held + data[:-1], data[-1:]
-        if data:
-            await self.reply.body(data, more=True)
-
-    async def end(self) -> None:
-        await self.reply.body(self.held, more=False)
 
 
 def _decoded(step: Callable[[bytes], bytes], raw: bytes) -> bytes:

@@ -84,6 +84,6 @@ class Responder:
         headers = [("content-type", "application/json")]
         if not problem.retry:
             headers.append(("x-should-retry", "false"))
-        if problem.status == 413:
+        if problem.close:
             headers.append(("connection", "close"))  # the unread rest of the body is dropped
         await self.whole(problem.status, headers, problem.body())

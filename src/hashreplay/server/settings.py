@@ -10,8 +10,9 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
+from hashreplay.core.constants import SECRET_PLACEHOLDER
 from hashreplay.core.errors import SettingsError, UnknownUpstream
 
 #: Environment variable that carries the settings to the app factory in each worker.
@@ -24,6 +25,11 @@ DEFAULT_PORT = 8790
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_UPSTREAM_TIMEOUT = 300.0
 DEFAULT_GRACEFUL_TIMEOUT = 30
+#: Test ids whose state the proxy keeps (least recently used beyond that are forgotten).
+DEFAULT_MAX_TESTS = 1000
+#: Seconds a client may take to send a request's head, and its body (else 408).
+DEFAULT_HEADER_TIMEOUT = 30.0
+DEFAULT_BODY_TIMEOUT = 120.0
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~-]*")
@@ -38,18 +44,36 @@ class Upstream:
     """Where requests go: the default upstream (`name` None) or the one of a path prefix."""
 
     name: str | None
-    url: str
+    #: The URL requests go to, with any userinfo (`user:password@`): never print it, print
+    #: `shown` (issue 13 item 5).
+    url: str = field(repr=False)
 
     @property
     def prefix(self) -> str:
         return "/" if self.name is None else f"/{self.name}/"
 
     @property
+    def shown(self) -> str:
+        """The URL for messages, logs and stats: userinfo replaced by `[secret removed]`."""
+        parts = urlsplit(self.url)
+        if "@" not in parts.netloc:
+            return self.url
+        host = parts.netloc.rpartition("@")[2]
+        netloc = f"{SECRET_PLACEHOLDER}@{host}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+    @property
+    def userinfo_values(self) -> tuple[str, ...]:
+        """The user name and password in the URL (scrubbed from logs by value)."""
+        parts = urlsplit(self.url)
+        return tuple(unquote(v) for v in (parts.username, parts.password) if v)
+
+    @property
     def label(self) -> str:
         return (
-            f"default upstream {self.url}"
+            f"default upstream {self.shown}"
             if self.name is None
-            else f"upstream {self.name!r} ({self.url})"
+            else f"upstream {self.name!r} ({self.shown})"
         )
 
 
@@ -96,13 +120,16 @@ class ServeSettings:
     graceful_timeout: int = DEFAULT_GRACEFUL_TIMEOUT
     log_level: str = "info"
     access_log: bool = True
+    max_tests: int = DEFAULT_MAX_TESTS
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
     named: dict[str, Upstream] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         named: dict[str, Upstream] = {}
         defaults = [u for u in self.upstreams if u.name is None]
         if len(defaults) > 1:
-            urls = ", ".join(u.url for u in defaults)
+            urls = ", ".join(u.shown for u in defaults)
             msg = f"more than one default --upstream ({urls}); name the others as NAME=URL"
             raise SettingsError(msg)
         for upstream in self.upstreams:
@@ -125,6 +152,9 @@ class ServeSettings:
                 self.graceful_timeout > 0,
                 f"--graceful-timeout {self.graceful_timeout}: expected > 0",
             ),
+            (self.max_tests >= 1, f"--max-tests {self.max_tests}: expected 1 or more"),
+            (self.header_timeout > 0, f"--header-timeout {self.header_timeout}: expected > 0"),
+            (self.body_timeout > 0, f"--body-timeout {self.body_timeout}: expected > 0"),
             (
                 self.log_level in LOG_LEVELS,
                 f"--log-level {self.log_level!r}: expected one of {', '.join(LOG_LEVELS)}",

@@ -1,0 +1,215 @@
+"""Redaction by value (issue 13): the credentials a request carries, scrubbed everywhere.
+
+Redaction by key and by shape (`redact.py`) misses a key whose shape is unknown when the
+upstream echoes it (`"invalid api key: acme-7f3k…"`), a key in a test id, or a token in a
+URL path. So the engine takes the exact credential values out of each request (secret
+headers, `Bearer`/`Basic`/AWS `Authorization` parts, cookies, secret query parameters, URL
+userinfo, `x-amz-security-token`) and replaces every occurrence of them, in any text, with
+`[secret removed]` before anything is written or printed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+import orjson
+
+from hashreplay.core.constants import SECRET_PLACEHOLDER
+from hashreplay.core.recording import RecordedRequest, Recording
+from hashreplay.core.redact import Redactor
+
+__all__ = [
+    "MIN_SECRET_LENGTH",
+    "NO_SECRETS",
+    "SecretValues",
+    "SeenSecrets",
+    "request_secrets",
+    "scrub_recording",
+    "scrub_request",
+]
+
+#: Shorter values are not scrubbed by value: replacing every `test` or `abc` in a body
+#: would destroy ordinary text. Such values are still removed by key where they travel.
+MIN_SECRET_LENGTH = 8
+_SCHEMES = ("bearer", "basic", "token", "apikey", "key", "digest")
+_AWS_PART = re.compile(r"\b(Credential|Signature)=([^,\s/]+)")
+
+
+class SecretValues:
+    """A set of exact secret values and the scrubber that removes them from any text.
+
+    Plain substring replacement, longest value first (no regular expression: a process
+    sees a new cookie or key with nearly every request, and compiling a pattern for each
+    set cost milliseconds and filled the `re` cache)."""
+
+    __slots__ = ("_encoded", "values")
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        found = {
+            v
+            for v in values
+            if len(v) >= MIN_SECRET_LENGTH and v not in SECRET_PLACEHOLDER  # never re-scrubbed
+        }
+        #: longest first, so a value that contains another is removed whole
+        self.values: tuple[str, ...] = tuple(sorted(found, key=lambda v: (-len(v), v)))
+        self._encoded: tuple[bytes, ...] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+    def __or__(self, other: SecretValues) -> SecretValues:
+        return SecretValues((*self.values, *other.values))
+
+    def text(self, text: str) -> str:
+        if not text:
+            return text
+        for value in self.values:
+            if value in text:
+                text = text.replace(value, SECRET_PLACEHOLDER)
+        return text
+
+    def optional_text(self, text: str | None) -> str | None:
+        return None if text is None else self.text(text)
+
+    def mentioned_in(self, serialised: bytes) -> bool:
+        """Whether any value occurs in these JSON bytes (as it would be written there)."""
+        if self._encoded is None:
+            self._encoded = tuple(
+                form for v in self.values for form in {v.encode(), orjson.dumps(v)[1:-1]}
+            )
+        return any(form in serialised for form in self._encoded)
+
+    def data(self, data: bytes) -> bytes:
+        if not self.values or not data:
+            return data
+        placeholder = SECRET_PLACEHOLDER.encode()
+        for value in self.values:
+            data = data.replace(value.encode("utf-8"), placeholder)
+        return data
+
+    def value(self, value: Any) -> Any:
+        """A copy of a JSON-like value with the secrets removed from every string and key."""
+        if not self.values:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {
+                (self.text(k) if isinstance(k, str) else k): self.value(v) for k, v in value.items()
+            }
+        if isinstance(value, (list, tuple)):
+            return [self.value(v) for v in value]
+        return value
+
+
+NO_SECRETS = SecretValues()
+
+
+def _with_encodings(value: str) -> list[str]:
+    """The value and the forms it takes inside URLs (percent-encoded)."""
+    return [value, quote(value, safe=""), quote(value, safe="/:")]
+
+
+def _authorization_values(value: str) -> list[str]:
+    found = [value]
+    scheme, _, rest = value.strip().partition(" ")
+    rest = rest.strip()
+    if rest and scheme.lower() in _SCHEMES:
+        found.append(rest)
+        if scheme.lower() == "basic":
+            try:
+                decoded = base64.b64decode(rest, validate=True).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError, ValueError):
+                decoded = ""
+            user, sep, password = decoded.partition(":")
+            found.extend([decoded, password] if sep else [decoded])
+            if sep and not password:
+                found.append(user)
+    # AWS SigV4: the access key id of `Credential=` and the signature
+    found.extend(part for _, part in _AWS_PART.findall(value))
+    return found
+
+
+def _cookie_values(value: str) -> list[str]:
+    return [part.partition("=")[2].strip() for part in value.split(";") if "=" in part]
+
+
+def request_secrets(
+    redactor: Redactor, url: str, headers: Sequence[tuple[str, str]]
+) -> SecretValues:
+    """The credential values one request carries, in its headers and its URL."""
+    found: list[str] = []
+    for name, value in headers:
+        if not redactor.is_secret_key(name) or not value:
+            continue
+        lname = name.lower()
+        if lname in ("cookie", "set-cookie"):
+            found.extend(_cookie_values(value))
+        found.extend(_authorization_values(value))
+    parts = urlsplit(url)
+    for key, value in parse_qsl(parts.query, keep_blank_values=False):
+        if redactor.is_query_secret(key):
+            found.append(value)
+    if parts.password:
+        found.append(unquote(parts.password))
+    elif parts.username:
+        found.append(unquote(parts.username))  # `https://KEY@host`: a key as the user
+    return SecretValues(v for value in found for v in _with_encodings(value.strip()))
+
+
+class SeenSecrets:
+    """Every secret value a long-lived process has seen (bounded), for what it prints
+    outside one request: the usage log, the proxy's access log."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self._limit = limit
+        self._values: dict[str, None] = {}
+        self._lock = threading.Lock()
+        self._scrubber: SecretValues | None = NO_SECRETS
+
+    def add(self, secrets: SecretValues) -> None:
+        if not secrets or all(v in self._values for v in secrets.values):
+            return
+        with self._lock:
+            for value in secrets.values:
+                self._values.pop(value, None)
+                self._values[value] = None
+            while len(self._values) > self._limit:
+                del self._values[next(iter(self._values))]
+            self._scrubber = None  # rebuilt when next needed
+
+    @property
+    def scrubber(self) -> SecretValues:
+        scrubber = self._scrubber
+        if scrubber is None:
+            with self._lock:
+                scrubber = self._scrubber = SecretValues(self._values)
+        return scrubber
+
+    def text(self, text: str) -> str:
+        return self.scrubber.text(text)
+
+
+def scrub_request(request: RecordedRequest, secrets: SecretValues) -> RecordedRequest:
+    """The request with the secret values removed (before hashing: the name of its file
+    stays what `hashreplay verify` recomputes from the file)."""
+    if not secrets:
+        return request
+    data = request.model_dump(mode="json")
+    if not secrets.mentioned_in(orjson.dumps(data)):
+        return request  # the common case: the key travels only where redaction removed it
+    return RecordedRequest.model_validate(secrets.value(data))
+
+
+def scrub_recording(recording: Recording, secrets: SecretValues) -> Recording:
+    """The recording with the secret values removed from every string: response bodies,
+    stream chunks, exception messages, the test id."""
+    if not secrets:
+        return recording
+    return Recording.model_validate(secrets.value(recording.to_json_dict()))

@@ -1,0 +1,102 @@
+"""Where a test's recordings may live, and reading a file that must stay in the project.
+
+A test id can come from a header (`X-HashReplay-Test-Id`), so it is untrusted: its file part
+may only name a place inside the project root, never a hidden directory (`.git/hooks`), a
+home directory (`~/…`), a percent-encoded `..` or a drive. Anything else goes to the common
+directory (issue 13 item 12). A recordings directory or a recording file that is a symlink
+resolving outside the project root is refused with a `RecordingError` naming it (item 15):
+recordings are only read and written inside the project.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+from hashreplay.core.constants import RECORDINGS_DIRNAME
+from hashreplay.core.errors import RecordingError
+
+__all__ = ["outside_root", "read_contained", "recordings_dir_for"]
+
+_SEPARATORS = re.compile(r"[\\/]")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def outside_root(path: Path, root: Path) -> bool:
+    return path != root and root not in path.parents
+
+
+def _safe_parts(file_part: str) -> list[str] | None:
+    """The path components of a test id's file part, or None when it may not be used."""
+    if not file_part or "\x00" in file_part:
+        return None
+    if PurePosixPath(file_part).is_absolute() or PureWindowsPath(file_part).is_absolute():
+        return None
+    parts = _SEPARATORS.split(file_part)
+    for part in parts:
+        if part in ("", ".", ".."):
+            continue
+        if part.startswith((".", "~")) or "%" in part or ":" in part:
+            return None  # `.git`, `~user`, `%2e%2e`, `C:`
+    return [p for p in parts if p not in ("", ".")]
+
+
+def recordings_dir_for(root: Path, common_dir: Path, test_id: str | None) -> Path:
+    """`tests/a/b/test_x.py::test_y[p]` → `<root>/tests/a/b/recordings`; the common
+    directory for no test id and for any id that would lead elsewhere. `root` is resolved."""
+    if not test_id:
+        return common_dir
+    parts = _safe_parts(test_id.split("::", 1)[0])
+    if parts is None:
+        return common_dir
+    candidate = Path(os.path.normpath(root.joinpath(*parts))).parent / RECORDINGS_DIRNAME
+    if outside_root(candidate, root):
+        return common_dir  # `..` leading out of the project
+    try:
+        resolved = candidate.resolve()
+    except (OSError, RuntimeError):
+        return common_dir
+    if outside_root(resolved, root):
+        msg = (
+            f"the recordings directory of test {test_id!r} resolves to {resolved}, outside "
+            f"the project root {root} (a symlink?): recordings are only read and written "
+            "inside the project; replace the link with a directory"
+        )
+        raise RecordingError(candidate, msg)
+    return resolved
+
+
+def read_contained(path: Path, root: Path) -> bytes:
+    """The bytes of a recording file, refusing a symlink that leads outside `root`. Costs
+    no extra system call on the usual path (the open itself refuses to follow a link)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
+        target = path.resolve()
+        if outside_root(target, root):
+            msg = (
+                f"is a symlink to {target}, outside the project root {root}: recordings are "
+                "only read inside the project; replace the link with the file"
+            )
+            raise RecordingError(path, msg) from None
+        return _read_followed(path)
+    try:
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
+
+
+def _read_followed(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None

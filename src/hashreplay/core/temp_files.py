@@ -1,0 +1,106 @@
+"""Temp files of atomic writes (issue 13 item 10): where they go, and sweeping stale ones.
+
+A recording is written to a temp file, fsynced, then renamed over its target. A writer
+killed in between leaves the temp file behind. So temp files go to `.hashreplay/tmp/` at the
+project root (ignored by git through `.hashreplay/.gitignore`), or beside the target only
+when that is on another file system (a common directory elsewhere); their names carry the
+writer's process id, so a sweep at start removes those of dead writers (and any older than
+`STALE_AFTER`) and never touches a live writer's file or any file not named by our pattern.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from hashreplay.core.constants import STATE_DIRNAME
+
+__all__ = [
+    "STALE_AFTER",
+    "TEMP_DIRNAME",
+    "is_temp_name",
+    "state_temp_dir",
+    "sweep_temp_files",
+    "temp_prefix",
+]
+
+#: Sub-directory of `.hashreplay/` that holds temp files.
+TEMP_DIRNAME = "tmp"
+#: A temp file older than this (seconds) is stale even if its writer's pid is alive again.
+STALE_AFTER = 3600.0
+#: `.<target>.<pid>.<random>.tmp` (and `.<target>.<random>.tmp`, the pattern before pids).
+_TEMP = re.compile(r"^\.(?P<target>.+?)\.(?:(?P<pid>\d+)\.)?[a-z0-9_]{8}\.tmp$")
+_GITIGNORE = b"*\n"
+_GRACE = 10.0
+_OLD_PATTERN_AGE = 60.0
+
+
+def temp_prefix(target: Path) -> str:
+    return f".{target.name}.{os.getpid()}."
+
+
+def is_temp_name(name: str) -> bool:
+    return _TEMP.match(name) is not None
+
+
+def state_temp_dir(root: Path) -> Path:
+    """`<root>/.hashreplay/tmp`, created with the `.gitignore` that hides `.hashreplay/`."""
+    state = root / STATE_DIRNAME
+    temp = state / TEMP_DIRNAME
+    if not temp.is_dir():
+        temp.mkdir(parents=True, exist_ok=True)
+    ignore = state / ".gitignore"
+    if not ignore.exists():
+        with contextlib.suppress(OSError):
+            ignore.write_bytes(_GITIGNORE)
+    return temp
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # exists, owned by someone else
+    return True
+
+
+def _stale(path: Path, now: float) -> bool:
+    match = _TEMP.match(path.name)
+    if match is None:
+        return False
+    try:
+        age = now - path.lstat().st_mtime
+    except OSError:
+        return False
+    pid = match.group("pid")
+    if pid is None:
+        return age > _OLD_PATTERN_AGE  # the old pattern: no pid to ask
+    # a live write takes milliseconds: a young file may belong to a writer in another pid
+    # namespace (a container sharing the directory), so a dead pid counts only after a while
+    return age > STALE_AFTER or (age > _GRACE and not _alive(int(pid)))
+
+
+def sweep_temp_files(directories: Iterable[Path]) -> list[Path]:
+    """Delete the stale temp files (our pattern only) in `directories`; returns them."""
+    now = time.time()
+    removed: list[Path] = []
+    for directory in directories:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.is_file(follow_symlinks=False) and _stale(path, now):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    removed.append(path)
+    return removed

@@ -1,0 +1,197 @@
+"""Issue 13 item 3: the credential values a request carries never reach a written byte."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hashreplay import IncomingRequest, Session, load_config
+from hashreplay.core.constants import SECRET_PLACEHOLDER
+from hashreplay.core.redact import Redactor
+from hashreplay.core.secret_values import (
+    NO_SECRETS,
+    SecretValues,
+    SeenSecrets,
+    request_secrets,
+)
+from hashreplay.engine.session import LiveExchange
+from hashreplay.engine.usage_log import RunUsage, TestUsage, write_usage
+from hashreplay.server.log_secrets import install_log_filter
+
+SECRET = SECRET_PLACEHOLDER
+
+
+def secrets_of(url: str, *headers: tuple[str, str]) -> set[str]:
+    return set(request_secrets(Redactor(), url, list(headers)).values)
+
+
+# --- extraction -------------------------------------------------------------------------------
+
+
+def test_bearer_header_gives_the_whole_value_and_the_token() -> None:
+    found = secrets_of("http://h/x", ("Authorization", "Bearer acme-0123456789"))
+    assert {"Bearer acme-0123456789", "acme-0123456789"} <= found
+
+
+def test_basic_auth_gives_the_password() -> None:
+    token = base64.b64encode(b"alice:correct-horse-battery").decode()
+    found = secrets_of("http://h/x", ("authorization", f"Basic {token}"))
+    assert "correct-horse-battery" in found and token in found
+
+
+def test_key_headers_cookies_and_aws_parts() -> None:
+    aws = (
+        "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE123456/20250101/us-east-1/bedrock/aws4_request, "
+        "SignedHeaders=host;x-amz-date, Signature=abcdef0123456789abcdef"
+    )
+    found = secrets_of(
+        "http://h/x",
+        ("x-api-key", "plainkey-123456"),
+        ("Cookie", "session=cookievalue123; theme=dark"),
+        ("Authorization", aws),
+        ("X-Amz-Security-Token", "FwoGZXIvYXdzEJr-session"),
+        ("content-type", "application/json-not-a-secret"),
+    )
+    assert {
+        "plainkey-123456",
+        "cookievalue123",
+        "AKIDEXAMPLE123456",
+        "abcdef0123456789abcdef",
+        "FwoGZXIvYXdzEJr-session",
+    } <= found
+    assert "application/json-not-a-secret" not in found
+
+
+def test_query_and_userinfo() -> None:
+    found = secrets_of("https://user:pass-w0rd-123@h/x?key=query-key-123&limit=100000000")
+    assert {"pass-w0rd-123", "query-key-123"} <= found
+    assert "100000000" not in found
+    assert "abcdefgh12" in secrets_of("https://abcdefgh12@h/x")  # a key as the user
+
+
+def test_short_values_and_the_placeholder_are_never_scrubbed_by_value() -> None:
+    assert not secrets_of("http://h/x", ("x-api-key", "short"))
+    assert not SecretValues([SECRET])
+
+
+# --- scrubbing --------------------------------------------------------------------------------
+
+
+def test_scrub_text_value_and_bytes_longest_first() -> None:
+    values = SecretValues(["acme-0123456789", "acme-0123456789-extended"])
+    assert values.text("k=acme-0123456789-extended!") == f"k={SECRET}!"
+    nested = {"acme-0123456789": ["x acme-0123456789 y", 3, None]}
+    assert values.value(nested) == {SECRET: [f"x {SECRET} y", 3, None]}
+    assert values.data(b"echo acme-0123456789") == b"echo " + SECRET.encode()
+    assert NO_SECRETS.text("acme-0123456789") == "acme-0123456789"
+
+
+def test_seen_secrets_are_bounded_and_keep_the_newest() -> None:
+    seen = SeenSecrets(limit=2)
+    for value in ("first-value-1", "second-value-2", "third-value-3"):
+        seen.add(SecretValues([value]))
+    assert seen.text("first-value-1 third-value-3") == f"first-value-1 {SECRET}"
+
+
+# --- the property: plant the request's own key values everywhere, find none ------------------
+
+KEYS = st.text(alphabet="abcdefghjkmnpqrstuvwxyz23456789", min_size=12, max_size=30)
+
+
+def plant_and_record(
+    root: Path, bearer: str, header_key: str, query_key: str, pw: str, aws: str = "aws-token-1234"
+) -> str:
+    test_id = f"tests/test_keys.py::test_it[{header_key}]"
+    session = Session(load_config(root, env={}, mode="record"), write_behind=True)
+    session.begin_test(test_id)
+    headers = [
+        ("authorization", f"Bearer {bearer}"),
+        ("x-api-key", header_key),
+        ("x-amz-security-token", aws),
+        ("content-type", "application/json"),
+    ]
+    url = f"http://user:{pw}@127.0.0.1:9/v1/{bearer}/chat?key={query_key}"
+    content = json.dumps({"model": "m", "messages": [{"content": f"my key {header_key}"}]})
+    incoming = IncomingRequest("POST", url, headers, content.encode())
+    echoes = f"{bearer} {header_key} {query_key} {pw} {aws}"
+    exchanges = [
+        LiveExchange(
+            401,
+            [("content-type", "application/json")],
+            [json.dumps({"error": {"message": f"invalid api key {echoes}"}}).encode()],
+        ),
+        LiveExchange(500, [("content-type", "text/plain")], [f"bad key: {echoes}".encode()]),
+        LiveExchange(
+            200,
+            [("content-type", "text/event-stream")],
+            [f'data: {{"delta": "{echoes}"}}\n\n'.encode(), b"data: [DONE]\n\n"],
+            chunked=True,
+        ),
+        LiveExchange(None, [], [], exception=RuntimeError(f"connect failed for {echoes}")),
+    ]
+    for exchange in exchanges:
+        session.record(session.prepare(incoming, test_id=test_id), exchange)
+    session.flush()
+    # a miss report of the same request with another body
+    replayer = Session(load_config(root, env={}, mode="replay"))
+    replayer.begin_test(test_id)
+    other = IncomingRequest("POST", url, headers, b'{"model": "other"}')
+    prep = replayer.prepare(other, test_id=test_id)
+    report = replayer.miss(prep).report
+    usage = RunUsage(collected=[test_id], tests={test_id: TestUsage(files=["x"])})
+    write_usage(usage, root, session.seen_secrets.scrubber)
+    written = b"".join(p.read_bytes() for p in root.rglob("*") if p.is_file())
+    return written.decode("utf-8", errors="replace") + "\n" + report
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(KEYS, KEYS, KEYS, KEYS, KEYS)
+def test_property_no_planted_key_value_is_ever_written(
+    bearer: str, header_key: str, query_key: str, pw: str, aws: str
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        output = plant_and_record(Path(tmp), bearer, header_key, query_key, pw, aws)
+    for value in (bearer, header_key, query_key, pw, aws):
+        assert value not in output
+    assert SECRET in output
+
+
+def test_recording_stays_verifiable_after_scrubbing(tmp_path: Path) -> None:
+    """The test id and URL are scrubbed before hashing: the name is still recomputable."""
+    plant_and_record(
+        tmp_path, "bearer-abcdefgh1", "header-abcdefgh2", "query-abcdef3", "pw-abcdefgh4"
+    )
+    session = Session(load_config(tmp_path, env={}, mode="replay"))
+    from hashreplay.core.store import read_recording
+
+    for path in (tmp_path / "tests" / "recordings").glob("*.json"):
+        recording = read_recording(path)
+        assert session.key_of(recording.request, recording.test_id)[0] == path.stem
+
+
+def test_proxy_log_lines_are_scrubbed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    session = Session(load_config(tmp_path, env={}, mode="replay"))
+    session.prepare(
+        IncomingRequest("GET", "http://h/x", [("x-api-key", "unknown-shape-9876")], b"")
+    )
+    install_log_filter(session)
+    caplog.set_level(logging.INFO)
+    logging.getLogger("uvicorn.access").info(
+        '%s - "%s %s HTTP/%s" %d',
+        "127.0.0.1:1",
+        "GET",
+        "/x?key=abc123&q=unknown-shape-9876",
+        "1.1",
+        200,
+    )
+    logging.getLogger("hashreplay.serve").warning("upstream said unknown-shape-9876")
+    text = caplog.text
+    assert "unknown-shape-9876" not in text and "abc123" not in text
+    assert text.count(SECRET) == 3
