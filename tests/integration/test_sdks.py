@@ -222,3 +222,74 @@ def test_langchain_openai_invoke_and_stream(upstream: FakeUpstream, recorder: Re
     assert phases.live["text"] == "echo: hi langchain"
     assert "".join(phases.live["pieces"]) == "echo: stream langchain please"
     assert phases.live["usage"]["total_tokens"] == 5
+
+
+def _mistral_error(url: str) -> None:
+    from mistralai.client import Mistral
+
+    Mistral(api_key=KEY, server_url=f"{url}/mistral").chat.complete(
+        model="mistral-fake", messages=[{"role": "user", "content": "too many"}]
+    )
+
+
+def _cohere_error(url: str) -> None:
+    import cohere
+
+    cohere.ClientV2(api_key=KEY, base_url=url).chat(
+        model="command-fake",
+        messages=[{"role": "user", "content": "too many"}],
+        request_options={"max_retries": 0},
+    )
+
+
+def _groq_error(url: str) -> None:
+    import groq
+
+    groq.Groq(api_key=KEY, base_url=url, max_retries=0).chat.completions.create(
+        model="llama-fake", messages=[{"role": "user", "content": "too many"}]
+    )
+
+
+def _ollama_error(url: str) -> None:
+    import ollama
+
+    ollama.Client(host=url).chat(
+        model="llama-fake:1b", messages=[{"role": "user", "content": "too many"}], stream=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("package", "path", "call", "status"),
+    [
+        ("mistralai", "/mistral/v1/chat/completions", _mistral_error, 429),
+        ("cohere", "/v2/chat", _cohere_error, 429),
+        ("groq", "/openai/v1/chat/completions", _groq_error, 401),
+        ("ollama", "/api/chat", _ollama_error, 500),
+    ],
+    ids=["mistralai", "cohere", "groq", "ollama"],
+)
+def test_error_statuses_replay_as_the_sdks_own_exceptions(
+    package: str, path: str, call: Any, status: int, upstream: FakeUpstream, recorder: Recorder
+) -> None:
+    pytest.importorskip(package)
+    from tests.fakes.upstream import Scripted
+
+    upstream.script("POST", path, Scripted(status=status))
+
+    def run(url: str) -> tuple[str, int, str]:
+        with pytest.raises(Exception) as info:
+            call(url)
+        error: Any = info.value
+        body = getattr(error, "body", None)
+        if isinstance(body, str):
+            body = json.loads(body)  # mistralai keeps the text
+        if body is None:
+            body = {"error": error.error}  # ollama keeps only the message
+        message = body.get("message") or body.get("error")
+        if isinstance(message, dict):
+            message = message.get("message")
+        return type(error).__name__, error.status_code, message
+
+    phases = three_phases(upstream, recorder, run)
+    assert phases.live[1] == status
+    assert phases.live[2]  # the API's own error message, the same after replay
