@@ -114,6 +114,11 @@ def test_recorded_with_keys_replays_with_none(
     run.stdout.fnmatch_lines(["*hashreplay: 5 replayed, 0 recorded, 0 missed (replay)*"])
     assert not any(name in os.environ for name in KEYS)  # placeholders taken away again
 
+    with FakeUpstream() as fresh:  # reachable now, on another port: still nothing reaches it
+        monkeypatch.setenv("FAKE_URL", fresh.url)
+        project.runpytest().assert_outcomes(passed=5)
+        assert fresh.calls == []
+
 
 def test_without_placeholders_the_sdks_refuse_to_start(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch

@@ -13,6 +13,8 @@ from hashreplay.core.mode import Mode
 
 MODES_LISTED = "replay, record-if-missing, record, live"
 VALID_KEYS = (
+    "allowed_hosts",
+    "block_network",
     "callables",
     "ignore_body_keys",
     "keep_response_headers",
@@ -22,6 +24,7 @@ VALID_KEYS = (
     "passthrough",
     "recordings_dir",
     "redact_keys",
+    "replay_env",
     "volatile_patterns",
 )
 
