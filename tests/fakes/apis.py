@@ -189,6 +189,11 @@ def error_reply(
     code: str | None = None,
 ) -> Reply:
     """An error in the shape of the API that ``path`` belongs to."""
+    from .sdk_apis import sdk_error_reply  # Mistral, Cohere v2, Groq: their own shapes
+
+    own = sdk_error_reply(path, status, message)
+    if own is not None:
+        return own
     family = api_family(path)
     openai_type, anthropic_type = _FAMILY_ERROR_TYPES.get(status, ("server_error", "api_error"))
     if family == "ollama":
@@ -939,7 +944,9 @@ ROUTES: dict[tuple[str, str], Handler] = {
 
 
 def find_handler(method: str, path: str) -> Handler:
-    handler = ROUTES.get((method, path))
+    from .sdk_apis import find_sdk_handler  # Mistral, Cohere v2, Groq
+
+    handler = ROUTES.get((method, path)) or find_sdk_handler(method, path)
     if handler is not None:
         return handler
     if method == "GET" and path.startswith("/v1/models/"):
