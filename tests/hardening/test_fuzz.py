@@ -18,11 +18,11 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hashreplay import IncomingRequest, Session, load_config
+from hashreplay.core.config import load_config
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.store import dump_recording, parse_recording
-from hashreplay.engine.http import plan_for
-from hashreplay.engine.session import LiveExchange
+from hashreplay.engine.http import IncomingRequest, LiveExchange, plan_for
+from hashreplay.engine.session import Session
 from hashreplay.server.app import ProxyApp
 from hashreplay.server.settings import ServeSettings
 

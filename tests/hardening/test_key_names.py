@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hashreplay import IncomingRequest, Session, load_config
+from hashreplay.core.config import load_config
 from hashreplay.core.constants import SECRET_PLACEHOLDER
 from hashreplay.core.redact import Redactor, is_compound_secret
-from hashreplay.engine.session import LiveExchange
+from hashreplay.engine.http import IncomingRequest, LiveExchange
+from hashreplay.engine.session import Session
 
 SECRET = SECRET_PLACEHOLDER
 TEST = "tests/test_upload.py::test_it"

@@ -10,8 +10,11 @@ import httpx
 import httpx2
 import pytest
 
-from hashreplay import IncomingRequest, Mode, Session, load_config, test_context
+from hashreplay import Mode, test_context
+from hashreplay.core.config import load_config
 from hashreplay.core.nesting import MAX_NESTING, RequestTooDeep, nesting_depth
+from hashreplay.engine.http import IncomingRequest
+from hashreplay.engine.session import Session
 from hashreplay.server.app import ProxyApp
 from hashreplay.server.settings import ServeSettings
 from tests.conftest import Recorder

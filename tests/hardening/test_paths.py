@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from hashreplay import IncomingRequest, Session, load_config
+from hashreplay.core.config import load_config
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.recording import Recording
 from hashreplay.core.store import Store, read_recording
 from hashreplay.core.temp_files import is_temp_name, sweep_temp_files
-from hashreplay.engine.session import LiveExchange
+from hashreplay.engine.http import IncomingRequest, LiveExchange
+from hashreplay.engine.session import Session
 from hashreplay.maintenance.hygiene import find_strays
 
 HASH = "a" * 32

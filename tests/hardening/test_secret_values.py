@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hashreplay import IncomingRequest, Session, load_config
+from hashreplay.core.config import load_config
 from hashreplay.core.constants import SECRET_PLACEHOLDER
 from hashreplay.core.redact import Redactor
 from hashreplay.core.secret_values import (
@@ -21,7 +21,8 @@ from hashreplay.core.secret_values import (
     SeenSecrets,
     request_secrets,
 )
-from hashreplay.engine.session import LiveExchange
+from hashreplay.engine.http import IncomingRequest, LiveExchange
+from hashreplay.engine.session import Session
 from hashreplay.engine.usage_log import RunUsage, TestUsage, write_usage
 from hashreplay.server.log_secrets import install_log_filter
 

@@ -12,9 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-from hashreplay import IncomingRequest, Mode, RecordingError, Session, load_config, test_context
+from hashreplay import Mode, RecordingError, test_context
+from hashreplay.core.config import load_config
 from hashreplay.core.store import parse_recording
-from hashreplay.engine.session import LiveExchange
+from hashreplay.engine.http import IncomingRequest, LiveExchange
+from hashreplay.engine.session import Session
 from tests.conftest import Recorder
 
 TEST = "tests/test_blob.py::test_download"

@@ -12,8 +12,9 @@ import httpx2
 import pytest
 
 import hashreplay.core.store as store_module
-from hashreplay import IncomingRequest, Session, load_config
-from hashreplay.engine.session import LiveExchange
+from hashreplay.core.config import load_config
+from hashreplay.engine.http import IncomingRequest, LiveExchange
+from hashreplay.engine.session import Session
 from hashreplay.server.app import ProxyApp
 from hashreplay.server.settings import ServeSettings, parse_upstream
 from tests.fakes.upstream import FakeUpstream
@@ -170,7 +171,7 @@ async def test_per_test_state_is_bounded_least_recently_used_first(
                 answer = await client.post("/v1/chat/completions", json=body, headers=headers)
                 assert answer.status_code == 200
     await app.aclose()
-    tests = session._tests  # what the bound is about
+    tests = session.tests._tests  # what the bound is about
     assert len(tests) == 10
     assert keep in tests  # the busy test was used last: never evicted
     assert "tests/test_many.py::test_0" not in tests

@@ -66,8 +66,8 @@ def test_slow_heads_and_bodies_get_a_408_and_are_closed(servers: Servers, tmp_pa
     heads, bodies = received[:10], received[10:]
     for answer in heads:
         assert answer.startswith(b"HTTP/1.1 408"), answer
-        assert b'"code": "header_timeout"' in answer
+        assert b'"code":"header_timeout"' in answer.replace(b'": "', b'":"')
     for answer in bodies:
         assert answer.startswith(b"HTTP/1.1 408"), answer
-        assert b'"code": "body_timeout"' in answer
+        assert b'"code":"body_timeout"' in answer.replace(b'": "', b'":"')
         assert b"--body-timeout" in answer

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hashreplay.core.config import Config
-from hashreplay.core.constants import BLOBS_DIRNAME, RECORDINGS_DIRNAME
+from hashreplay.core.constants import BLOBS_DIRNAME, RECORDINGS_DIRNAME, STATE_DIRNAME
 from hashreplay.core.context import test_context
 from hashreplay.core.errors import HashReplayError
 from hashreplay.core.mode import Mode
@@ -196,6 +196,8 @@ def _moves(staged: Config, real: Config) -> list[_Move]:
         if not staged_top.is_dir():
             continue
         for path in sorted(staged_top.rglob("*")):
+            if STATE_DIRNAME in path.relative_to(staged_top).parts:
+                continue  # the staging store's own files (temp files, .gitignore)
             if path.is_file() and path not in moves:
                 moves[path] = _Move(path, real_top / path.relative_to(staged_top))
     return sorted(moves.values(), key=lambda m: (m.staged.parent.name != BLOBS_DIRNAME, m.target))
