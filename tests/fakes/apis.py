@@ -944,6 +944,10 @@ def find_handler(method: str, path: str) -> Handler:
         return handler
     if method == "GET" and path.startswith("/v1/models/"):
         return openai_model
+    if method == "POST" and path.startswith("/model/"):  # Amazon Bedrock Runtime
+        from .bedrock import converse
+
+        return lambda _state, call: converse(call)
     if any(route_path == path for _, route_path in ROUTES):
         raise ApiError(error_reply(path, 405, f"Method {method} not allowed for {path}."))
     raise ApiError(error_reply(path, 404, f"Invalid URL ({method} {path})"))
