@@ -230,3 +230,32 @@ def test_stream_recorded_as_lines_replays_the_same_bytes_to_a_raw_reader(
     assert b"".join(chunks).splitlines() == lines
     assert len(lines) > 2
     assert len(upstream.calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("client", "expected"),
+    [
+        ("requests", "ConnectionError"),
+        ("urllib.request", "RemoteDisconnected"),
+        ("requests-timeout", "ReadTimeout"),
+        ("urllib3-timeout", "ReadTimeoutError"),
+    ],
+)
+def test_a_server_that_hangs_up_or_stalls(
+    upstream: FakeUpstream, adapters: AllAdapters, client: str, expected: str
+) -> None:
+    def run(url: str) -> str:
+        if client.endswith("timeout"):
+            upstream.script("GET", "/plain", Scripted(delay=2))
+        else:
+            upstream.script("GET", "/plain", Scripted(close_without_response=True))
+        if client.startswith("requests"):
+            return outcome(lambda: requests.get(f"{url}/plain", timeout=0.3))[0]
+        if client == "urllib3-timeout":
+            pool = urllib3.PoolManager(retries=False, timeout=0.3)
+            return outcome(lambda: pool.request("GET", f"{url}/plain"))[0]
+        return outcome(lambda: urllib.request.urlopen(f"{url}/plain"))[0]
+
+    phases = three_phases(upstream, adapters, run)
+    assert phases.live == expected
+    assert phases.offline == phases.fresh == expected
