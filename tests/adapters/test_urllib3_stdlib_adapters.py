@@ -206,3 +206,22 @@ def test_no_warning_on_a_normal_install(tmp_path: Path) -> None:
         warnings.simplefilter("error")
         activate(session(tmp_path, Mode.REPLAY))
     deactivate()
+
+
+def test_an_adapter_whose_library_is_missing_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "urllib3" else real(name, *a)
+    )
+    urlopen = HTTPConnectionPool.urlopen
+    activate(session(tmp_path, Mode.REPLAY))
+    try:
+        assert HTTPConnectionPool.urlopen is urlopen
+        assert stdlib_adapter.is_installed()
+    finally:
+        deactivate()
+    assert not stdlib_adapter.is_installed()
