@@ -79,7 +79,10 @@ def test_without_a_session_requests_go_out_untouched(tmp_path: Path) -> None:
     try:
         assert stdlib_adapter.is_installed()
         with FakeUpstream() as fake, test_context(TEST_ID):
-            assert urllib3.request("GET", f"{fake.url}/plain").data == b"hello from fake upstream"
+            assert (
+                urllib3.PoolManager().request("GET", f"{fake.url}/plain").data
+                == b"hello from fake upstream"
+            )
             assert len(fake.calls) == 1
     finally:
         stdlib_adapter.uninstall()
@@ -91,7 +94,7 @@ def test_stdlib_adapter_leaves_urllib3_connections_to_urllib3(tmp_path: Path) ->
     stdlib_adapter.install(session(tmp_path, Mode.RECORD))
     try:
         with FakeUpstream() as fake, test_context(TEST_ID):
-            assert urllib3.request("GET", f"{fake.url}/plain").status == 200
+            assert urllib3.PoolManager().request("GET", f"{fake.url}/plain").status == 200
     finally:
         stdlib_adapter.uninstall()
     assert recordings(tmp_path) == []
@@ -102,7 +105,7 @@ def test_a_urllib3_request_is_recorded_once_with_both_adapters(tmp_path: Path) -
     activate(s)
     try:
         with FakeUpstream() as fake, test_context(TEST_ID):
-            assert urllib3.request("GET", f"{fake.url}/plain").status == 200
+            assert urllib3.PoolManager().request("GET", f"{fake.url}/plain").status == 200
     finally:
         deactivate()
     assert s.stats.recorded == 1

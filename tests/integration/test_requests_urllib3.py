@@ -17,6 +17,11 @@ CHAT = {"model": "gpt-fake-1", "messages": [{"role": "user", "content": "hello u
 STREAM = {**CHAT, "messages": [{"role": "user", "content": "stream a few words now"}]}
 
 
+def as_json(payload: Any) -> dict[str, Any]:
+    """`body` and `headers` of a JSON request (urllib3 1.26 has no `json=`)."""
+    return {"body": json.dumps(payload), "headers": {"content-type": "application/json"}}
+
+
 def _sse_texts(lines: list[str]) -> list[str]:
     out = []
     for line in lines:
@@ -79,12 +84,12 @@ def test_urllib3_pool_manager_buffered_and_streamed(
 ) -> None:
     def run(url: str) -> dict[str, Any]:
         http = urllib3.PoolManager()
-        buffered = http.request("POST", f"{url}/v1/chat/completions", json=CHAT)
+        buffered = http.request("POST", f"{url}/v1/chat/completions", **as_json(CHAT))
         plain = http.request("GET", f"{url}/plain")
         streamed = http.request(
             "POST",
             f"{url}/v1/chat/completions",
-            json={**STREAM, "stream": True},
+            **as_json({**STREAM, "stream": True}),
             preload_content=False,
         )
         pieces = list(streamed.stream(64))
@@ -95,7 +100,7 @@ def test_urllib3_pool_manager_buffered_and_streamed(
             parts.append(chunk)
         by_amt.release_conn()
         return {
-            "buffered": buffered.json()["choices"][0]["message"]["content"],
+            "buffered": json.loads(buffered.data)["choices"][0]["message"]["content"],
             "status": buffered.status,
             "plain": plain.data.decode(),
             "sse": _sse_texts(b"".join(pieces).decode().splitlines()),

@@ -9,8 +9,8 @@ call is one decision. A replayed answer is a real `urllib3.HTTPResponse` over a 
 `read(amt)`, `stream()`, `read_chunked()` and requests' `iter_content`/`iter_lines` behave as
 they do live, and a recorded failure is raised as urllib3's own exception (requests and
 botocore map it to theirs unchanged). A recorded live response stays urllib3's own object: its
-raw bytes are collected as the caller reads them (urllib3 hands every raw byte to
-`_decode`) and recorded when the body ends, fails or is released.
+raw bytes are collected as the caller reads them (urllib3 reads every raw byte through
+`_fp_read` or `_handle_chunk`) and recorded when the body ends, fails or is released.
 
 The retries and same-host redirects `urlopen` makes by itself belong to the one call: in
 record mode the outcome the caller saw is recorded, in replay it is answered at once.
@@ -30,10 +30,11 @@ from contextvars import ContextVar
 from http import HTTPStatus
 from typing import Any
 
-import urllib3
 from urllib3 import exceptions as u3exc
+from urllib3._collections import HTTPHeaderDict  # public as urllib3.HTTPHeaderDict in 2.x
 from urllib3.connectionpool import HTTPConnectionPool
 from urllib3.response import HTTPResponse
+from urllib3.util.retry import Retry
 
 from hashreplay.adapters import _state
 from hashreplay.adapters._wire import (
@@ -216,20 +217,18 @@ def _replayed(call: _Call, plan: ReplayPlan) -> Any:
         raw = httplib_response(
             plan, call.method, call.path, lambda: _exception(plan, pool, call.path)
         )
-        headers = urllib3.HTTPHeaderDict()
+        headers = HTTPHeaderDict()
         for name, value in raw.msg.items():
             headers.add(name, value)
         kwargs = {"body": raw, "version": raw.version, "reason": raw.reason}
         kwargs.update(original_response=raw, msg=raw.msg)
     else:  # a whole body in hand: no HTTP parsing needed (~1 ms a call)
-        headers = urllib3.HTTPHeaderDict(plan.headers)
+        headers = HTTPHeaderDict(plan.headers)
         body = b"".join(plan.chunks)
         kwargs = {"body": io.BytesIO(body), "version": 11, "reason": _reason(plan.status)}
     retries = call.get("retries")
-    if not isinstance(retries, urllib3.Retry):
-        retries = urllib3.Retry.from_int(
-            retries, redirect=call.get("redirect", True), default=pool.retries
-        )
+    if not isinstance(retries, Retry):
+        retries = Retry.from_int(retries, redirect=call.get("redirect", True), default=pool.retries)
     response_cls: type[HTTPResponse] = getattr(pool, "ResponseCls", HTTPResponse)
     return response_cls(
         headers=headers,
