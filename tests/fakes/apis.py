@@ -955,6 +955,10 @@ def find_handler(method: str, path: str) -> Handler:
 
     if (found := gemini.find(method, path)) is not None:
         return found
+    if method == "POST" and path.startswith("/model/"):  # Amazon Bedrock Runtime
+        from .bedrock import converse
+
+        return lambda _state, call: converse(call)
     if any(route_path == path for _, route_path in ROUTES):
         raise ApiError(error_reply(path, 405, f"Method {method} not allowed for {path}."))
     raise ApiError(error_reply(path, 404, f"Invalid URL ({method} {path})"))

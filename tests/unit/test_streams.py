@@ -281,3 +281,11 @@ def test_stream_format_for(
     content_type: str | None, chunked: bool, expected: StreamFormat | None
 ) -> None:
     assert stream_format_for(content_type, chunked=chunked) is expected
+
+
+def test_binary_event_streams_are_raw_chunks_however_they_arrived() -> None:
+    media = "application/vnd.amazon.eventstream"
+    assert stream_format_for(media, chunked=False) is StreamFormat.CHUNKS
+    assert stream_format_for(media, chunked=True) is StreamFormat.CHUNKS
+    frame = b"\x00\x00\x00\x10\x00\x00\x00\x00\xff\xfe\x80\x81\x01\x02\x03\x04"
+    assert render_stream(StreamFormat.CHUNKS, parse_stream(StreamFormat.CHUNKS, [frame])) == [frame]

@@ -52,7 +52,8 @@ RESPONSE_CLEARED_KEYS: Mapping[str, Any] = {
 
 #: Response headers kept by default: the ones that change how a client parses or retries.
 KEPT_RESPONSE_HEADERS: frozenset[str] = frozenset(
-    {"content-type", "retry-after", "retry-after-ms", "x-should-retry"}
+    # x-amzn-errortype: the error code of AWS services (botocore reads it from the header)
+    {"content-type", "retry-after", "retry-after-ms", "x-should-retry", "x-amzn-errortype"}
 )
 
 #: Request headers worth keeping in a file for review; the rest (user agents, SDK/OS

@@ -32,12 +32,16 @@ NDJSON_TYPES = (
     "application/jsonl",
     "application/jsonlines",
 )
+#: Binary event streams: always kept as raw chunks, byte for byte (their frames carry
+#: lengths and checksums a client validates), however they arrived.
+BINARY_STREAM_TYPES = ("application/vnd.amazon.eventstream",)
 
 
 def stream_format_for(content_type: str | None, *, chunked: bool) -> StreamFormat | None:
     """The stream format of a response, or None when it is an ordinary body.
 
-    SSE and NDJSON are streams by content type; any other body that arrived with chunked
+    SSE and NDJSON are streams by content type, and binary event streams (Bedrock's
+    `application/vnd.amazon.eventstream`) raw chunks; any other body that arrived with chunked
     transfer encoding and is not JSON is kept as ordered raw chunks.
     """
     media = (content_type or "").split(";", 1)[0].strip().lower()
@@ -45,6 +49,8 @@ def stream_format_for(content_type: str | None, *, chunked: bool) -> StreamForma
         return StreamFormat.SSE
     if media in NDJSON_TYPES:
         return StreamFormat.NDJSON
+    if media in BINARY_STREAM_TYPES:
+        return StreamFormat.CHUNKS
     if chunked and media and "json" not in media:
         return StreamFormat.CHUNKS
     return None

@@ -1,0 +1,330 @@
+"""The adapter for the standard library's `http.client` (`HTTPConnection`, `HTTPSConnection`),
+and so for `urllib.request.urlopen` and anything else built on them.
+
+The seam is the request half of `http.client.HTTPConnection` (`putrequest`, `putheader`,
+`endheaders`, `send`) and `getresponse`: `request()` and the low-level calls both go through
+it. The request is held until its body is known (at `endheaders`, or at `getresponse` when
+the body follows in `send()` calls), then decided once. A live request is then sent on the
+real connection exactly as the caller wrote it; a replayed one never opens the connection
+and `getresponse()` returns a real `http.client.HTTPResponse` reading the recorded bytes. A
+recorded live response is the server's own object; what the caller reads is collected and
+recorded when the body ends, fails or the response is closed.
+
+Connections of urllib3 (which subclasses these classes) are left alone: the urllib3 adapter
+decides those requests, and a request it sends live runs inside `adapter_io()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hashreplay.adapters import _state
+from hashreplay.adapters._wire import (
+    body_bytes,
+    find_exception_class,
+    httplib_response,
+    rebuild_exception,
+)
+from hashreplay.core.constants import TEST_ID_HEADER
+from hashreplay.core.context import adapter_io, in_adapter_io
+from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
+from hashreplay.engine.http import IncomingRequest, LiveBody, LiveExchange, ReplayPlan
+from hashreplay.engine.keying import Prepared
+from hashreplay.engine.session import Session
+
+_Conn = http.client.HTTPConnection
+_PATCHED = ("putrequest", "putheader", "endheaders", "send", "getresponse")
+_lock = threading.Lock()
+_originals: dict[str, Callable[..., Any]] = {}
+_ATTR = "_hashreplay_request"
+
+
+def install(session: Session) -> None:
+    """Route every `http.client` request through `session` (idempotent)."""
+    with _lock:
+        _state.set_active_session(session)
+        if _originals:
+            return
+        for name in _PATCHED:
+            _originals[name] = getattr(_Conn, name)
+        _Conn.putrequest = _putrequest  # type: ignore[method-assign]
+        _Conn.putheader = _putheader  # type: ignore[method-assign]
+        _Conn.endheaders = _endheaders  # type: ignore[method-assign]
+        _Conn.send = _send  # type: ignore[method-assign]
+        _Conn.getresponse = _getresponse  # type: ignore[method-assign]
+
+
+def uninstall() -> None:
+    """Restore the original `http.client.HTTPConnection` methods."""
+    with _lock:
+        for name, original in _originals.items():
+            setattr(_Conn, name, original)
+        _originals.clear()
+        _state.set_active_session(None)
+
+
+def is_installed() -> bool:
+    return bool(_originals)
+
+
+@dataclass
+class _Request:
+    """A request held back until it is decided."""
+
+    method: str
+    url: str
+    skip_host: bool
+    skip_accept_encoding: bool
+    headers: list[tuple[Any, tuple[Any, ...]]] = field(default_factory=list)
+    body: list[bytes] = field(default_factory=list)
+    encode_chunked: bool = False
+    ended: bool = False
+    #: set once decided: a plan to answer from, or None when it went out live
+    decided: bool = False
+    plan: ReplayPlan | None = None
+    prep: Prepared | None = None
+
+
+def _intercepts(conn: Any) -> bool:
+    if _state.active_session() is None or in_adapter_io():
+        return False
+    return not any(c.__module__.startswith("urllib3.") for c in type(conn).__mro__)
+
+
+def _pending(conn: Any) -> _Request | None:
+    request: _Request | None = conn.__dict__.get(_ATTR)
+    return request
+
+
+# --- the patched methods -------------------------------------------------------------------
+
+
+def _putrequest(
+    self: Any, method: str, url: str, skip_host: bool = False, skip_accept_encoding: bool = False
+) -> None:
+    self.__dict__.pop(_ATTR, None)
+    if not _intercepts(self):
+        _originals["putrequest"](self, method, url, skip_host, skip_accept_encoding)
+        return
+    self.__dict__[_ATTR] = _Request(method, url, skip_host, skip_accept_encoding)
+
+
+def _putheader(self: Any, header: Any, *values: Any) -> None:
+    request = _pending(self)
+    if request is None or request.ended:
+        _originals["putheader"](self, header, *values)
+        return
+    request.headers.append((header, values))
+
+
+def _endheaders(self: Any, message_body: Any = None, *, encode_chunked: bool = False) -> None:
+    request = _pending(self)
+    if request is None or request.ended:
+        _originals["endheaders"](self, message_body, encode_chunked=encode_chunked)
+        return
+    request.ended = True
+    request.encode_chunked = encode_chunked
+    data, _ = body_bytes(message_body)
+    if data:
+        request.body.append(data)
+    if message_body is None and _body_follows(request):
+        return  # the body comes in send() calls: decided at getresponse()
+    _decide(self, request)
+
+
+def _send(self: Any, data: Any) -> None:
+    request = _pending(self)
+    if request is None or request.decided:
+        _originals["send"](self, data)
+        return
+    request.body.append(body_bytes(data)[0])
+
+
+def _getresponse(self: Any) -> Any:
+    request = _pending(self)
+    if request is None:
+        return _originals["getresponse"](self)
+    del self.__dict__[_ATTR]
+    if not request.decided:
+        _decide(self, request)
+    if request.plan is not None:
+        return _replayed(self, request, request.plan)
+    session = _state.active_session()
+    with adapter_io():
+        if request.prep is None or session is None:
+            return _originals["getresponse"](self)
+        try:
+            response = _originals["getresponse"](self)
+        except (OSError, http.client.HTTPException) as exc:
+            session.record(request.prep, LiveExchange(None, [], [], exception=exc))
+            raise
+    _Watch(session, request.prep, response).attach()
+    return response
+
+
+# --- deciding and sending ------------------------------------------------------------------
+
+
+def _body_follows(request: _Request) -> bool:
+    for header, values in request.headers:
+        name = _text(header).lower()
+        value = ",".join(_text(v) for v in values).strip().lower()
+        if name == "content-length" and value not in ("", "0"):
+            return True
+        if name == "transfer-encoding" and "chunked" in value:
+            return True
+    return False
+
+
+def _text(value: Any) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else str(value)
+
+
+def _url(conn: Any, request: _Request) -> str:
+    if request.url.startswith(("http://", "https://")):
+        return request.url
+    scheme = "https" if isinstance(conn, http.client.HTTPSConnection) else "http"
+    host = getattr(conn, "_tunnel_host", None) or conn.host
+    port = getattr(conn, "_tunnel_port", None) if getattr(conn, "_tunnel_host", None) else conn.port
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    netloc = host if port in (None, conn.default_port) else f"{host}:{port}"
+    return f"{scheme}://{netloc}{request.url}"
+
+
+def _decide(conn: Any, request: _Request) -> None:
+    request.decided = True
+    session = _state.active_session()
+    if session is None:  # uninstalled meanwhile: send it as written
+        _send_live(conn, request)
+        return
+    headers = [(_text(h), ", ".join(_text(v) for v in vs)) for h, vs in request.headers]
+    body = b"".join(request.body)
+    decision = session.decide(IncomingRequest(request.method, _url(conn, request), headers, body))
+    if isinstance(decision, (Replay, Miss)):
+        plan = decision.plan()
+        if plan.status is None and not _raised_on_response(plan):
+            raise _exception(plan)  # a failure to connect or send, as it happened
+        request.plan = plan
+        return
+    tagged = any(k.lower() == TEST_ID_HEADER.lower() for k, _ in headers)
+    if isinstance(decision, Passthrough) and not tagged:
+        request.headers.extend((k, (v,)) for k, v in decision.headers)
+    if isinstance(decision, Record):
+        request.prep = decision.prep
+    try:
+        _send_live(conn, request)
+    except (OSError, http.client.HTTPException) as exc:
+        if request.prep is not None:
+            session.record(request.prep, LiveExchange(None, [], [], exception=exc))
+        raise
+
+
+def _send_live(conn: Any, request: _Request) -> None:
+    """Send the held request on the real connection, as the caller wrote it."""
+    with adapter_io():
+        _originals["putrequest"](
+            conn, request.method, request.url, request.skip_host, request.skip_accept_encoding
+        )
+        for header, values in request.headers:
+            _originals["putheader"](conn, header, *values)
+        body = b"".join(request.body) if request.body else None
+        _originals["endheaders"](conn, body, encode_chunked=request.encode_chunked)
+
+
+# --- replay --------------------------------------------------------------------------------
+
+
+def _exception(plan: ReplayPlan) -> BaseException:
+    cls = find_exception_class(plan.exception_type, [http.client], ConnectionError)
+    return rebuild_exception(cls, plan.exception_message)
+
+
+def _raised_on_response(plan: ReplayPlan) -> bool:
+    """A failure http.client raises while reading the response (no status line, ...)."""
+    cls = find_exception_class(plan.exception_type, [http.client], ConnectionError)
+    return issubclass(cls, http.client.HTTPException)
+
+
+def _replayed(conn: Any, request: _Request, plan: ReplayPlan) -> http.client.HTTPResponse:
+    if plan.status is None:
+        raise _exception(plan)
+    response_class = getattr(conn, "response_class", http.client.HTTPResponse)
+    return httplib_response(
+        plan, request.method, request.url, lambda: _exception(plan), response_class
+    )
+
+
+# --- record --------------------------------------------------------------------------------
+
+
+class _Watch:
+    """A live `http.client.HTTPResponse` recorded as its caller reads it: what the
+    outermost read call returns is kept (reads call each other inside); the body has ended
+    when the response closes itself; a failure is what a read raised."""
+
+    _READS = ("read", "read1", "readline", "readinto")
+
+    def __init__(self, session: Session, prep: Prepared, response: Any) -> None:
+        self.session = session
+        self.prep = prep
+        self.response = response
+        self.body = LiveBody(response.status, list(response.getheaders()))
+        self.depth = 0
+        self.broken: BaseException | None = None
+
+    def attach(self) -> None:
+        for name in self._READS:
+            setattr(self.response, name, self._reader(name, getattr(self.response, name)))
+        close = self.response.close
+
+        def closing() -> None:
+            try:
+                close()
+            finally:
+                if not self.depth:
+                    self.finish(None)
+
+        self.response.close = closing
+        if self.response.isclosed():  # no body at all (HEAD, 204, 304)
+            self.finish(None)
+
+    def _reader(self, name: str, read: Callable[..., Any]) -> Callable[..., Any]:
+        def reader(*args: Any, **kwargs: Any) -> Any:
+            self.depth += 1
+            try:
+                result = read(*args, **kwargs)
+            except Exception as exc:
+                self.depth -= 1
+                if not self.depth:
+                    self.finish(exc)
+                raise
+            self.depth -= 1
+            if not self.depth:
+                data = bytes(args[0][:result]) if name == "readinto" else result
+                self.feed(data)
+                if self.response.isclosed():
+                    self.finish(None)
+            return result
+
+        return reader
+
+    def feed(self, data: bytes) -> None:
+        if not data or self.broken is not None:
+            return
+        try:
+            self.body.feed(data)
+        except ValueError as exc:
+            self.broken = http.client.HTTPException(str(exc))
+
+    def finish(self, exc: BaseException | None) -> None:
+        with contextlib.suppress(ValueError):
+            self.body.tail()
+        exchange = self.body.exchange(exc if exc is not None else self.broken)
+        if exchange is not None:
+            self.session.record(self.prep, exchange)
