@@ -220,6 +220,7 @@ def test_an_adapter_whose_library_is_missing_is_skipped(
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "urllib3" else real(name, *a)
     )
+    monkeypatch.delitem(sys.modules, "urllib3")  # not installed: neither found nor imported
     urlopen = HTTPConnectionPool.urlopen
     activate(session(tmp_path, Mode.REPLAY))
     try:
