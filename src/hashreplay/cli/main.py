@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from hashreplay import __version__
 from hashreplay.cli.console import Console
@@ -144,10 +145,38 @@ def build_parser() -> argparse.ArgumentParser:
     _add_root(prune)
     _add_dry_run(prune, "would be deleted")
 
+    _add_review(sub)
+
     server = _server_cli()
     if server is not None:  # `hashreplay serve`: the proxy registers its own options
         server.configure_parser(sub.add_parser("serve", help="record/replay HTTP proxy"))
     return parser
+
+
+def _add_review(sub: Any) -> None:
+    textconv = sub.add_parser(
+        "textconv", help="print a recording as a conversation (git's textconv for diffs)"
+    )
+    textconv.add_argument("file", type=Path, metavar="FILE")
+
+    git_setup = sub.add_parser(
+        "git-setup", help="make git diff and git log -p show recordings as conversations"
+    )
+    _add_root(git_setup)
+    git_setup.add_argument(
+        "--textconv",
+        metavar="CMD",
+        help="the command git runs to convert a recording (default: hashreplay textconv, "
+        "or this Python with -m hashreplay textconv when that is not on PATH)",
+    )
+
+    diff = sub.add_parser("diff", help="compare two recordings as conversations")
+    diff.add_argument(
+        "files", nargs="+", type=Path, metavar="FILE", help="A B, or one FILE with --rev"
+    )
+    diff.add_argument(
+        "--rev", metavar="REV", help="compare FILE with its version at this git revision"
+    )
 
 
 def _server_cli() -> ModuleType | None:
@@ -160,8 +189,10 @@ def _server_cli() -> ModuleType | None:
 
 def _commands() -> dict[str, Command]:
     from hashreplay.cli import commands as c
+    from hashreplay.cli import review
 
     return {
+        "git-setup": review.git_setup,
         "status": c.status,
         "list": c.list_recordings,
         "show": c.show,
@@ -186,6 +217,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         assert server is not None  # the sub-command exists only when the module does
         code: int = server.run(args)
         return code
+    if args.command in ("textconv", "diff"):  # no project needed: they read the files given
+        from hashreplay.cli import review
+
+        console = Console()
+        if args.command == "textconv":
+            return review.textconv(args.file, console)
+        return review.diff(Run(args, console, Config()))
     return _run(_commands()[args.command], args)
 
 
