@@ -190,7 +190,7 @@ def test_show_assembles_the_conversation_and_the_reply(
     assert _field(result.lines, "tokens") == [
         f"input {tokens_in}, output {tokens_out}, total {tokens_in + tokens_out}"
     ]
-    assert _field(result.lines, "request")[0].startswith("POST http://127.0.0.1:")
+    assert _field(result.lines, "request")[0].startswith("POST http://localhost/")
     assert "sk-test" not in result.out and "sk-ant" not in result.out
 
 

@@ -68,7 +68,7 @@ async def test_record_then_replay_offline_per_test(
     assert path.parent == root / "tests" / "api" / "recordings"
     data = load(path)
     assert data["test_id"] == TEST_ID
-    assert data["request"]["url"] == f"{upstream.url}{CHAT}"
+    assert data["request"]["url"] == f"http://localhost{CHAT}"  # a loopback upstream: no port
     assert data["response"]["body"]["id"].startswith("rec-")
     assert "sk-proj" not in path.read_text()  # forwarded upstream, never written
     assert upstream.calls[-1].headers["authorization"].startswith("Bearer sk-proj")

@@ -41,6 +41,7 @@ from hashreplay.core.recording import RecordedRequest, RecordedResponse, Recordi
 from hashreplay.core.redact import Redactor
 from hashreplay.core.store import Store, dump_recording, parse_recording
 from hashreplay.core.typed import jsonable_arg
+from hashreplay.core.urls import stored_url
 from hashreplay.core.volatile import compile_patterns
 from hashreplay.core.writer import BackgroundWriter
 from hashreplay.engine.http import (
@@ -234,7 +235,7 @@ class Session:
             test_id = current_test_id()
         method = incoming.method.upper()
         redactor = self.redactor
-        url = redactor.url(incoming.url)
+        url = stored_url(redactor.url(incoming.url))
         endpoint = endpoint_of(incoming.url, redactor.is_query_secret)
         raw_body, encoding = encode_request_body(incoming.content, incoming.header("content-type"))
         body = self._hashed_body(raw_body, test_id)

@@ -32,6 +32,7 @@ from hashreplay.core.key import model_ids, model_list_filename
 from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_request_body
 from hashreplay.core.recording import Recording
 from hashreplay.core.store import dumps, parse_recording, write_bytes_atomic
+from hashreplay.core.urls import stored_url
 from hashreplay.engine.session import Session, normalise_response
 
 #: Directories never searched for recordings.
@@ -194,6 +195,11 @@ def verify(loaded: Loaded, rules: Rules) -> list[str]:
         problems.append(
             f"key_version {recording.key_version}, the current hashing rules are key_version "
             f"{KEY_VERSION}: run `hashreplay rehash` to re-key it"
+        )
+    if stored_url(recording.request.url) != recording.request.url:
+        problems.append(
+            f"request.url {recording.request.url} keeps the port of a loopback upstream, so a "
+            "re-record on another port rewrites the file: run `hashreplay rehash`"
         )
     redacted = rules.redactor.value(loaded.raw)
     if redacted != loaded.raw:
