@@ -77,7 +77,9 @@ def _add_root(parser: argparse.ArgumentParser) -> None:
         "--root",
         type=Path,
         default=None,
-        help="project root (default: $HASHREPLAY_ROOT, else the current directory)",
+        help="project root (default: $HASHREPLAY_ROOT, else the nearest directory above the "
+        "current one with a pyproject.toml holding [tool.hashreplay], else pytest's rootdir "
+        "markers, else .git, else the current directory)",
     )
 
 
@@ -89,6 +91,19 @@ def _add_paths(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="recording files or directories (default: every recordings directory of the "
         "project and the common directory)",
+    )
+
+
+def _add_usage_logs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--usage-log",
+        dest="usage_logs",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="a usage log (.hashreplay/usage.json) of one CI shard; repeat it to merge the "
+        "logs of a suite split across machines (default: the project's own log)",
     )
 
 
@@ -107,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="mode, recordings directories, tokens they hold")
     _add_root(status)
+    _add_usage_logs(status)
 
     listing = sub.add_parser("list", help="one line per recording")
     _add_root(listing)
@@ -144,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     prune = sub.add_parser("prune", help="delete recordings no test uses (per the last pytest run)")
     _add_root(prune)
     _add_dry_run(prune, "would be deleted")
+    _add_usage_logs(prune)
 
     _add_review(sub)
 
@@ -189,7 +206,7 @@ def _server_cli() -> ModuleType | None:
 
 def _commands() -> dict[str, Command]:
     from hashreplay.cli import commands as c
-    from hashreplay.cli import review
+    from hashreplay.cli import review, usage_commands
 
     return {
         "git-setup": review.git_setup,
@@ -199,7 +216,7 @@ def _commands() -> dict[str, Command]:
         "verify": c.verify,
         "rehash": c.rehash,
         "normalize": c.normalize,
-        "prune": c.prune,
+        "prune": usage_commands.prune,
     }
 
 
