@@ -288,7 +288,7 @@ def verify(run: Run) -> int:
         for problem in problems:
             run.console.line(f"{run.show_path(path)}: {problem}")
     run.console.line(f"Summary: {bad}/{len(files)} files with problems")
-    return EXIT_PROBLEMS if bad else EXIT_OK
+    return EXIT_PROBLEMS if bad else run.status
 
 
 # --- rehash ---------------------------------------------------------------------------------

@@ -54,6 +54,15 @@ class Console:
         print(f"{prefix} {text}", file=self.err)
         self.err.flush()
 
+    def warning(self, text: str) -> None:
+        """Something the user should look at, on stderr."""
+        self._clear_bar()
+        self.out.flush()
+        colour = self.colour and _isatty(self.err)
+        prefix = "\x1b[33mwarning:\x1b[0m" if colour else "warning:"
+        print(f"{prefix} {text}", file=self.err)
+        self.err.flush()
+
     def table(self, rows: Sequence[Sequence[str]], headers: Sequence[str]) -> None:
         """Aligned columns under a header on a terminal; tab-separated lines when piped."""
         if not self.tty:

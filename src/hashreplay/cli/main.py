@@ -21,7 +21,14 @@ from hashreplay import __version__
 from hashreplay.cli.console import Console
 from hashreplay.core.config import Config, load_config
 from hashreplay.core.errors import ConfigError, HashReplayError, RecordingError
-from hashreplay.maintenance.files import Loaded, PathNotFound, default_paths, find_recordings, load
+from hashreplay.maintenance.files import (
+    Loaded,
+    PathNotFound,
+    default_paths,
+    find_given,
+    find_recordings,
+    load,
+)
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -36,6 +43,7 @@ class Run:
         self.console = console
         self.config = config
         self.unreadable = 0
+        self.empty_paths = 0
         self._cwd = Path.cwd().resolve()
 
     def show_path(self, path: Path) -> str:
@@ -46,7 +54,18 @@ class Run:
             return str(path)
 
     def files(self, paths: Sequence[Path] | None = None) -> list[Path]:
-        return find_recordings(paths or default_paths(self.config), self.config.common_dir)
+        """The recordings under `paths` named on the command line (each one that holds none
+        is a warning and makes the exit status 1), else the whole project's."""
+        if not paths:
+            return find_recordings(default_paths(self.config), self.config.common_dir)
+        files, empty = find_given(paths, self.config.common_dir)
+        for path in empty:
+            self.empty_paths += 1
+            self.console.warning(
+                f"{path}: no recordings in it (no *.json named by a request hash, no "
+                "recordings directory); check the path"
+            )
+        return files
 
     def load_all(self, paths: Sequence[Path], label: str) -> list[Loaded]:
         """Every readable file; each unreadable one is reported, skipped and counted."""
@@ -66,7 +85,7 @@ class Run:
 
     @property
     def status(self) -> int:
-        return EXIT_PROBLEMS if self.unreadable else EXIT_OK
+        return EXIT_PROBLEMS if self.unreadable or self.empty_paths else EXIT_OK
 
 
 Command = Callable[[Run], int]
