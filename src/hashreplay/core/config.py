@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from hashreplay.core.config_errors import explain
 from hashreplay.core.constants import MODE_ENV, MODE_OPTION, RECORDINGS_DIRNAME
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.mode import Mode
@@ -178,18 +179,8 @@ def load_config(
 
 
 def _explain(exc: ValidationError, where: str) -> str:
-    known = ", ".join(sorted(k for k in Config.model_fields if k not in _INTERNAL))
-    lines = [f"invalid [tool.hashreplay] in {where}:"]
-    for error in exc.errors():
-        key = ".".join(str(p) for p in error["loc"]) or "(table)"
-        if error["type"] == "extra_forbidden":
-            lines.append(f"  unknown key {key!r}; valid keys are: {known}")
-        elif key == "mode":
-            lines.append(f"  mode: {error['msg'].removeprefix('Value error, ')}")
-        else:
-            got = error.get("input")
-            lines.append(f"  {key}: {error['msg'].removeprefix('Value error, ')} (got {got!r})")
-    return "\n".join(lines)
+    known = sorted(k for k in Config.model_fields if k not in _INTERNAL)
+    return explain(exc, where, Config.model_fields, known)
 
 
 _INTERNAL = frozenset({"root", "mode_source", "config_file", "root_reason"})
