@@ -27,6 +27,7 @@ from hashreplay.core.errors import RecordingError
 from hashreplay.core.mode import Mode
 from hashreplay.engine.http import LiveBody
 from hashreplay.engine.session import IncomingRequest, Prepared, ReplayPlan, Session
+from hashreplay.server.next_step import with_serve_next_step
 from hashreplay.server.responses import ProxyError, Receive, Responder, end_to_end
 from hashreplay.server.settings import ServeSettings, Upstream
 
@@ -118,7 +119,7 @@ class Forwarder:
 
     def _miss(self, prep: Prepared, problem: RecordingError | None = None) -> ReplayPlan:
         session = self.session
-        miss = session.miss(prep, problem)
+        miss = with_serve_next_step(session.miss(prep, problem), self.settings)
         # The client gets the report now; nothing (no pytest) would collect it later.
         session.take_misses(prep.test_id)
         logger.warning("%s", miss.report)
