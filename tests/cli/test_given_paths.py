@@ -56,3 +56,17 @@ def test_paths_without_recordings_warn_and_fail(cassettes: Project, cli: Cli) ->
     empty = script("docs", cwd=root)
     assert empty.code == 1
     assert "warning: docs: no recordings in it" in empty.err
+
+
+def test_status_paths_lists_every_directory_with_recordings(
+    project: Project, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = cli("status", "--paths")
+    assert (result.code, result.lines) == (
+        0,
+        ["recordings", "tests/llm/recordings", "tests/recordings"],
+    )
+    monkeypatch.chdir(project.root / "tests")  # the root is found; paths stay relative to here
+    (project.root / ".git").mkdir()
+    inner = cli("status", "--paths")
+    assert inner.lines == [str(project.root / "recordings"), "llm/recordings", "recordings"]

@@ -45,6 +45,11 @@ def _mode_source(run: Run) -> str:
 def status(run: Run) -> int:
     console, config = run.console, run.config
     files = run.files()
+    if run.args.paths_only:
+        # `git add $(hashreplay status --paths)`: every directory holding recordings
+        for directory in sorted({run.show_path(path.parent) for path in files}):
+            console.line(directory)
+        return EXIT_OK
     loaded = run.load_all(files, "reading")
     console.line(f"mode: {console.style(config.mode.value, 'bold')}")
     console.line(f"mode source: {_mode_source(run)}")

@@ -142,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="mode, recordings directories, tokens they hold")
     _add_root(status)
     _add_usage_logs(status)
+    status.add_argument(
+        "--paths",
+        dest="paths_only",
+        action="store_true",
+        help="print only the directories that hold recordings, one a line (for git add)",
+    )
 
     listing = sub.add_parser("list", help="one line per recording")
     _add_root(listing)
