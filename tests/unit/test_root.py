@@ -77,3 +77,18 @@ def test_a_broken_pyproject_on_the_way_is_named(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("[tool.hashreplay\n")
     with pytest.raises(ConfigError, match=r"cannot read .*pyproject.toml while looking"):
         find_root(env={}, start=tmp_path)
+
+
+def test_load_config_from_a_subdirectory_reads_the_root_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `hashreplay.install()` and `hashreplay serve` get when started anywhere inside."""
+    (tmp_path / "pyproject.toml").write_text('[tool.hashreplay]\nmode = "record"\n')
+    inner = tmp_path / "services" / "api"
+    inner.mkdir(parents=True)
+    monkeypatch.chdir(inner)
+    config = load_config(env={})
+    assert config.root == tmp_path
+    assert config.common_dir == tmp_path / "recordings"
+    assert config.config_file == tmp_path / "pyproject.toml"
+    assert config.mode.value == "record"
