@@ -2,9 +2,11 @@
 
     python scripts/record_examples.py
 
-Users record their own suites against the real API instead:
-`INFERENCE_MODE=record-if-missing pytest` with their key in the environment. The fake runs
-on a fixed port so that recorded URLs, and so the files, are identical on every re-record.
+Runs the suite from the repository root, as CI replays it: per-suite files land in
+`examples/tests/recordings/`, shared model lists in the top-level `recordings/`. The fake
+listens on a free port: a loopback upstream's URL is stored without its port, so the files
+are identical on every re-record. Users record their own suites against the real API instead:
+`INFERENCE_MODE=record-if-missing pytest` with their key in the environment.
 """
 
 from __future__ import annotations
@@ -15,14 +17,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PORT = 18765
 
 
 def main() -> int:
     sys.path.insert(0, str(ROOT))
     from tests.fakes.upstream import FakeUpstream
 
-    with FakeUpstream(port=PORT) as fake:
+    with FakeUpstream() as fake:
         env = {
             **os.environ,
             "OPENAI_BASE_URL": f"{fake.url}/v1",
@@ -30,7 +31,9 @@ def main() -> int:
             "INFERENCE_MODE": "record",
         }
         return subprocess.call(
-            [sys.executable, "-m", "pytest", "examples/", "-q"], cwd=ROOT, env=env
+            [sys.executable, "-m", "pytest", "-p", "hashreplay", "examples/", "-q"],
+            cwd=ROOT,
+            env=env,
         )
 
 

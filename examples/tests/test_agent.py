@@ -1,7 +1,7 @@
 """The example suite: runs offline against its committed recordings.
 
-INFERENCE_MODE=replay pytest examples/          # what CI runs: no key, no network
-INFERENCE_MODE=record pytest examples/          # re-record against OPENAI_BASE_URL
+INFERENCE_MODE=replay pytest -p hashreplay examples/   # what CI runs: no key, no network
+python scripts/record_examples.py                       # re-record against the local fake
 """
 
 from __future__ import annotations

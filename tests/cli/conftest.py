@@ -108,8 +108,9 @@ def sample_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     recorder = Recorder(root)
     with FakeUpstream() as fake:
         try:
-            recorder.start(Mode.RECORD)
+            session = recorder.start(Mode.RECORD)
             _record_sample(fake.url)
+            session.close()  # write-behind: every file is on disk before the copies are made
         finally:
             httpx_adapter.uninstall()
     return root

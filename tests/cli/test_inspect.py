@@ -190,7 +190,7 @@ def test_show_assembles_the_conversation_and_the_reply(
     assert _field(result.lines, "tokens") == [
         f"input {tokens_in}, output {tokens_out}, total {tokens_in + tokens_out}"
     ]
-    assert _field(result.lines, "request")[0].startswith("POST http://127.0.0.1:")
+    assert _field(result.lines, "request")[0].startswith("POST http://localhost/")
     assert "sk-test" not in result.out and "sk-ant" not in result.out
 
 
@@ -270,15 +270,21 @@ def test_terminal_output_is_a_table_with_colour(
 def test_progress_bar_is_drawn_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     from hashreplay.cli.console import PROGRESS_MIN, Console
 
+    assert PROGRESS_MIN == 1000
     items = list(range(PROGRESS_MIN))
-    terminal = _Terminal()
-    assert list(Console(terminal, io.StringIO()).progress(items, "reading")) == items
+    terminal, out = _Terminal(), io.StringIO()
+    assert list(Console(out, terminal).progress(items, "reading")) == items
     drawn = terminal.getvalue()
     assert f"reading [{'-' * 30}] 0/{PROGRESS_MIN}" in drawn
     assert drawn.endswith("\r\x1b[K")  # cleared when done
+    assert drawn.count("\r\x1b[K") <= 102  # at most once per percent, however long the work
+    assert out.getvalue() == ""  # stdout keeps only the output, even on a terminal
     piped = io.StringIO()
-    assert list(Console(piped, io.StringIO()).progress(items, "reading")) == items
-    assert piped.getvalue() == ""
+    assert list(Console(_Terminal(), piped).progress(items, "reading")) == items
+    assert piped.getvalue() == ""  # stderr piped: no bar
+    few = _Terminal()
+    assert list(Console(io.StringIO(), few).progress(items[:999], "reading")) == items[:999]
+    assert few.getvalue() == ""  # short work: no bar
 
 
 # --- replies of other shapes, recorded through the SDKs -----------------------------------------

@@ -301,3 +301,26 @@ def test_call_layer_recordings_are_named_without_match_headers(tmp_path: Path, c
     result = cli("verify", "--root", str(tmp_path))
     assert result.lines == ["Summary: 0/1 files with problems"], result.out
     assert cli("rehash", "--root", str(tmp_path)).lines == ["Summary: 0/1 files re-keyed"]
+
+
+def test_rehash_drops_the_port_of_a_loopback_url_and_keeps_the_name(
+    project: Project, cli: Cli
+) -> None:
+    """A file written before the stored URL lost its port: verify says so, rehash updates the
+    URL in place (the URL is not hashed, so the name stays), normalize leaves requests alone."""
+    path = project.one(STREAM)
+    data = edit(
+        path, lambda d: d["request"].update(url="http://127.0.0.1:8765/v1/chat/completions")
+    )
+    found = cli("verify", str(path))
+    assert found.code == 1
+    assert "keeps the port of a loopback upstream" in found.out
+    assert "run `hashreplay rehash`" in found.out
+    assert cli("normalize", str(path)).lines[-1] == "Summary: 0/1 files modified"
+
+    result = cli("rehash")
+    assert result.lines == [f"Updated: tests/recordings/{path.name}", "Summary: 1/9 files re-keyed"]
+    after = json.loads(path.read_text())
+    assert after["request"]["url"] == "http://localhost/v1/chat/completions"
+    assert after["request"]["body"] == data["request"]["body"]
+    assert cli("verify").code == 0

@@ -134,3 +134,26 @@ def test_rerecording_unchanged_behaviour_changes_nothing(
     upstream.stop()
     suite.runpytest().assert_outcomes(passed=4)  # and the committed files replay offline
     assert git(root, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_rerecording_against_the_fake_on_another_port_changes_nothing(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neither host nor port is hashed, and a loopback upstream's URL is stored without its
+    port, so a local server on a new port re-records to the same bytes."""
+    suite.runpytest("--inference-mode=record").assert_outcomes(passed=4)
+    root = suite.path
+    git(root, "init", "-q")
+    git(root, "config", "user.name", "hashreplay tests")
+    git(root, "config", "user.email", "tests@hashreplay.invalid")
+    git(root, "config", "commit.gpgsign", "false")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "recordings")
+    stored = (root / "recordings").glob("models-*.json")
+    assert '"url": "http://localhost/v1/models"' in next(iter(stored)).read_text()
+
+    with FakeUpstream() as elsewhere:
+        monkeypatch.setenv("FAKE_URL", elsewhere.url)
+        suite.runpytest("--inference-mode=record").assert_outcomes(passed=4)
+        assert len(elsewhere.calls) == 7
+    assert git(root, "status", "--porcelain", "--untracked-files=all") == ""

@@ -53,7 +53,11 @@ def test_same_test_and_endpoint_shows_the_first_differing_field(tmp_path: Path) 
     record(tmp_path, TEST, request(chat("totally", "different")))
     report = miss(tmp_path, TEST, request(chat("system says", "echo:bye", "and more")))
     lines = report.splitlines()
-    assert lines[0] == f"hashreplay: no recording for POST {URL} (replay mode)"
+    # the stored form of a loopback URL: no port (DESIGN.md §13)
+    assert (
+        lines[0]
+        == "hashreplay: no recording for POST http://localhost/v1/chat/completions (replay mode)"
+    )
     assert lines[1] == f"  test:      {TEST}"
     assert lines[2].startswith("  hash:      ") and len(lines[2].split()[-1]) == 32
     assert lines[3].startswith("  looked in: tests/suite/recordings/")

@@ -70,7 +70,7 @@ async def test_record_then_replay_offline_per_test(
     assert path.parent == root / "tests" / "api" / "recordings"
     data = load(path)
     assert data["test_id"] == TEST_ID
-    assert data["request"]["url"] == f"{upstream.url}{CHAT}"
+    assert data["request"]["url"] == f"http://localhost{CHAT}"  # a loopback upstream: no port
     assert data["response"]["body"]["id"].startswith("rec-")
     assert "sk-proj" not in path.read_text()  # forwarded upstream, never written
     assert upstream.calls[-1].headers["authorization"].startswith("Bearer sk-proj")
@@ -179,6 +179,14 @@ async def test_replay_miss_is_a_non_retryable_report_with_a_hint(
     assert f"no recording for POST http://proxy{CHAT}" in error["message"]
     assert TEST_ID in error["message"]
     assert "--mode record-if-missing" in error["hint"]
+    # the next step fits a proxy client: the proxy's command, not pytest's
+    assert "INFERENCE_MODE=record-if-missing pytest" not in error["message"]
+    last = error["message"].splitlines()[-1]
+    assert last.startswith("  to record it: hashreplay serve --mode record-if-missing ")
+    assert last.endswith(
+        " --upstream URL-OF-THE-API, then run the client again (it sends "
+        "'X-HashReplay-Test-Id: tests/api/test_chat.py::test_hello', as now)"
+    )
     stats = app.stats()
     assert stats["missed"] == 1 and stats["replayed"] == 0
     assert recordings(root) == []

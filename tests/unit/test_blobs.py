@@ -199,7 +199,7 @@ def test_a_body_over_max_body_bytes_is_not_recorded(tmp_path: Path) -> None:
         engine.record(prep, reply())
     message = str(info.value)
     assert TEST in message
-    assert "http://127.0.0.1:9/v1/chat/completions" in message
+    assert "http://localhost/v1/chat/completions" in message  # the stored URL (no port)
     assert "request body of" in message
     assert "over max_body_bytes (50000)" in message
     assert "max_body_bytes = 131072" in message

@@ -273,3 +273,45 @@ def test_model_list_endpoints_must_be_paths(tmp_path: Path) -> None:
     write_pyproject(tmp_path, 'model_list_endpoints = ["models"]')
     with pytest.raises(ConfigError, match="must be a path end like '/models'"):
         load_config(tmp_path, env={})
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (
+            'passthrough = "http://localhost"',
+            '`passthrough` must be a list of strings, got a string ("http://localhost")',
+        ),
+        (
+            'match_headers = ["x-a", 2]',
+            "`match_headers` must be a list of strings, got an integer (2) as item 2",
+        ),
+        ("recordings_dir = 5", "`recordings_dir` must be a string, got an integer (5)"),
+        (
+            "recordings_dir = 2020-01-01",
+            "`recordings_dir` must be a string, got a date (2020-01-01)",
+        ),
+        (
+            "ignore_body_keys = true",
+            "`ignore_body_keys` must be a list of strings, got a boolean (true)",
+        ),
+        ("redact_keys = {a = 1}", "`redact_keys` must be a list of strings, got a table"),
+    ],
+)
+def test_type_errors_speak_toml(tmp_path: Path, line: str, said: str) -> None:
+    pyproject = write_pyproject(tmp_path, line)
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, env={})
+    message = str(info.value)
+    assert message.startswith(f"invalid [tool.hashreplay] in {pyproject}:\n  ")
+    assert said in message
+    assert "Input should" not in message and "tuple" not in message
+
+
+def test_every_problem_is_listed(tmp_path: Path) -> None:
+    write_pyproject(tmp_path, 'passthrough = "x"\nrecordings_dir = 1\nbogus = 2')
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, env={})
+    lines = str(info.value).splitlines()[1:]
+    assert len(lines) == 3
+    assert any(line.startswith("  unknown key 'bogus'") for line in lines)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,15 +11,15 @@ import orjson
 
 from hashreplay.cli.console import human_size, printable
 from hashreplay.cli.run import EXIT_OK, EXIT_PROBLEMS, Run
+from hashreplay.cli.usage_commands import last_run
 from hashreplay.core.blobs import parse_ref
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.config import ModeSource
 from hashreplay.core.constants import MODE_ENV
 from hashreplay.core.conversation import Tokens, conversation, payloads, reply, response_tokens
-from hashreplay.core.errors import RecordingError, UsageError
+from hashreplay.core.errors import RecordingError
 from hashreplay.core.names import hash_of_name
 from hashreplay.core.recording import RecordedResponse, Recording
-from hashreplay.engine.usage_log import read_usage
 from hashreplay.maintenance.files import (
     Loaded,
     Rules,
@@ -30,7 +29,6 @@ from hashreplay.maintenance.files import (
     write_json,
 )
 from hashreplay.maintenance.files import verify as verify_file
-from hashreplay.maintenance.prune import plan_prune, prune_project
 from hashreplay.maintenance.rekey import apply_rekeys, plan_rekey
 
 # --- status ---------------------------------------------------------------------------------
@@ -49,10 +47,16 @@ def _mode_source(run: Run) -> str:
 def status(run: Run) -> int:
     console, config = run.console, run.config
     files = run.files()
+    if run.args.paths_only:
+        # `git add $(hashreplay status --paths)`: every directory holding recordings
+        for directory in sorted({run.show_path(path.parent) for path in files}):
+            console.line(directory)
+        return EXIT_OK
     loaded = run.load_all(files, "reading")
     console.line(f"mode: {console.style(config.mode.value, 'bold')}")
     console.line(f"mode source: {_mode_source(run)}")
-    console.line(f"root: {config.root}")
+    reason = "--root" if run.args.root is not None else config.root_reason
+    console.line(f"root: {config.root} (from {reason})")
     console.line(f"config: {config.config_file or 'none (defaults)'}")
     console.line(f"common directory: {config.common_dir}")
 
@@ -90,7 +94,7 @@ def status(run: Run) -> int:
         f"{console.style(str(tokens.total), 'bold')} total in {tokens.responses} responses "
         "(what every replayed run saves)"
     )
-    _last_run(run, loaded)
+    last_run(run, loaded)
     return run.status
 
 
@@ -103,26 +107,6 @@ def _size(path: Path) -> int:
 
 def _bytes(run: Run, size: int) -> str:
     return human_size(size) if run.console.tty else str(size)
-
-
-def _last_run(run: Run, loaded: list[Loaded]) -> None:
-    try:
-        usage = read_usage(run.config.root)
-    except UsageError:
-        run.console.line(
-            "last run: none recorded (the pytest plugin writes .hashreplay/usage.json)"
-        )
-        return
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(usage.finished or usage.started))
-    scope = (
-        "full suite" if usage.full_suite else "partial (" + "; ".join(usage.partial_reasons) + ")"
-    )
-    unused = plan_prune(usage, [(i.path, i.recording) for i in loaded], run.config.root)
-    count = f"{len(unused)} recording{'' if len(unused) == 1 else 's'}"
-    run.console.line(
-        f"last run: {when}, {usage.mode}, {scope}, {len(usage.tests)} tests ran; "
-        f"{count} unused (hashreplay prune --dry-run lists them)"
-    )
 
 
 # --- list -----------------------------------------------------------------------------------
@@ -329,7 +313,7 @@ def verify(run: Run) -> int:
     run.console.line(f"Summary: {bad}/{len(files)} files with problems")
     if strays:
         run.console.line(f"Also: {len(strays)} symlinks or temp files in recordings directories")
-    return EXIT_PROBLEMS if bad or strays else EXIT_OK
+    return EXIT_PROBLEMS if bad or strays else run.status
 
 
 # --- rehash ---------------------------------------------------------------------------------
@@ -391,42 +375,3 @@ def normalize(run: Run) -> int:
             run.console.line(f"Normalized: {run.show_path(item.path)}")
     run.console.line(f"Summary: {modified}/{len(files)} files modified")
     return run.status
-
-
-# --- prune ----------------------------------------------------------------------------------
-
-
-def prune(run: Run) -> int:
-    config, dry = run.config, run.args.dry_run
-    usage = read_usage(config.root)
-    result = prune_project(
-        config, usage, dry_run=dry, progress=lambda files: run.console.progress(files, "reading")
-    )
-    for exc in result.unreadable:
-        run.report_unreadable(exc.path or Path("?"), exc)
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(usage.finished or usage.started))
-    scope = "the full suite" if usage.full_suite else "a partial run"
-    run.console.line(f"Last run: {when}, {scope}, {len(usage.tests)} tests ran ({usage.mode})")
-    for entry in result.unused:
-        if entry.path in result.failed:
-            reason = result.failed[entry.path]
-            run.console.error(f"cannot delete {run.show_path(entry.path)}: {reason}")
-            continue
-        verb = "Would prune" if dry else "Pruned"
-        run.console.line(f"{verb}: {run.show_path(entry.path)} ({entry.reason})")
-    for blob in result.blobs:
-        verb = "Would prune" if dry else "Pruned"
-        if blob in result.failed:
-            run.console.error(f"cannot delete {run.show_path(blob)}: {result.failed[blob]}")
-        else:
-            run.console.line(f"{verb}: {run.show_path(blob)} (no recording refers to this blob)")
-    pruned = len(result.unused) - len(result.failed.keys() - set(result.blobs))
-    run.console.line(f"Summary: {pruned}/{result.total} files pruned")
-    if not usage.full_suite:
-        run.console.line(
-            "Note: the last run was not the full suite ("
-            + "; ".join(usage.partial_reasons)
-            + "): recordings of removed tests and shared model lists were kept; run the whole "
-            "suite, then prune again to find those too"
-        )
-    return EXIT_PROBLEMS if result.failed else run.status

@@ -1,5 +1,8 @@
 """Terminal output for the CLI: plain, greppable lines when piped; colour, aligned tables and a
-progress bar on a terminal. Plain ANSI, no dependency. `NO_COLOR` turns colour off."""
+progress bar on a terminal. Plain ANSI, no dependency. `NO_COLOR` turns colour off.
+
+The progress bar of long work (`PROGRESS_MIN` files or more) goes to stderr, and only when
+stderr is a terminal: stdout stays exactly the command's output, piped or not."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from typing import TextIO, TypeVar
 T = TypeVar("T")
 
 #: Work on fewer items than this finishes before a progress bar would be worth drawing.
-PROGRESS_MIN = 50
+PROGRESS_MIN = 1000
 _BAR_WIDTH = 30
 _CLEAR = "\r\x1b[K"
 _STYLES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
@@ -49,6 +52,7 @@ class Console:
         self.out = out if out is not None else sys.stdout
         self.err = err if err is not None else sys.stderr
         self.tty = _isatty(self.out)
+        self.err_tty = _isatty(self.err)
         self.colour = self.tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
         self._bar = False
 
@@ -69,6 +73,15 @@ class Console:
         self._clear_bar()
         self.out.flush()
         prefix = "\x1b[31merror:\x1b[0m" if self.colour and _isatty(self.err) else "error:"
+        print(f"{prefix} {text}", file=self.err)
+        self.err.flush()
+
+    def warning(self, text: str) -> None:
+        """Something the user should look at, on stderr."""
+        self._clear_bar()
+        self.out.flush()
+        colour = self.colour and _isatty(self.err)
+        prefix = "\x1b[33mwarning:\x1b[0m" if colour else "warning:"
         print(f"{prefix} {text}", file=self.err)
         self.err.flush()
 
@@ -101,8 +114,8 @@ class Console:
     # --- progress -------------------------------------------------------------------------
 
     def progress(self, items: Sequence[T], label: str) -> Iterator[T]:
-        """Yield `items`, drawing a bar on a terminal when there are many of them."""
-        draw = self.tty and len(items) >= PROGRESS_MIN
+        """Yield `items`, drawing a bar on stderr when it is a terminal and they are many."""
+        draw = self.err_tty and len(items) >= PROGRESS_MIN
         total = len(items)
         shown = -1
         for index, item in enumerate(items):
@@ -116,14 +129,15 @@ class Console:
     def _draw(self, label: str, done: int, total: int) -> None:
         filled = _BAR_WIDTH * done // max(total, 1)
         bar = "#" * filled + "-" * (_BAR_WIDTH - filled)
-        self.out.write(f"{_CLEAR}{label} [{bar}] {done}/{total}")
-        self.out.flush()
+        self.out.flush()  # what was printed so far lands before the bar
+        self.err.write(f"{_CLEAR}{label} [{bar}] {done}/{total}")
+        self.err.flush()
         self._bar = True
 
     def _clear_bar(self) -> None:
         if self._bar:
-            self.out.write(_CLEAR)
-            self.out.flush()
+            self.err.write(_CLEAR)
+            self.err.flush()
             self._bar = False
 
 

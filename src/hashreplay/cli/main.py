@@ -15,11 +15,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from hashreplay import __version__
 from hashreplay.cli.console import Console
 from hashreplay.cli.run import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Command, Run
-from hashreplay.core.config import load_config
+from hashreplay.core.config import Config, load_config
 from hashreplay.core.errors import ConfigError, HashReplayError, PathNotFound
 
 
@@ -28,7 +29,9 @@ def _add_root(parser: argparse.ArgumentParser) -> None:
         "--root",
         type=Path,
         default=None,
-        help="project root (default: $HASHREPLAY_ROOT, else the current directory)",
+        help="project root (default: $HASHREPLAY_ROOT, else the nearest directory above the "
+        "current one with a pyproject.toml holding [tool.hashreplay], else pytest's rootdir "
+        "markers, else .git, else the current directory)",
     )
 
 
@@ -40,6 +43,19 @@ def _add_paths(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="recording files or directories (default: every recordings directory of the "
         "project and the common directory)",
+    )
+
+
+def _add_usage_logs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--usage-log",
+        dest="usage_logs",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="a usage log (.hashreplay/usage.json) of one CI shard; repeat it to merge the "
+        "logs of a suite split across machines (default: the project's own log)",
     )
 
 
@@ -58,6 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="mode, recordings directories, tokens they hold")
     _add_root(status)
+    _add_usage_logs(status)
+    status.add_argument(
+        "--paths",
+        dest="paths_only",
+        action="store_true",
+        help="print only the directories that hold recordings, one a line (for git add)",
+    )
 
     listing = sub.add_parser("list", help="one line per recording")
     _add_root(listing)
@@ -95,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     prune = sub.add_parser("prune", help="delete recordings no test uses (per the last pytest run)")
     _add_root(prune)
     _add_dry_run(prune, "would be deleted")
+    _add_usage_logs(prune)
+
+    _add_review(sub)
 
     from hashreplay.cli.imports import configure as configure_import
 
@@ -104,6 +130,32 @@ def build_parser() -> argparse.ArgumentParser:
     if server is not None:  # `hashreplay serve`: the proxy registers its own options
         server.configure_parser(sub.add_parser("serve", help="record/replay HTTP proxy"))
     return parser
+
+
+def _add_review(sub: Any) -> None:
+    textconv = sub.add_parser(
+        "textconv", help="print a recording as a conversation (git's textconv for diffs)"
+    )
+    textconv.add_argument("file", type=Path, metavar="FILE")
+
+    git_setup = sub.add_parser(
+        "git-setup", help="make git diff and git log -p show recordings as conversations"
+    )
+    _add_root(git_setup)
+    git_setup.add_argument(
+        "--textconv",
+        metavar="CMD",
+        help="the command git runs to convert a recording (default: hashreplay textconv, "
+        "or this Python with -m hashreplay textconv when that is not on PATH)",
+    )
+
+    diff = sub.add_parser("diff", help="compare two recordings as conversations")
+    diff.add_argument(
+        "files", nargs="+", type=Path, metavar="FILE", help="A B, or one FILE with --rev"
+    )
+    diff.add_argument(
+        "--rev", metavar="REV", help="compare FILE with its version at this git revision"
+    )
 
 
 def _server_cli() -> ModuleType | None:
@@ -116,17 +168,19 @@ def _server_cli() -> ModuleType | None:
 
 def _commands() -> dict[str, Command]:
     from hashreplay.cli import commands as c
+    from hashreplay.cli import review, usage_commands
     from hashreplay.cli.imports import import_recordings
 
     return {
         "import": import_recordings,
+        "git-setup": review.git_setup,
         "status": c.status,
         "list": c.list_recordings,
         "show": c.show,
         "verify": c.verify,
         "rehash": c.rehash,
         "normalize": c.normalize,
-        "prune": c.prune,
+        "prune": usage_commands.prune,
     }
 
 
@@ -144,6 +198,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         assert server is not None  # the sub-command exists only when the module does
         code: int = server.run(args)
         return code
+    if args.command in ("textconv", "diff"):  # no project needed: they read the files given
+        from hashreplay.cli import review
+
+        console = Console()
+        if args.command == "textconv":
+            return review.textconv(args.file, console)
+        return review.diff(Run(args, console, Config()))
     return _run(_commands()[args.command], args)
 
 

@@ -10,7 +10,7 @@ from hashreplay.cli.console import Console
 from hashreplay.core.config import Config
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.store import Store
-from hashreplay.maintenance.files import Loaded, default_paths, find_recordings, load
+from hashreplay.maintenance.files import Loaded, default_paths, find_given, find_recordings, load
 from hashreplay.maintenance.hygiene import Stray, find_strays
 
 EXIT_OK = 0
@@ -26,6 +26,7 @@ class Run:
         self.console = console
         self.config = config
         self.unreadable = 0
+        self.empty_paths = 0
         self._cwd = Path.cwd().resolve()
         #: reads recordings with their blobs, as a test run does
         self.store = Store.from_config(config)
@@ -38,7 +39,18 @@ class Run:
             return str(path)
 
     def files(self, paths: Sequence[Path] | None = None) -> list[Path]:
-        return find_recordings(paths or default_paths(self.config), self.config.common_dir)
+        """The recordings under `paths` named on the command line (each one that holds none
+        is a warning and makes the exit status 1), else the whole project's."""
+        if not paths:
+            return find_recordings(default_paths(self.config), self.config.common_dir)
+        files, empty = find_given(paths, self.config.common_dir)
+        for path in empty:
+            self.empty_paths += 1
+            self.console.warning(
+                f"{path}: no recordings in it (no *.json named by a request hash, no "
+                "recordings directory); check the path"
+            )
+        return files
 
     def strays(self, paths: Sequence[Path] | None = None) -> list[Stray]:
         """Symlinks and temp files in recordings directories."""
@@ -62,7 +74,7 @@ class Run:
 
     @property
     def status(self) -> int:
-        return EXIT_PROBLEMS if self.unreadable else EXIT_OK
+        return EXIT_PROBLEMS if self.unreadable or self.empty_paths else EXIT_OK
 
 
 Command = Callable[[Run], int]

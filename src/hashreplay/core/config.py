@@ -15,25 +15,24 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from hashreplay.core.config_errors import explain
 from hashreplay.core.constants import (
     DEFAULT_BLOB_THRESHOLD,
     DEFAULT_MAX_BODY_BYTES,
     MODE_ENV,
     MODE_OPTION,
     RECORDINGS_DIRNAME,
-    ROOT_ENV,
 )
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.mode import Mode
 from hashreplay.core.network import BlockNetwork
+from hashreplay.core.root import PYPROJECT, find_root
 from hashreplay.core.volatile import compile_patterns
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
-
-PYPROJECT = "pyproject.toml"
 
 
 class ModeSource(str, Enum):
@@ -83,6 +82,8 @@ class Config(BaseModel):
     root: Path = Field(default_factory=Path.cwd, exclude=True)
     mode_source: ModeSource = Field(default=ModeSource.DEFAULT, exclude=True)
     config_file: Path | None = Field(default=None, exclude=True)
+    #: Why `root` is the root: the file that decided, `HASHREPLAY_ROOT`, or `given`.
+    root_reason: str = Field(default="given", exclude=True)
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -124,11 +125,9 @@ class Config(BaseModel):
 
 
 def project_root(explicit: Path | str | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """The project root outside pytest: explicit, else `HASHREPLAY_ROOT`, else the cwd."""
-    if explicit is not None:
-        return Path(explicit).resolve()
-    value = (os.environ if env is None else env).get(ROOT_ENV)
-    return Path(value).resolve() if value else Path.cwd().resolve()
+    """The project root outside pytest: explicit, else `HASHREPLAY_ROOT`, else found upward
+    from the working directory (`hashreplay.core.root`)."""
+    return find_root(explicit, env).path
 
 
 def read_table(pyproject: Path) -> dict[str, Any]:
@@ -164,7 +163,8 @@ def load_config(
     override file values of the same name (used by `hashreplay serve` options).
     """
     env = os.environ if env is None else env
-    root_path = project_root(root, env)
+    found = find_root(root, env)
+    root_path = found.path
     pyproject = root_path / PYPROJECT
     table = read_table(pyproject)
     internal = sorted(_INTERNAL & table.keys())
@@ -181,7 +181,12 @@ def load_config(
     where = str(pyproject) if pyproject.exists() else "configuration"
     try:
         config = Config.model_validate(
-            {**values, "root": root_path, "config_file": pyproject if table else None}
+            {
+                **values,
+                "root": root_path,
+                "root_reason": found.reason,
+                "config_file": pyproject if table else None,
+            }
         )
     except ValidationError as exc:
         raise ConfigError(_explain(exc, where)) from None
@@ -198,18 +203,8 @@ def load_config(
 
 
 def _explain(exc: ValidationError, where: str) -> str:
-    known = ", ".join(sorted(k for k in Config.model_fields if k not in _INTERNAL))
-    lines = [f"invalid [tool.hashreplay] in {where}:"]
-    for error in exc.errors():
-        key = ".".join(str(p) for p in error["loc"]) or "(table)"
-        if error["type"] == "extra_forbidden":
-            lines.append(f"  unknown key {key!r}; valid keys are: {known}")
-        elif key == "mode":
-            lines.append(f"  mode: {error['msg'].removeprefix('Value error, ')}")
-        else:
-            got = error.get("input")
-            lines.append(f"  {key}: {error['msg'].removeprefix('Value error, ')} (got {got!r})")
-    return "\n".join(lines)
+    known = sorted(k for k in Config.model_fields if k not in _INTERNAL)
+    return explain(exc, where, Config.model_fields, known)
 
 
-_INTERNAL = frozenset({"root", "mode_source", "config_file"})
+_INTERNAL = frozenset({"root", "mode_source", "config_file", "root_reason"})

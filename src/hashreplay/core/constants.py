@@ -57,3 +57,8 @@ RECORD_COMMAND: Final = "INFERENCE_MODE=record-if-missing pytest {nodeid}"
 #: SDKs (`x-should-retry: false`) nor by plain clients (4xx other than 408/409/429).
 MISS_STATUS: Final = 404
 MISS_HEADER: Final = "x-hashreplay-miss"
+
+#: The git diff driver that shows recordings as conversations (`hashreplay git-setup`), and
+#: the `.gitattributes` pattern that selects every per-suite and common recording.
+GIT_DIFF_DRIVER: Final = "hashreplay"
+GITATTRIBUTES_PATTERN: Final = "**/recordings/*.json"

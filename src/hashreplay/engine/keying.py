@@ -35,6 +35,7 @@ from hashreplay.core.secret_values import (
     scrub_request,
 )
 from hashreplay.core.typed import jsonable_arg
+from hashreplay.core.urls import stored_url
 from hashreplay.core.volatile import compile_patterns
 from hashreplay.engine.http import IncomingRequest
 
@@ -84,7 +85,7 @@ class Keyer:
         model = body.get("model") if isinstance(body, dict) else None
         request = RecordedRequest(
             method=method,
-            url=redactor.url(incoming.url),
+            url=stored_url(redactor.url(incoming.url)),
             endpoint=endpoint,
             headers=filter_headers(incoming.headers, self.kept_request_headers, redactor.header),
             body=body,

@@ -282,7 +282,13 @@ def write_usage(run: RunUsage, root: Path, secrets: SecretValues = NO_SECRETS) -
 
 
 def read_usage(root: Path) -> RunUsage:
-    path = usage_path(root)
+    """The project's own usage log, `.hashreplay/usage.json` under `root`."""
+    return read_usage_file(usage_path(root), root)
+
+
+def read_usage_file(path: Path, root: Path | None = None) -> RunUsage:
+    """One usage log; with `root`, refused when it was written for another project (a log
+    copied from another machine is read with `root` None)."""
     try:
         content = path.read_bytes()
     except FileNotFoundError:
@@ -305,7 +311,7 @@ def read_usage(root: Path) -> RunUsage:
             f"{USAGE_VERSION}; run the test suite again"
         )
         raise UsageError(msg)
-    if run.root and Path(run.root).resolve() != root.resolve():
+    if root is not None and run.root and Path(run.root).resolve() != root.resolve():
         msg = (
             f"the usage log {path} was written for the project at {run.root}, not {root}; "
             "run the test suite again from this project"

@@ -38,6 +38,7 @@ from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_req
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.recording import Recording
 from hashreplay.core.store import Store, dumps, parse_recording, write_bytes_atomic
+from hashreplay.core.urls import stored_url
 from hashreplay.engine.session import Session
 
 #: Directories never searched for recordings.
@@ -82,6 +83,44 @@ def find_recordings(paths: Iterable[Path], common_dir: Path | None = None) -> li
             for file in _json_files(directory):
                 found.setdefault(file.resolve(), file)
     return [found[key] for key in sorted(found)]
+
+
+def find_given(
+    paths: Iterable[Path], common_dir: Path | None = None
+) -> tuple[list[Path], list[Path]]:
+    """The recordings under paths named on the command line, and the paths holding none.
+
+    A file is taken as it is. A directory gives the recordings inside it whatever it is
+    called: every `*.json` of a `recordings` (or the common) directory below it, and every
+    file named like a recording (`<hash>.json`, `models-<hash>-<digest>.json`) anywhere
+    below it, skipping `SKIP_DIRS`.
+    """
+    common = common_dir.resolve() if common_dir is not None else None
+    found: dict[Path, Path] = {}
+    empty: list[Path] = []
+    for path in paths:
+        before = len(found)
+        if path.is_file():
+            found.setdefault(path.resolve(), path)
+            continue
+        if not path.is_dir():
+            msg = f"no such file or directory: {path}"
+            raise PathNotFound(msg)
+        for file in _files_below(path, common):
+            found.setdefault(file.resolve(), file)
+        if len(found) == before and not any(f.is_relative_to(path.resolve()) for f in found):
+            empty.append(path)
+    return [found[key] for key in sorted(found)], empty
+
+
+def _files_below(top: Path, common: Path | None) -> Iterator[Path]:
+    for current, dirs, _files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        here = Path(current)
+        whole = _is_recordings_dir(here, common)
+        for file in _json_files(here):
+            if whole or hash_of_name(file.name) is not None:
+                yield file
 
 
 def _is_recordings_dir(directory: Path, common: Path | None) -> bool:
@@ -188,6 +227,11 @@ def verify(loaded: Loaded, rules: Rules) -> list[str]:
         problems.append(
             f"key_version {recording.key_version}, the current hashing rules are key_version "
             f"{KEY_VERSION}: run `hashreplay rehash` to re-key it"
+        )
+    if stored_url(recording.request.url) != recording.request.url:
+        problems.append(
+            f"request.url {recording.request.url} keeps the port of a loopback upstream, so a "
+            "re-record on another port rewrites the file: run `hashreplay rehash`"
         )
     redacted = rules.redactor.value(loaded.raw)
     if redacted != loaded.raw:

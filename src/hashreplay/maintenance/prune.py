@@ -36,7 +36,11 @@ REASON_MODELS = "no test used a model list in a full run"
 
 
 def plan_prune(
-    run: RunUsage, recordings: Iterable[tuple[Path, Recording]], root: Path
+    run: RunUsage,
+    recordings: Iterable[tuple[Path, Recording]],
+    root: Path,
+    *,
+    check_mtimes: bool = True,
 ) -> list[Unused]:
     """The recordings the run shows to be unused, with the reason for each.
 
@@ -44,7 +48,8 @@ def plan_prune(
     started; files with no test id; files of tests that were deselected, skipped, failed, ran
     in `live` mode or talked to a server (`passthrough`); and shared model lists unless a full
     run where every test ran to completion used none. A file belongs to the test named by
-    its stored `test_id`.
+    its stored `test_id`. `check_mtimes` False (logs from other machines, whose runs came
+    before this checkout) trusts the logs alone.
     """
     used = run.used_files()
     collected = set(run.collected)
@@ -56,7 +61,7 @@ def plan_prune(
     found: list[Unused] = []
     for path, recording in recordings:
         name = relative(path, root)
-        if name in used or _changed_since(path, run.started):
+        if name in used or (check_mtimes and _changed_since(path, run.started)):
             continue
         if is_model_list_name(path.name):
             if models_unused:
@@ -142,6 +147,7 @@ def prune_project(
     *,
     dry_run: bool,
     progress: Callable[[Sequence[Path]], Iterable[Path]] | None = None,
+    check_mtimes: bool = True,
 ) -> PruneResult:
     """Find (and unless `dry_run`, delete) the project's unused recordings.
 
@@ -163,7 +169,7 @@ def prune_project(
             continue
         recordings.append((path, loaded.recording))
         raws[path] = loaded.raw
-    unused = plan_prune(run, recordings, config.root)
+    unused = plan_prune(run, recordings, config.root, check_mtimes=check_mtimes)
     gone = {entry.path for entry in unused}
     unparsable = any(exc.path not in raws for exc in unreadable)
     blobs = (

@@ -2,7 +2,9 @@
 
 Each file's key is recomputed from its stored request (re-normalised under the current
 rules), the file is renamed to it and its `key_version` updated, so no recording becomes
-unreachable. A rename never overwrites a different file: that is reported as a collision.
+unreachable. The stored URL is brought to its current form too (a loopback upstream keeps
+no port); the URL is not hashed, so that never renames a file. A rename never overwrites
+a different file: that is reported as a collision.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hashreplay.core.constants import KEY_VERSION
+from hashreplay.core.urls import stored_url
 from hashreplay.maintenance.files import Loaded, Rules, write_like
 
 
@@ -32,7 +35,8 @@ def plan_rekey(loaded: Loaded, rules: Rules) -> Rekey | None:
     """The file re-normalised and re-named under the current rules; None when it is current."""
     recording = loaded.recording
     body = rules.renormalised_body(recording)
-    request = recording.request.model_copy(update={"body": body})
+    url = stored_url(recording.request.url)
+    request = recording.request.model_copy(update={"body": body, "url": url})
     updated = recording.model_copy(update={"key_version": KEY_VERSION, "request": request})
     content = rules.store.dump(updated)
     target = loaded.path.with_name(rules.file_name(recording, body))

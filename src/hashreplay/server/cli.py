@@ -69,7 +69,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DIR",
         help="the project root: per-test directories are relative to it "
-        "(default: $HASHREPLAY_ROOT, else the working directory)",
+        "(default: $HASHREPLAY_ROOT, else found upward from the working directory)",
     )
     parser.add_argument(
         "--workers", type=int, default=1, metavar="N", help="worker processes (default 1)"

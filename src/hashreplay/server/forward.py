@@ -15,6 +15,7 @@ waits for in-flight responses) never loses a write.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from hashreplay.engine.decision import Miss, Record, Replay
 from hashreplay.engine.http import IncomingRequest, LiveBody, ReplayPlan
 from hashreplay.engine.keying import Prepared
 from hashreplay.engine.session import Session
+from hashreplay.server.next_step import with_serve_next_step
 from hashreplay.server.relay import Relay, record_exchange
 from hashreplay.server.responses import Receive, Responder, end_to_end
 from hashreplay.server.settings import ServeSettings, Upstream
@@ -98,6 +100,10 @@ class Forwarder:
         if isinstance(decision, Replay):
             await self._answer(request, decision.plan(), reply)
         elif isinstance(decision, Miss):
+            # the report's next step is this proxy's, not pytest's
+            decision = dataclasses.replace(
+                decision, error=with_serve_next_step(decision.error, self.settings)
+            )
             # The client gets the report now; nothing (no pytest) would collect it later.
             session.take_misses(decision.prep.test_id)
             logger.warning("%s", decision.error.report)

@@ -2,7 +2,7 @@
 (docs/design.md §8).
 
 A server under test calls `install()` once at start-up: the configuration comes from the
-environment (`INFERENCE_MODE`, `HASHREPLAY_ROOT` or the working directory, `[tool.hashreplay]`
+environment (`INFERENCE_MODE`, `HASHREPLAY_ROOT` or the root found upward, `[tool.hashreplay]`
 of that root's `pyproject.toml`), exactly as `load_config()` builds it, and every request the
 process makes through `httpx2`/`httpx` goes through one `Session`. The test id of each call
 comes from the context, which `hashreplay.asgi.TestIdMiddleware` (or the WSGI one) sets from

@@ -112,7 +112,7 @@ class ServeSettings:
     mode: str | None = None
     #: The common recordings directory (relative to the root); None: the config's.
     recordings: str | None = None
-    #: The project root; None: HASHREPLAY_ROOT, else the working directory.
+    #: The project root; None: HASHREPLAY_ROOT, else found upward (core.root).
     root: str | None = None
     workers: int = 1
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES

@@ -1,0 +1,193 @@
+"""Reviewing recordings as conversations: `textconv`, `git-setup` and `diff`.
+
+`hashreplay textconv FILE` is what git runs (through `diff.hashreplay.textconv`) to show a
+recording in `git diff`, `git log -p` and `git show`; it never fails, so git always shows a
+diff. `hashreplay git-setup` writes that configuration; `hashreplay diff A B` (or `--rev
+REV FILE`) compares two recordings the same way without git's help.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from hashreplay.cli.console import Console
+from hashreplay.cli.run import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Run
+from hashreplay.core.constants import (
+    GIT_DIFF_DRIVER,
+    GITATTRIBUTES_PATTERN,
+    RECORDINGS_DIRNAME,
+)
+from hashreplay.core.transcript import textconv as textconv_bytes
+
+#: How long a git command may take before the review gives up on it.
+GIT_TIMEOUT = 60
+
+
+# --- textconv -------------------------------------------------------------------------------
+
+
+def textconv(path: Path, console: Console) -> int:
+    """Print the file as git should show it. Exits 0 whatever the file holds."""
+    try:
+        content = path.read_bytes()
+    except OSError as exc:
+        console.error(f"cannot read {path}: {exc.strerror or exc}")
+        return EXIT_OK  # git shows an empty side rather than failing the whole diff
+    out = sys.stdout.buffer if console.out is sys.stdout else None
+    converted = textconv_bytes(content)
+    if out is not None:
+        out.write(converted)
+        out.flush()
+    else:
+        console.out.write(converted.decode("utf-8", errors="replace"))
+    return EXIT_OK
+
+
+# --- diff -----------------------------------------------------------------------------------
+
+
+class GitError(Exception):
+    """A git command failed; the message says which and why."""
+
+
+def _git(args: list[str], cwd: Path) -> bytes:
+    if shutil.which("git") is None:
+        msg = "git is not installed (or not on PATH)"
+        raise GitError(msg)
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, timeout=GIT_TIMEOUT, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        msg = f"git {' '.join(args)} failed: {exc}"
+        raise GitError(msg) from None
+    if done.returncode != 0:
+        why = done.stderr.decode("utf-8", errors="replace").strip() or f"exit {done.returncode}"
+        msg = f"git {' '.join(args)} (in {cwd}) failed: {why}"
+        raise GitError(msg)
+    return done.stdout
+
+
+def _text(content: bytes) -> list[str]:
+    return textconv_bytes(content).decode("utf-8", errors="replace").splitlines(keepends=True)
+
+
+def diff(run: Run) -> int:
+    """`hashreplay diff A B` / `hashreplay diff --rev REV FILE`: 0 the same, 1 different."""
+    args, console = run.args, run.console
+    paths: list[Path] = args.files
+    if args.rev is not None:
+        if len(paths) != 1:
+            console.error("--rev REV compares one file with its committed version: give one FILE")
+            return EXIT_USAGE
+        path = paths[0]
+        try:
+            old = _git(["show", f"{args.rev}:./{path.name}"], cwd=path.resolve().parent)
+            new = path.read_bytes()
+        except GitError as exc:
+            console.error(f"{exc}; is {path} committed at {args.rev}?")
+            return EXIT_PROBLEMS
+        except OSError as exc:
+            console.error(f"cannot read {path}: {exc.strerror or exc}")
+            return EXIT_PROBLEMS
+        labels = (f"{path} ({args.rev})", str(path))
+    else:
+        if len(paths) != 2:
+            console.error("give two recording files (A B), or one with --rev REV")
+            return EXIT_USAGE
+        try:
+            old, new = paths[0].read_bytes(), paths[1].read_bytes()
+        except OSError as exc:
+            console.error(f"cannot read {exc.filename}: {exc.strerror or exc}")
+            return EXIT_PROBLEMS
+        labels = (str(paths[0]), str(paths[1]))
+    lines = list(difflib.unified_diff(_text(old), _text(new), *labels))
+    for line in lines:
+        text = line.rstrip("\n")
+        colour = {"+": "green", "-": "red", "@": "cyan"}.get(text[:1], "")
+        bold = text.startswith(("+++", "---"))
+        console.line(console.style(text, "bold") if bold else console.style(text, colour))
+    return EXIT_PROBLEMS if lines else EXIT_OK
+
+
+# --- git-setup ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GitSetup:
+    """What `git-setup` wrote: the attribute lines added and the configuration set."""
+
+    attributes: Path
+    added: list[str]
+    command: str
+
+
+def textconv_command() -> str:
+    """How git should call the textconv: `hashreplay textconv` when that command on PATH is
+    this installation's, else this interpreter with `-m hashreplay textconv`."""
+    found = shutil.which("hashreplay")
+    here = Path(sys.executable).absolute().parent
+    if found is not None and Path(found).absolute().parent == here:
+        return "hashreplay textconv"
+    return f"{shlex.quote(sys.executable)} -m hashreplay textconv"
+
+
+def attribute_lines(root: Path, common_dir: Path) -> list[str]:
+    """`.gitattributes` lines that send every recording through the diff driver."""
+    lines = [f"{GITATTRIBUTES_PATTERN} diff={GIT_DIFF_DRIVER}"]
+    try:
+        common = common_dir.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        common = None
+    if common is not None and Path(common).name != RECORDINGS_DIRNAME:
+        lines.append(f"/{common}/*.json diff={GIT_DIFF_DRIVER}")
+    return lines
+
+
+def setup_git(root: Path, common_dir: Path, command: str) -> GitSetup:
+    """Add the attribute lines that are missing to `<root>/.gitattributes` and set
+    `diff.hashreplay.textconv` in the repository's local configuration."""
+    _git(["rev-parse", "--git-dir"], cwd=root)  # raises outside a repository
+    attributes = root / ".gitattributes"
+    try:
+        current = attributes.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        current = ""
+    present = {line.strip() for line in current.splitlines()}
+    added = [line for line in attribute_lines(root, common_dir) if line not in present]
+    if added:
+        lead = "" if not current or current.endswith("\n") else "\n"
+        attributes.write_text(current + lead + "\n".join(added) + "\n", encoding="utf-8")
+    _git(["config", "--local", f"diff.{GIT_DIFF_DRIVER}.textconv", command], cwd=root)
+    return GitSetup(attributes, added, command)
+
+
+def git_setup(run: Run) -> int:
+    config, console = run.config, run.console
+    command = run.args.textconv or textconv_command()
+    try:
+        done = setup_git(config.root, config.common_dir, command)
+    except GitError as exc:
+        console.error(f"{exc}; run hashreplay git-setup inside the project's git repository")
+        return EXIT_PROBLEMS
+    except OSError as exc:
+        console.error(f"cannot write {config.root / '.gitattributes'}: {exc.strerror or exc}")
+        return EXIT_PROBLEMS
+    where = run.show_path(done.attributes)
+    for line in done.added:
+        console.line(f"{where}: added {line}")
+    if not done.added:
+        console.line(f"{where}: already sends recordings to the {GIT_DIFF_DRIVER} diff driver")
+    console.line(f"git config --local diff.{GIT_DIFF_DRIVER}.textconv {shlex.quote(command)}")
+    console.line(
+        "git diff, git log -p and git show now show recordings as conversations; commit "
+        f"{where} so everyone who clones gets the attribute (each clone runs "
+        "hashreplay git-setup once for the configuration)"
+    )
+    return EXIT_OK

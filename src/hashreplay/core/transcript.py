@@ -1,0 +1,200 @@
+"""A recording as a readable conversation, one fact per line: what `git diff` shows of it.
+
+`transcript(recording)` renders the request (method and endpoint, model, the messages, tool
+calls and their results, other parameters) and each response (status, the answer with
+streamed text joined, tool calls, tokens, how it ended). Volatile noise (stable ids, the id
+mapping, JSON punctuation) is left out, so a re-record that changed one prompt diffs as that
+one message. `textconv(content)` is the git textconv view of any file: a non-recording comes
+back unchanged, a corrupt recording as the error followed by its raw text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import xxhash
+
+from hashreplay.core.bodies import BodyEncoding
+from hashreplay.core.conversation import conversation, payloads, reply, response_tokens
+from hashreplay.core.errors import RecordingError
+from hashreplay.core.names import model_ids
+from hashreplay.core.recording import RecordedRequest, RecordedResponse, Recording
+from hashreplay.core.store import parse_recording
+
+#: Request body keys the conversation view already shows.
+_SHOWN_KEYS = frozenset(
+    {"messages", "system", "instructions", "prompt", "model", "tools", "stream", "input"}
+)
+#: Lists of numbers longer than this (embeddings) show as their length and a digest.
+_LONG_NUMBERS = 8
+#: How a corrupt recording starts its textconv view.
+CORRUPT_MARK = "hashreplay: this recording cannot be read"
+
+
+def transcript(recording: Recording) -> str:
+    """The whole recording as text, ending with a newline."""
+    lines = _request_lines(recording)
+    responses = recording.responses
+    for index, response in enumerate(responses):
+        label = "response" if len(responses) == 1 else f"response {index + 1}/{len(responses)}"
+        lines.append("")
+        lines.extend(_response_lines(label, response))
+    return "\n".join(lines) + "\n"
+
+
+def textconv(content: bytes) -> bytes:
+    """What git shows for a file: a recording as its transcript; anything else unchanged."""
+    if not looks_like_recording(content):
+        return content
+    try:
+        recording = parse_recording(content, None)
+    except RecordingError as exc:
+        head = f"{CORRUPT_MARK}: {exc.problem}\n\n"
+        return head.encode() + content
+    return transcript(recording).encode()
+
+
+def looks_like_recording(content: bytes) -> bool:
+    """A JSON object that names a recording format version (possibly truncated or broken)."""
+    return content.lstrip().startswith(b"{") and b'"format_version"' in content[:4096]
+
+
+# --- the request ----------------------------------------------------------------------------
+
+
+def _request_lines(recording: Recording) -> list[str]:
+    request = recording.request
+    lines = [f"{request.method} {request.endpoint}"]
+    if request.model:
+        lines.append(f"model: {request.model}")
+    lines.append(f"test: {recording.test_id or '(none: shared, or made outside a test)'}")
+    lines.extend(f"header {name}: {value}" for name, value in sorted(request.headers.items()))
+    body = request.body
+    turns = conversation(body, request.endpoint)
+    if isinstance(body, dict):
+        tools = body.get("tools")
+        if isinstance(tools, list) and tools:
+            lines.append("tools: " + ", ".join(_tool_name(t) for t in tools))
+        if body.get("stream"):
+            lines.append("stream: true")
+        shown = _SHOWN_KEYS if turns else frozenset({"model", "tools", "stream"})
+        lines.extend(
+            f"{key}: {_compact(value)}" for key, value in sorted(body.items()) if key not in shown
+        )
+    elif body is not None:
+        lines.append(f"body: {_body_text(request)}")
+    if turns:
+        lines.append("")
+        for turn in turns:
+            lines.extend(_said(turn.role, turn.text))
+    return lines
+
+
+def _tool_name(tool: Any) -> str:
+    if isinstance(tool, dict):
+        function = tool.get("function")
+        name = function.get("name") if isinstance(function, dict) else tool.get("name")
+        if isinstance(name, str):
+            return name
+        if isinstance(tool.get("type"), str):
+            return str(tool["type"])
+    return _compact(tool)
+
+
+def _body_text(request: RecordedRequest | RecordedResponse) -> str:
+    body, encoding = request.body, request.body_encoding
+    if encoding is BodyEncoding.BASE64:
+        raw = str(body)
+        return f"(binary, {len(raw) * 3 // 4} bytes, xxh3 {_digest(raw.encode())})"
+    if encoding is BodyEncoding.EMPTY or body is None:
+        return "(empty)"
+    if encoding is BodyEncoding.TEXT:
+        return str(body)
+    return _compact(body)
+
+
+# --- the responses --------------------------------------------------------------------------
+
+
+def _response_lines(label: str, response: RecordedResponse) -> list[str]:
+    status = "-" if response.status is None else str(response.status)
+    kind = response.headers.get("content-type", "")
+    if response.is_streaming:
+        count = len(response.body or [])
+        kind = f"{kind} (stream: {response.stream_format}, {count} events)".strip()
+    lines = [f"{label}: {status} {kind}".rstrip()]
+    said = reply(response)
+    for call in said.tool_calls:
+        lines.append(f"assistant: call {call}")
+    if said.text:
+        lines.extend(_said("assistant", said.text))
+    if not said:
+        lines.extend(_other_body(response))
+    tokens = response_tokens(response)
+    if tokens.responses:
+        lines.append(f"tokens: input {tokens.input}, output {tokens.output}, total {tokens.total}")
+    lines.append(f"end: {_end(response)}")
+    return lines
+
+
+def _other_body(response: RecordedResponse) -> list[str]:
+    body = response.body
+    if body is None:
+        return []
+    ids = model_ids(body)
+    if ids:
+        return ["models: " + ", ".join(ids)]
+    if response.is_streaming:
+        return [f"event: {_compact(value)}" for value in payloads(response)]
+    if isinstance(body, dict):
+        return [f"body {key}: {_compact(value)}" for key, value in sorted(body.items())]
+    return [f"body: {_body_text(response)}"]
+
+
+def _end(response: RecordedResponse) -> str:
+    extra = response.model_extra or {}
+    recorded_end = extra.get("end")
+    if isinstance(recorded_end, (str, dict)):
+        return _compact(recorded_end)
+    if response.is_exception:
+        failure = response.exception
+        what = f"{failure.type}: {failure.message}" if failure is not None else "an exception"
+        if response.status is None:
+            return f"failed before a response ({what})"
+        if response.is_streaming:
+            return f"error after {len(response.body or [])} chunks ({what})"
+        return f"error ({what})"
+    return "complete"
+
+
+# --- text helpers ---------------------------------------------------------------------------
+
+
+def _said(who: str, text: str) -> list[str]:
+    """`who: first line`, further lines indented under it (a blank one kept as `  `)."""
+    first, *rest = text.split("\n") if text else [""]
+    return [f"{who}: {first}".rstrip(), *(f"  {line}".rstrip() for line in rest)]
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(_shortened(value), option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _shortened(value: Any) -> Any:
+    """Long number lists (embeddings) as `<N numbers, xxh3 …>`: a change still shows."""
+    if isinstance(value, list):
+        if len(value) > _LONG_NUMBERS and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+        ):
+            return f"<{len(value)} numbers, xxh3 {_digest(orjson.dumps(value))}>"
+        return [_shortened(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _shortened(v) for k, v in value.items()}
+    return value
+
+
+def _digest(data: bytes) -> str:
+    return xxhash.xxh3_64_hexdigest(data)[:8]

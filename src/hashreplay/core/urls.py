@@ -1,0 +1,43 @@
+"""The URL a recording stores (DESIGN.md §13, contract): a loopback upstream keeps no port.
+
+Neither host nor port is hashed (§3), so a recording made against a fake or local server on
+port 8000 replays against port 9000; storing the port would still rewrite every file on a
+re-record against a new port. A loopback host (`localhost`, `*.localhost`, `127.0.0.0/8`,
+`::1`) is stored as `localhost` without a port; provider hosts stay as they are, for
+readability. Pure: it never resolves a name.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit, urlunsplit
+
+#: The host every loopback upstream is stored as.
+LOOPBACK_HOST = "localhost"
+
+
+def is_loopback_host(host: str) -> bool:
+    host = host.strip("[]").lower().rstrip(".")
+    if host == LOOPBACK_HOST or host.endswith("." + LOOPBACK_HOST):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def stored_url(url: str) -> str:
+    """`url` as a recording stores it: `http://127.0.0.1:8765/v1/x` → `http://localhost/v1/x`.
+
+    Anything that is not an absolute URL with a loopback host is returned unchanged.
+    """
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return url
+    if not parts.scheme or host is None or not is_loopback_host(host):
+        return url
+    userinfo, _, _ = parts.netloc.rpartition("@")
+    netloc = f"{userinfo}@{LOOPBACK_HOST}" if userinfo else LOOPBACK_HOST
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))

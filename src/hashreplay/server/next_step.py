@@ -1,0 +1,57 @@
+"""The next step a miss answered by `hashreplay serve` names: the proxy command that records.
+
+The engine's miss report ends with the pytest command that records a test
+(`INFERENCE_MODE=record-if-missing pytest <nodeid>`); a client of the proxy is often not
+pytest at all (curl, a JavaScript suite), so the proxy replaces that line with its own
+`hashreplay serve --mode record-if-missing …` command, built from the options it runs with
+and quoted for a POSIX shell, and the header to send the test id in.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from hashreplay.core.constants import TEST_ID_HEADER
+from hashreplay.core.errors import ReplayMiss
+from hashreplay.server.settings import DEFAULT_HOST, DEFAULT_PORT, ServeSettings
+
+#: The line of the engine's report that this replaces.
+RECORD_LINE = "  to record it: "
+
+
+def record_command(settings: ServeSettings) -> str:
+    """`hashreplay serve --mode record-if-missing …` with this proxy's own routing options."""
+    argv = ["hashreplay", "serve", "--mode", "record-if-missing"]
+    for upstream in settings.upstreams:
+        spec = upstream.url if upstream.name is None else f"{upstream.name}={upstream.url}"
+        argv += ["--upstream", spec]
+    if settings.host != DEFAULT_HOST:
+        argv += ["--host", settings.host]
+    if settings.port != DEFAULT_PORT:
+        argv += ["--port", str(settings.port)]
+    if settings.root is not None:
+        argv += ["--root", settings.root]
+    if settings.recordings is not None:
+        argv += ["--recordings", settings.recordings]
+    command = shlex.join(argv)
+    if not settings.upstreams:  # replay needs none; recording does
+        command += " --upstream URL-OF-THE-API"
+    return command
+
+
+def serve_next_step(test_id: str | None, settings: ServeSettings) -> str:
+    """The line that tells a proxy client how to record the request it missed."""
+    step = f"{RECORD_LINE}{record_command(settings)}, then run the client again"
+    if test_id:
+        header = shlex.quote(f"{TEST_ID_HEADER}: {test_id}")
+        step += f" (it sends {header}, as now)"
+    return step
+
+
+def with_serve_next_step(miss: ReplayMiss, settings: ServeSettings) -> ReplayMiss:
+    """The same miss, its report ending with the proxy's way to record instead of pytest's."""
+    lines = [
+        serve_next_step(miss.test_id, settings) if line.startswith(RECORD_LINE) else line
+        for line in miss.report.splitlines()
+    ]
+    return ReplayMiss("\n".join(lines), test_id=miss.test_id, request_hash=miss.request_hash)

@@ -1,0 +1,121 @@
+"""The conversation view of a recording (`core/transcript.py`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hashreplay.core.bodies import BodyEncoding
+from hashreplay.core.recording import (
+    RecordedException,
+    RecordedRequest,
+    RecordedResponse,
+    new_recording,
+)
+from hashreplay.core.store import dump_recording
+from hashreplay.core.transcript import CORRUPT_MARK, textconv, transcript
+
+
+def _recording(body: Any, *responses: RecordedResponse, endpoint: str = "/v1/chat/completions"):
+    request = RecordedRequest(
+        method="POST", url="http://localhost" + endpoint, endpoint=endpoint, body=body
+    )
+    return new_recording(
+        test_id="tests/test_x.py::test_y", request=request, responses=list(responses)
+    )
+
+
+def test_a_multi_line_message_stays_under_its_speaker() -> None:
+    body = {
+        "model": "m",
+        "temperature": 0.2,
+        "messages": [{"role": "user", "content": "one\ntwo\n\nfour"}],
+    }
+    text = transcript(_recording(body, RecordedResponse(status=200, body={"choices": []})))
+    lines = text.splitlines()
+    assert lines[:4] == [
+        "POST /v1/chat/completions",
+        "test: tests/test_x.py::test_y",
+        "temperature: 0.2",
+        "",
+    ]
+    assert lines[4:8] == ["user: one", "  two", "", "  four"]
+    assert text.endswith("end: complete\n")
+
+
+def test_failures_say_how_the_response_ended() -> None:
+    broken = RecordedResponse(
+        status=200,
+        body=[{"data": "{}"}, {"data": "{}"}],
+        is_streaming=True,
+        stream_format="sse",
+        is_exception=True,
+        exception=RecordedException(type="httpx.ReadError", message="peer closed"),
+    )
+    never = RecordedResponse(
+        status=None,
+        is_exception=True,
+        exception=RecordedException(type="httpx.ConnectError", message="refused"),
+    )
+    text = transcript(_recording({"messages": []}, broken, never))
+    assert "response 1/2: 200 (stream: sse, 2 events)" in text
+    assert "end: error after 2 chunks (httpx.ReadError: peer closed)" in text
+    assert "response 2/2: -" in text
+    assert "end: failed before a response (httpx.ConnectError: refused)" in text
+
+
+def test_embeddings_and_model_lists_are_short_but_changes_still_show() -> None:
+    vector = [0.1 * i for i in range(1536)]
+    answer = RecordedResponse(status=200, body={"data": [{"embedding": vector, "index": 0}]})
+    text = transcript(
+        _recording({"model": "e", "input": "cats"}, answer, endpoint="/v1/embeddings")
+    )
+    assert "input: cats" in text
+    assert "<1536 numbers, xxh3 " in text
+    changed = transcript(
+        _recording(
+            {"model": "e", "input": "cats"},
+            RecordedResponse(
+                status=200, body={"data": [{"embedding": [*vector[:-1], 9.0], "index": 0}]}
+            ),
+            endpoint="/v1/embeddings",
+        )
+    )
+    assert changed != text
+
+    models = RecordedResponse(
+        status=200, body={"object": "list", "data": [{"id": "b"}, {"id": "a"}]}
+    )
+    listing = transcript(_recording(None, models, endpoint="/v1/models"))
+    assert "models: a, b" in listing
+
+
+def test_binary_and_text_bodies() -> None:
+    request = RecordedRequest(
+        method="POST", url="u", endpoint="/upload", body="AAAA", body_encoding=BodyEncoding.BASE64
+    )
+    recording = new_recording(
+        test_id=None,
+        request=request,
+        responses=[RecordedResponse(status=201, body="created", body_encoding=BodyEncoding.TEXT)],
+    )
+    text = transcript(recording)
+    assert "body: (binary, 3 bytes, xxh3 " in text
+    assert "body: created" in text
+    assert "test: (none: shared, or made outside a test)" in text
+
+
+def test_textconv_keeps_what_is_not_a_recording_byte_for_byte() -> None:
+    for content in (b"", b"\xff\xfe binary", b"[1, 2]", b'{"name": "x"}'):
+        assert textconv(content) == content
+    good = dump_recording(
+        _recording({"prompt": "hi"}, RecordedResponse(status=200, body={"response": "yo"}))
+    )
+    assert textconv(good).decode().splitlines()[-3:] == [
+        "response: 200",
+        "assistant: yo",
+        "end: complete",
+    ]
+    broken = good.replace(b'"status": 200', b'"status": "two hundred"')
+    out = textconv(broken)
+    assert out.startswith(CORRUPT_MARK.encode())
+    assert out.endswith(broken)
