@@ -13,15 +13,21 @@ from hashreplay.core.mode import Mode
 
 MODES_LISTED = "replay, record-if-missing, record, live"
 VALID_KEYS = (
+    "allowed_hosts",
+    "block_network",
     "callables",
     "ignore_body_keys",
     "keep_response_headers",
     "match_headers",
     "mode",
     "model_list_endpoints",
+    "pace",
     "passthrough",
+    "record_timing",
     "recordings_dir",
     "redact_keys",
+    "replay_env",
+    "unconsumed",
     "volatile_patterns",
 )
 

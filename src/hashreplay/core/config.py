@@ -15,10 +15,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from hashreplay.core.constants import MODE_ENV, MODE_OPTION, RECORDINGS_DIRNAME, ROOT_ENV
+from hashreplay.core.constants import (
+    MODE_ENV,
+    MODE_OPTION,
+    PACE_ENV,
+    RECORDINGS_DIRNAME,
+    ROOT_ENV,
+)
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.mode import Mode
 from hashreplay.core.network import BlockNetwork
+from hashreplay.core.scenarios import Pace, Unconsumed
 from hashreplay.core.volatile import compile_patterns
 
 if sys.version_info >= (3, 11):
@@ -66,6 +73,12 @@ class Config(BaseModel):
     #: Placeholder key variables in replay mode: true (the defaults), false, or a table of
     #: `NAME = "value"` added to the defaults (`""` leaves a default out).
     replay_env: bool | dict[str, str] = True
+    #: Store the head and chunk offsets of every recorded response (docs/scenarios.md).
+    record_timing: bool = False
+    #: How replay spaces responses out: "instant", "recorded" or "fixed:<ms>".
+    pace: str = "instant"
+    #: Recorded responses a replayed test did not use: "warn", "fail" or "ignore".
+    unconsumed: Unconsumed = Unconsumed.WARN
 
     # Filled in by load_config, never read from the file.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
@@ -81,6 +94,16 @@ class Config(BaseModel):
     @classmethod
     def _parse_block(cls, value: object) -> BlockNetwork:
         return BlockNetwork.parse(value)
+
+    @field_validator("pace", mode="before")
+    @classmethod
+    def _parse_pace(cls, value: object) -> str:
+        return str(Pace.parse(value))
+
+    @field_validator("unconsumed", mode="before")
+    @classmethod
+    def _parse_unconsumed(cls, value: object) -> Unconsumed:
+        return Unconsumed.parse(value)
 
     @field_validator("match_headers", "keep_response_headers", mode="after")
     @classmethod
@@ -175,6 +198,9 @@ def load_config(
         raise ConfigError(_explain(exc, where)) from None
     except ConfigError as exc:  # a validator's own error (pydantic wraps only ValueErrors)
         raise ConfigError(f"{where}: [tool.hashreplay] {exc}") from None
+    env_pace = env.get(PACE_ENV)
+    if env_pace and "pace" not in overrides:
+        config = config.model_copy(update={"pace": str(Pace.parse(env_pace, source=PACE_ENV))})
     env_mode = env.get(MODE_ENV)
     if mode is not None:
         config = config.with_mode(Mode.parse(mode, source=MODE_OPTION), ModeSource.OPTION)
