@@ -4,6 +4,7 @@ and record-if-missing records it again."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -60,10 +61,8 @@ class SlowUpstream:
                 + PAYLOAD[:half]
             )
             time.sleep(self.pause)
-            try:
+            with contextlib.suppress(OSError):
                 conn.sendall(PAYLOAD[half:])
-            except OSError:
-                pass
 
     def close(self) -> None:
         self.sock.close()
