@@ -149,3 +149,26 @@ def test_a_stream_is_finished_only_by_its_own_last_event() -> None:
     assert stream_finished(StreamFormat.NDJSON, [b'{"done": false}\n', b'{"done": true}\n'])
     assert not stream_finished(StreamFormat.NDJSON, [b'{"done": false}\n'])
     assert not stream_finished(StreamFormat.CHUNKS, [b"abc"])
+
+
+def test_templates_fill_stream_events_and_ndjson_lines_alike() -> None:
+    events = [
+        {"event": "delta", "data": {"text": "hi {{request:body.metadata.trace_id}}"}},
+        {"data": "plain text {{request:method}}"},
+        {"data": "[DONE]"},
+    ]
+    assert fill(events, REQUEST) == [
+        {"event": "delta", "data": {"text": "hi abc-123"}},
+        {"data": "plain text POST"},
+        {"data": "[DONE]"},
+    ]
+    assert fill([{"response": "{{request:body.metadata.n}}", "done": True}], REQUEST) == [
+        {"response": 3, "done": True}
+    ]
+
+
+def test_a_response_checks_its_body_for_markers_once_per_body() -> None:
+    plain = RecordedResponse(status=200, body={"a": "b"})
+    assert not plain.has_templates()
+    assert plain.model_copy(update={"body": {"a": "{{request:url}}"}}).has_templates()
+    assert not plain.has_templates()

@@ -10,11 +10,12 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import FORMAT_VERSION, KEY_VERSION
 from hashreplay.core.streams import StreamFormat
+from hashreplay.core.templates import has_markers
 
 
 class _Model(BaseModel):
@@ -91,6 +92,17 @@ class RecordedResponse(_Model):
     ended: Ended | None = None
     #: Offsets of the head and chunks (only with `record_timing`); absent: not recorded.
     timing: Timing | None = None
+
+    #: (id of the body it was computed for, whether it holds `{{` template markers)
+    _markers: tuple[int, bool] | None = PrivateAttr(default=None)
+
+    def has_templates(self) -> bool:
+        """Whether the body may hold `{{request:…}}` markers; computed once per body (a
+        replayed response is checked on every replay)."""
+        cached = self._markers
+        if cached is None or cached[0] != id(self.body):
+            cached = self._markers = (id(self.body), has_markers(self.body))
+        return cached[1]
 
     @property
     def end_state(self) -> EndState:

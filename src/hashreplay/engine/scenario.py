@@ -21,7 +21,7 @@ from hashreplay.core.constants import FAULT_HEADER
 from hashreplay.core.errors import RecordingError, error_body
 from hashreplay.core.recording import RecordedResponse
 from hashreplay.core.scenarios import Pace
-from hashreplay.core.templates import TemplateError, fill, has_markers
+from hashreplay.core.templates import TemplateError, fill
 from hashreplay.engine.faults import ActiveFault, FaultSpec
 from hashreplay.engine.hangs import Hang
 from hashreplay.engine.http import BreakKind, IncomingRequest, ReplayPlan
@@ -112,7 +112,7 @@ def templated(
 ) -> RecordedResponse:
     """The response with `{{request:…}}` markers filled; a RecordingError for a marker that
     does not parse, a TemplateError (a miss) for a path this request lacks."""
-    if not has_markers(response.body):
+    if not response.has_templates():
         return response
     try:
         body = fill(response.body, layout())
