@@ -227,3 +227,20 @@ def test_a_status_fault_body_is_json_the_sdk_reads(recorded: str, recorder: Reco
         answer = c.post(f"{recorded}/v1/chat/completions", json={"model": "gpt-fake-1"})
     assert answer.status_code == 400
     assert json.loads(answer.content) == {"error": {"message": "bad", "code": "x"}}
+
+
+def test_a_429_then_the_recorded_200_async(recorded: str, recorder: Recorder) -> None:
+    session = replaying(recorder, {"status": 429, "headers": {"retry-after-ms": "10"}, "times": 1})
+
+    async def call() -> str:
+        c = aclient(recorded, retries=1)
+        r = await c.chat.completions.create(model="gpt-fake-1", messages=MESSAGES)
+        return r.choices[0].message.content or ""
+
+    with test_context(TEST_ID):
+        assert asyncio.run(call()) == "echo: alpha beta gamma delta epsilon"
+    assert session.take_misses(TEST_ID) == []
+
+    replaying(recorder, {"status": 429})  # every call: the SDK gives up with its own error
+    with test_context(TEST_ID), pytest.raises(openai.RateLimitError):
+        asyncio.run(call())
