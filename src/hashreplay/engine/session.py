@@ -124,9 +124,12 @@ class Session:
             policy = state.options.unconsumed or self.config.unconsumed
             faults = unmatched_faults(state.options)
             mode = state.mode or self.tests.default_mode
-            if policy is Unconsumed.IGNORE or not mode.may_replay or mode is Mode.RECORD:
-                return policy, [], faults
-            return policy, unused(state, test_id, self.files), faults
+        if policy is Unconsumed.IGNORE or mode not in (Mode.REPLAY, Mode.RECORD_IF_MISSING):
+            return policy, [], faults
+        # the test's files are read outside the lock (once per directory and session)
+        files = [] if state.passed_through else self.files.files_of(test_id)
+        with self.tests.lock:
+            return policy, unused(state, files), faults
 
     def take_misses(self, test_id: str | None) -> list[ReplayFailure]:
         return self.tests.take_misses(test_id)

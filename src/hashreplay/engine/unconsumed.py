@@ -67,17 +67,17 @@ class FileIndex:
         return index
 
 
-def unused(state: TestState, test_id: str | None, index: FileIndex) -> list[Unused]:
-    """What a replayed test left unused (callers hold the tests lock)."""
+def unused(state: TestState, files: list[tuple[Path, int]]) -> list[Unused]:
+    """What a replayed test left unused, given the files recorded for it (callers hold the
+    tests lock). A test that passed requests through to a server under test gets no `files`:
+    the server replays those itself."""
     found: list[Unused] = []
     seen: set[Path] = set()
     for seq in state.sequences.values():
         seen.add(seq.path.resolve())
         if seq.calls < len(seq.responses):
             found.append(Unused(seq.path, len(seq.responses) - seq.calls, len(seq.responses)))
-    if test_id is not None and not state.passed_through:
-        # (a server under test replays the files of a test that passed requests through)
-        for path, count in index.files_of(test_id):
-            if path.resolve() not in seen:
-                found.append(Unused(path, count, count))
+    for path, count in files:
+        if path.resolve() not in seen:
+            found.append(Unused(path, count, count))
     return found
