@@ -13,7 +13,7 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from hashreplay.core.context import current_test_id, test_context
+from hashreplay.core.context import conversation, current_test_id, test_context
 from hashreplay.core.errors import (
     BodyTooLarge,
     ConfigError,
@@ -68,6 +68,7 @@ __all__ = [
     "TestIdMiddleware",
     "WSGITestIdMiddleware",
     "__version__",
+    "conversation",
     "current_test_id",
     "install",
     "record_callable",

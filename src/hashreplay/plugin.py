@@ -15,13 +15,14 @@ import pytest
 
 from hashreplay import adapters
 from hashreplay.core.config import load_config
-from hashreplay.core.constants import FIXTURE_MARK, MODE_ENV, MODE_OPTION
+from hashreplay.core.constants import FAULT_MARKER, FIXTURE_MARK, MODE_ENV, MODE_OPTION
 from hashreplay.core.context import process_test_id, set_process_test_id, test_context
 from hashreplay.core.errors import ConfigError, RecordingError, RecordingWriteError, ReplayFailure
 from hashreplay.core.mode import Mode
 from hashreplay.engine.session import Session, Stats
 from hashreplay.engine.usage_log import UsageCollector
 from hashreplay.keyless import Placeholders
+from hashreplay.pytest_scenarios import HashReplayFixture, apply_markers, report_leftovers
 from hashreplay.pytest_usage import UsageTracker, finish_usage, merge_worker_usage
 
 SESSION_KEY = pytest.StashKey[Session]()
@@ -30,6 +31,8 @@ USAGE_KEY = pytest.StashKey[UsageCollector]()
 PLACEHOLDERS_KEY = pytest.StashKey[Placeholders]()
 #: connections that nothing recorded, reported by xdist workers (label -> openers)
 UNRECORDED_KEY = pytest.StashKey[dict[str, set[str]]]()
+#: recorded responses that tests left unused (this process and its xdist workers)
+UNCONSUMED_KEY = pytest.StashKey[list[int]]()
 _MODES = ", ".join(m.value for m in Mode)
 
 
@@ -55,7 +58,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"hashreplay(mode=None): run this test in another hashreplay mode ({_MODES})",
+        f"hashreplay(mode=None, timing=None, pace=None, unconsumed=None): run this test in "
+        f"another hashreplay mode ({_MODES}), record timing, pace its replay "
+        '("instant", "recorded", "fixed:<ms>"), treat unused recordings ("warn", "fail", '
+        '"ignore")',
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{FAULT_MARKER}(status=None, headers=None, body=None, endpoint=None, times=None, "
+        "call=None, error=None, after_chunks=None, hang=False): answer matching requests with "
+        'a fault instead of their recording (error: "read_timeout", "connect_error", '
+        '"disconnect")',
     )
     try:
         settings = load_config(config.rootpath, mode=config.getoption("hashreplay_mode"))
@@ -67,6 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_KEY] = session
     config.stash[WORKER_STATS_KEY] = Stats()
     config.stash[UNRECORDED_KEY] = {}
+    config.stash[UNCONSUMED_KEY] = [0]
     placeholders = config.stash[PLACEHOLDERS_KEY] = Placeholders(settings)
     placeholders.apply(settings.mode)
     try:
@@ -172,6 +186,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         return
     try:
         mode = _marker_mode(item)
+        apply_markers(item, session)
     except ConfigError as exc:
         raise pytest.UsageError(f"hashreplay: {item.nodeid}: {exc}") from None
     if mode is not None:
@@ -198,7 +213,18 @@ def pytest_runtest_makereport(
             )
         report.outcome = "failed"
         report.longrepr = text
+    if call.when == "call":
+        item.config.stash[UNCONSUMED_KEY][0] += report_leftovers(item, session, report)
     return report
+
+
+@pytest.fixture
+def hashreplay(request: pytest.FixtureRequest) -> HashReplayFixture:
+    """Scenario helpers for the running test (`wait_hanging`)."""
+    session = request.config.stash.get(SESSION_KEY, None)
+    if session is None:
+        pytest.skip("the hashreplay plugin is not active (-p no:hashreplay)")
+    return HashReplayFixture(session, request.node.nodeid)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -208,6 +234,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
     if hr is not None and workeroutput is not None:  # a pytest-xdist worker
         workeroutput["hashreplay_stats"] = hr.stats.as_dict()
+        workeroutput["hashreplay_unconsumed"] = session.config.stash[UNCONSUMED_KEY][0]
         workeroutput["hashreplay_unrecorded"] = {
             label: sorted(openers) for label, openers in hr.connections.unrecorded.items()
         }
@@ -220,6 +247,9 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     stats = getattr(node, "workeroutput", {}).get("hashreplay_stats")
     if stats:
         node.config.stash[WORKER_STATS_KEY].merge(Stats(**stats))
+    node.config.stash[UNCONSUMED_KEY][0] += getattr(node, "workeroutput", {}).get(
+        "hashreplay_unconsumed", 0
+    )
     unrecorded = node.config.stash[UNRECORDED_KEY]
     for label, openers in (
         getattr(node, "workeroutput", {}).get("hashreplay_unrecorded", {}).items()
@@ -241,6 +271,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     )
     if stats.passed_through:
         line += f"; {stats.passed_through} passed through"
+    unconsumed = config.stash[UNCONSUMED_KEY][0]
+    if unconsumed:
+        line += f"; {unconsumed} recorded response(s) left unused"
     terminalreporter.write_line(line)
     connections = session.connections
     for label, openers in config.stash[UNRECORDED_KEY].items():

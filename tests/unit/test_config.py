@@ -23,10 +23,13 @@ VALID_KEYS = (
     "max_body_bytes",
     "mode",
     "model_list_endpoints",
+    "pace",
     "passthrough",
+    "record_timing",
     "recordings_dir",
     "redact_keys",
     "replay_env",
+    "unconsumed",
     "volatile_patterns",
 )
 

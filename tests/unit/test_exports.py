@@ -22,6 +22,7 @@ PUBLIC = {
     "TestIdMiddleware",
     "WSGITestIdMiddleware",
     "__version__",
+    "conversation",
     "current_test_id",
     "install",
     "record_callable",

@@ -14,6 +14,7 @@ import contextlib
 import importlib.util
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -23,12 +24,20 @@ from hashreplay.adapters import _state
 from hashreplay.adapters._post_import import when_imported
 from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.context import adapter_io
+from hashreplay.engine import pacing
 from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
-from hashreplay.engine.http import IncomingRequest, LiveBody, LiveExchange, ReplayPlan
+from hashreplay.engine.http import BreakKind, IncomingRequest, LiveBody, LiveExchange, ReplayPlan
 from hashreplay.engine.keying import Prepared
 from hashreplay.engine.session import Session
 
 MODULE_NAMES: tuple[str, ...] = ("httpx2", "httpx")
+#: The client's own exception for each generic failure a plan may ask for.
+ERROR_CLASSES = {
+    BreakKind.READ_TIMEOUT: "ReadTimeout",
+    BreakKind.CONNECT_ERROR: "ConnectError",
+    BreakKind.DISCONNECT: "RemoteProtocolError",
+    BreakKind.ABANDONED: "ReadError",
+}
 
 
 @dataclass
@@ -137,18 +146,24 @@ def _handle_sync(
     request.read()
     decision = session.decide(_incoming(request))
     if isinstance(decision, (Replay, Miss)):
-        return streams.response(decision.plan(), request, is_async=False)
+        plan = decision.plan()
+        if plan.hang is not None:
+            plan.hang.wait(_read_timeout(request))
+        elif plan.delays:
+            pacing.sleep(plan.delays[0])
+        return streams.response(plan, request, is_async=False)
     if isinstance(decision, Passthrough):
         _add_headers(request, decision)
     with adapter_io():
         if not isinstance(decision, Record):
             return original(self, request)
+        started = time.monotonic()
         try:
             response = original(self, request)
         except streams.module.TransportError as exc:
             session.record(decision.prep, LiveExchange(None, [], [], exception=exc))
             raise
-    return streams.recording(response, session, decision.prep, is_async=False)
+    return streams.recording(response, session, decision.prep, started, is_async=False)
 
 
 async def _handle_async(
@@ -157,18 +172,31 @@ async def _handle_async(
     await request.aread()
     decision = session.decide(_incoming(request))
     if isinstance(decision, (Replay, Miss)):
-        return streams.response(decision.plan(), request, is_async=True)
+        plan = decision.plan()
+        if plan.hang is not None:
+            await plan.hang.await_(_read_timeout(request))
+        elif plan.delays:
+            await pacing.asleep(plan.delays[0])
+        return streams.response(plan, request, is_async=True)
     if isinstance(decision, Passthrough):
         _add_headers(request, decision)
     with adapter_io():
         if not isinstance(decision, Record):
             return await original(self, request)
+        started = time.monotonic()
         try:
             response = await original(self, request)
         except streams.module.TransportError as exc:
             await session.arecord(decision.prep, LiveExchange(None, [], [], exception=exc))
             raise
-    return streams.recording(response, session, decision.prep, is_async=True)
+    return streams.recording(response, session, decision.prep, started, is_async=True)
+
+
+def _read_timeout(request: Any) -> float | None:
+    """The client's own read timeout for this request (None: it waits forever)."""
+    timeout = request.extensions.get("timeout") or {}
+    value = timeout.get("read")
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 # --- streams -------------------------------------------------------------------------------
@@ -187,7 +215,10 @@ class _Streams:
         self.tee_async = type("AsyncRecordingStream", (_AsyncRecordingStream, async_base), {})
 
     def exception(self, plan: ReplayPlan, request: Any) -> BaseException:
-        name = (plan.exception_type or "TransportError").rsplit(".", 1)[-1]
+        name = (
+            ERROR_CLASSES.get(plan.error_kind or "")
+            or ((plan.exception_type or "TransportError").rsplit(".", 1)[-1])
+        )
         cls = getattr(self.module, name, None)
         if not (isinstance(cls, type) and issubclass(cls, self.module.TransportError)):
             cls = self.module.TransportError
@@ -197,9 +228,10 @@ class _Streams:
     def response(self, plan: ReplayPlan, request: Any, *, is_async: bool) -> Any:
         if plan.status is None:
             raise self.exception(plan, request)
-        exc = self.exception(plan, request) if plan.exception_type else None
+        exc = self.exception(plan, request) if plan.broken else None
         extensions = {"http_version": b"HTTP/1.1", "hashreplay": "replayed"}
-        if not plan.is_streaming and exc is None:
+        delays = plan.delays[1:]
+        if not plan.is_streaming and exc is None and not delays:
             # bytes in hand: a Response built from content is read eagerly, which spares
             # the client the chunk-by-chunk read and decode of a stream (~50 µs a call)
             return self.module.Response(
@@ -213,25 +245,33 @@ class _Streams:
         return self.module.Response(
             plan.status,
             headers=plan.headers,
-            stream=stream_cls(plan.chunks, exc),
+            stream=stream_cls(plan.chunks, exc, delays),
             request=request,
             extensions=extensions,
         )
 
-    def recording(self, response: Any, session: Session, prep: Prepared, *, is_async: bool) -> Any:
-        tee = _Tee(session, prep, response, self.module)
+    def recording(
+        self, response: Any, session: Session, prep: Prepared, started: float, *, is_async: bool
+    ) -> Any:
+        tee = _Tee(session, prep, response, self.module, started)
         stream_cls = self.tee_async if is_async else self.tee_sync
         response.stream = stream_cls(response.stream, tee)
         return response
 
 
 class _ReplayStream:
-    def __init__(self, chunks: list[bytes], exc: BaseException | None) -> None:
+    def __init__(
+        self, chunks: list[bytes], exc: BaseException | None, delays: tuple[float, ...] = ()
+    ) -> None:
         self._chunks = chunks
         self._exc = exc
+        self._delays = delays
 
     def __iter__(self) -> Iterator[bytes]:
-        yield from self._chunks
+        for i, chunk in enumerate(self._chunks):
+            if i < len(self._delays):
+                pacing.sleep(self._delays[i])
+            yield chunk
         if self._exc is not None:
             raise self._exc
 
@@ -240,12 +280,17 @@ class _ReplayStream:
 
 
 class _AsyncReplayStream:
-    def __init__(self, chunks: list[bytes], exc: BaseException | None) -> None:
+    def __init__(
+        self, chunks: list[bytes], exc: BaseException | None, delays: tuple[float, ...] = ()
+    ) -> None:
         self._chunks = chunks
         self._exc = exc
+        self._delays = delays
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self._chunks:
+        for i, chunk in enumerate(self._chunks):
+            if i < len(self._delays):
+                await pacing.asleep(self._delays[i])
             yield chunk
         if self._exc is not None:
             raise self._exc
@@ -257,22 +302,31 @@ class _AsyncReplayStream:
 class _Tee:
     """A live response's body on its way to the caller, recorded once it ends."""
 
-    def __init__(self, session: Session, prep: Prepared, response: Any, module: Any) -> None:
+    def __init__(
+        self, session: Session, prep: Prepared, response: Any, module: Any, started: float
+    ) -> None:
         self.session = session
         self.prep = prep
         self.module = module
-        self.body = LiveBody(response.status_code, response.headers.multi_items())
+        self.body = LiveBody(response.status_code, response.headers.multi_items(), started=started)
+        length = response.headers.get("content-length")
+        self.length = int(length) if length and length.isdigit() else None
+        self.received = 0
 
     def feed(self, chunk: bytes) -> None:
+        self.received += len(chunk)
         try:
             self.body.feed(chunk)
         except ValueError as exc:  # the bytes do not decode: as httpx itself would say
             raise self.module.DecodingError(str(exc)) from exc
 
-    def exchange(self, exc: BaseException | None) -> LiveExchange | None:
+    def exchange(self, exc: BaseException | None, *, closed: bool = False) -> LiveExchange | None:
+        """`closed`: the client closed the response before its end (abandoned, unless every
+        byte a content-length promised had arrived)."""
         with contextlib.suppress(ValueError):  # a truncated compressed stream: keep what decoded
             self.body.tail()
-        return self.body.exchange(exc)
+        abandoned = closed and (self.length is None or self.received < self.length)
+        return self.body.exchange(exc, abandoned=abandoned)
 
 
 class _RecordingStream:
@@ -290,8 +344,8 @@ class _RecordingStream:
             raise
         self._finish(None)
 
-    def _finish(self, exc: BaseException | None) -> None:
-        exchange = self._tee.exchange(exc)
+    def _finish(self, exc: BaseException | None, *, closed: bool = False) -> None:
+        exchange = self._tee.exchange(exc, closed=closed)
         if exchange is not None:
             self._tee.session.record(self._tee.prep, exchange)
 
@@ -299,7 +353,7 @@ class _RecordingStream:
         try:
             self._inner.close()
         finally:
-            self._finish(None)
+            self._finish(None, closed=True)
 
 
 class _AsyncRecordingStream:
@@ -317,8 +371,8 @@ class _AsyncRecordingStream:
             raise
         await self._finish(None)
 
-    async def _finish(self, exc: BaseException | None) -> None:
-        exchange = self._tee.exchange(exc)
+    async def _finish(self, exc: BaseException | None, *, closed: bool = False) -> None:
+        exchange = self._tee.exchange(exc, closed=closed)
         if exchange is not None:
             await self._tee.session.arecord(self._tee.prep, exchange)
 
@@ -326,4 +380,4 @@ class _AsyncRecordingStream:
         try:
             await self._inner.aclose()
         finally:
-            await self._finish(None)
+            await self._finish(None, closed=True)

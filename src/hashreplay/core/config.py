@@ -21,12 +21,14 @@ from hashreplay.core.constants import (
     DEFAULT_MAX_BODY_BYTES,
     MODE_ENV,
     MODE_OPTION,
+    PACE_ENV,
     RECORDINGS_DIRNAME,
 )
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.mode import Mode
 from hashreplay.core.network import BlockNetwork
 from hashreplay.core.root import PYPROJECT, find_root
+from hashreplay.core.scenarios import Pace, Unconsumed
 from hashreplay.core.volatile import compile_patterns
 
 if sys.version_info >= (3, 11):
@@ -77,6 +79,12 @@ class Config(BaseModel):
     blob_threshold: int = Field(default=DEFAULT_BLOB_THRESHOLD, ge=1)
     #: Bodies over this many bytes are not recorded; larger files and blobs are not read.
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1)
+    #: Store the head and chunk offsets of every recorded response (docs/scenarios.md).
+    record_timing: bool = False
+    #: How replay spaces responses out: "instant", "recorded" or "fixed:<ms>".
+    pace: str = "instant"
+    #: Recorded responses a replayed test did not use: "warn", "fail" or "ignore".
+    unconsumed: Unconsumed = Unconsumed.WARN
 
     # Filled in by load_config, never read from the file.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
@@ -94,6 +102,16 @@ class Config(BaseModel):
     @classmethod
     def _parse_block(cls, value: object) -> BlockNetwork:
         return BlockNetwork.parse(value)
+
+    @field_validator("pace", mode="before")
+    @classmethod
+    def _parse_pace(cls, value: object) -> str:
+        return str(Pace.parse(value))
+
+    @field_validator("unconsumed", mode="before")
+    @classmethod
+    def _parse_unconsumed(cls, value: object) -> Unconsumed:
+        return Unconsumed.parse(value)
 
     @field_validator("match_headers", "keep_response_headers", mode="after")
     @classmethod
@@ -192,6 +210,9 @@ def load_config(
         raise ConfigError(_explain(exc, where)) from None
     except ConfigError as exc:  # a validator's own error (pydantic wraps only ValueErrors)
         raise ConfigError(f"{where}: [tool.hashreplay] {exc}") from None
+    env_pace = env.get(PACE_ENV)
+    if env_pace and "pace" not in overrides:
+        config = config.model_copy(update={"pace": str(Pace.parse(env_pace, source=PACE_ENV))})
     env_mode = env.get(MODE_ENV)
     if mode is not None:
         config = config.with_mode(Mode.parse(mode, source=MODE_OPTION), ModeSource.OPTION)

@@ -15,6 +15,17 @@ TEST_ID_HEADER: Final = "X-HashReplay-Test-Id"
 #: Header that identifies one execution of a test, so a long-running server under test (or
 #: `hashreplay serve`) can tell a re-run of the same test from more calls of the same run.
 RUN_HEADER: Final = "X-HashReplay-Run"
+#: Header that names a conversation within one test (docs/scenarios.md): identical
+#: requests of different conversations replay their own sequences.
+CONVERSATION_HEADER: Final = "X-HashReplay-Conversation"
+#: Header that carries a fault (a JSON object of `hashreplay_fault` arguments) to the proxy.
+FAULT_HEADER: Final = "X-HashReplay-Fault"
+#: Environment variable that sets `pace` (docs/scenarios.md).
+PACE_ENV: Final = "HASHREPLAY_PACE"
+#: The pytest marker that injects faults, and the marker of per-test options.
+FAULT_MARKER: Final = "hashreplay_fault"
+#: Opens a response template in a recorded body: `{{request:body.messages[-1].content}}`.
+TEMPLATE_OPEN: Final = "{{request:"
 #: What every redacted secret is replaced with (docs/design.md §7).
 SECRET_PLACEHOLDER: Final = "[secret removed]"
 

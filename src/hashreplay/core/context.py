@@ -41,6 +41,29 @@ def test_context(test_id: str | None) -> Iterator[None]:
 test_context.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
+_conversation: ContextVar[str | None] = ContextVar("hashreplay_conversation", default=None)
+
+
+def current_conversation() -> str | None:
+    """The conversation of the calling context (`conversation(name)`), or None."""
+    return _conversation.get()
+
+
+@contextmanager
+def conversation(name: str) -> Iterator[None]:
+    """Run a block as conversation `name`: identical requests of different conversations in
+    one test keep their own recorded sequences. Context-local: tasks and threads that copy
+    the context inherit it."""
+    if not isinstance(name, str) or not name:
+        msg = f"hashreplay.conversation(name): name must be a non-empty string, got {name!r}"
+        raise ValueError(msg)
+    token = _conversation.set(name)
+    try:
+        yield
+    finally:
+        _conversation.reset(token)
+
+
 class _Flag:
     """A context-local on/off flag, set for the duration of a `with` block."""
 

@@ -64,16 +64,20 @@ def request_hash(
     *,
     headers: Mapping[str, str | None] | None = None,
     shared: bool = False,
+    conversation: str | None = None,
 ) -> str:
     """The file name (without `.json`) of a request.
 
     `body` must already be redacted and normalised. `shared` (model lists) leaves the test id
     out so every test finds the same recording. `headers` are the `match_headers` values and
-    are only part of the hash when that option is set.
+    are only part of the hash when that option is set; `conversation` only when there is one
+    (`hashreplay.conversation`), so every other request keeps its hash.
     """
     payload: dict[str, Any] = {"method": method.upper(), "endpoint": endpoint, "body": body}
     if not shared:
         payload["test_id"] = test_id
     if headers:
         payload["headers"] = dict(headers)
+    if conversation is not None:
+        payload["conversation"] = conversation
     return digest(canonical_json(payload))

@@ -7,13 +7,15 @@ first, `later_responses` the rest (absent when there is only one).
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import FORMAT_VERSION, KEY_VERSION
 from hashreplay.core.streams import StreamFormat
+from hashreplay.core.templates import has_markers
 
 
 class _Model(BaseModel):
@@ -30,6 +32,41 @@ class RecordedRequest(_Model):
     body: Any = None
     body_encoding: BodyEncoding = BodyEncoding.JSON
     model: str | None = None
+    #: The conversation the request was made in (`hashreplay.conversation`, the
+    #: `X-HashReplay-Conversation` header); part of the hash. Absent: none.
+    conversation: str | None = None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json")
+        if data.get("conversation") is None:
+            data.pop("conversation", None)
+        return data
+
+
+class EndState(str, Enum):
+    """How a response ended (docs/recordings.md, "How a response ended")."""
+
+    COMPLETE = "complete"
+    #: the upstream or the connection failed after `after_chunks` chunks
+    ERROR = "error"
+    #: the client stopped reading after `after_chunks` chunks (disconnected, timed out)
+    ABANDONED = "abandoned"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Ended(_Model):
+    state: EndState
+    #: body chunks (stream events, lines or chunks; 1 for a whole body) delivered before it
+    after_chunks: int = 0
+
+
+class Timing(_Model):
+    """When the response head and each chunk arrived, in µs from the request's start."""
+
+    head_us: int
+    chunks_us: list[int] = Field(default_factory=list)
 
 
 class RecordedException(_Model):
@@ -51,10 +88,31 @@ class RecordedResponse(_Model):
     stream_format: StreamFormat | None = None
     is_exception: bool = False
     exception: RecordedException | None = None
+    #: How it ended; absent: complete (or an error, when `is_exception`).
+    ended: Ended | None = None
+    #: Offsets of the head and chunks (only with `record_timing`); absent: not recorded.
+    timing: Timing | None = None
+
+    #: (id of the body it was computed for, whether it holds `{{` template markers)
+    _markers: tuple[int, bool] | None = PrivateAttr(default=None)
+
+    def has_templates(self) -> bool:
+        """Whether the body may hold `{{request:…}}` markers; computed once per body (a
+        replayed response is checked on every replay)."""
+        cached = self._markers
+        if cached is None or cached[0] != id(self.body):
+            cached = self._markers = (id(self.body), has_markers(self.body))
+        return cached[1]
+
+    @property
+    def end_state(self) -> EndState:
+        if self.ended is not None:
+            return self.ended.state
+        return EndState.ERROR if self.is_exception else EndState.COMPLETE
 
     def to_json_dict(self) -> dict[str, Any]:
         data = self.model_dump(mode="json")
-        for optional in ("stream_format", "exception"):
+        for optional in ("stream_format", "exception", "ended", "timing"):
             if data.get(optional) is None:
                 data.pop(optional, None)
         return data
@@ -75,7 +133,8 @@ class Recording(_Model):
         return [self.response, *self.later_responses]
 
     def to_json_dict(self) -> dict[str, Any]:
-        data = self.model_dump(mode="json", exclude={"response", "later_responses"})
+        data = self.model_dump(mode="json", exclude={"request", "response", "later_responses"})
+        data["request"] = self.request.to_json_dict()
         data["response"] = self.response.to_json_dict()
         if self.later_responses:
             data["later_responses"] = [r.to_json_dict() for r in self.later_responses]

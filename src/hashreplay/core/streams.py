@@ -211,3 +211,33 @@ def with_data_values(fmt: StreamFormat, items: list[Any], values: list[Any]) -> 
     if fmt in (StreamFormat.NDJSON, StreamFormat.VALUES):
         return list(values)
     return items
+
+
+#: Events and types that end an LLM stream (OpenAI, Anthropic, Ollama): a client that closes
+#: right after one has read the whole stream, not abandoned it.
+TERMINAL_EVENTS = frozenset(
+    {"[DONE]", "message_stop", "response.completed", "response.failed", "response.incomplete"}
+)
+
+
+def stream_finished(fmt: StreamFormat, chunks: list[bytes]) -> bool:
+    """Whether a stream's bytes end with its API's own last event (`data: [DONE]`,
+    `message_stop`, `response.completed`, NDJSON `"done": true`)."""
+    data = b"".join(chunks)
+    if fmt is StreamFormat.SSE:
+        events = parse_sse(data)
+        if not events or events[-1].get("partial"):
+            return False
+        last = events[-1]
+        payload = last.get("data")
+        kind = payload.get("type") if isinstance(payload, dict) else payload
+        return last.get("event") in TERMINAL_EVENTS or kind in TERMINAL_EVENTS
+    if fmt is StreamFormat.NDJSON:
+        lines = parse_ndjson(data)
+        return (
+            bool(lines)
+            and data.endswith(b"\n")
+            and isinstance(lines[-1], dict)
+            and (lines[-1].get("done") is True)
+        )
+    return False

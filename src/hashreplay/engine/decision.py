@@ -7,7 +7,8 @@ carry it out (I/O):
   `headers` added (the test id and run id).
 - `Live`: the test runs in `live` mode (or inside a call-layer target that records the whole
   call): send it on.
-- `Replay`: a recording answers it: answer from `response` (the call layer) or `plan()`.
+- `Replay`: a recording (or a fault) answers it: answer from `response` (the call layer) or
+  `plan()`, whose scenario fields (`error_kind`, `delays`, `hang`) the adapter carries out.
 - `Miss`: replay mode and no usable recording; the test fails already: answer `plan()`, or
   raise `error` (the call layer).
 - `Record`: record mode, or record-if-missing with nothing recorded: send it on and hand the
@@ -24,6 +25,7 @@ from hashreplay.core.recording import RecordedResponse
 from hashreplay.engine.http import ReplayPlan, plan_for
 from hashreplay.engine.keying import Prepared
 from hashreplay.engine.miss import miss_plan
+from hashreplay.engine.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -43,10 +45,13 @@ class Replay:
     prep: Prepared
     response: RecordedResponse
     path: Path
+    #: faults, hangs and pacing on top of the response (docs/scenarios.md); None: none
+    scenario: Scenario | None = None
 
     def plan(self) -> ReplayPlan:
         """Bytes and headers that reproduce the recorded response for an HTTP client."""
-        return plan_for(self.response, self.path)
+        plan = plan_for(self.response, self.path)
+        return plan if self.scenario is None else self.scenario.shape(plan, self.response)
 
 
 @dataclass(frozen=True)

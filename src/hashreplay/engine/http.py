@@ -6,15 +6,20 @@ client with (`ReplayPlan`, made from a stored response by `plan_for`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hashreplay.core.bodies import decode_body
 from hashreplay.core.content_coding import decoder_for
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.recording import RecordedResponse
-from hashreplay.core.streams import render_stream
+from hashreplay.core.recording import EndState, RecordedResponse
+from hashreplay.core.streams import render_stream, stream_finished, stream_format_for
+
+if TYPE_CHECKING:
+    from hashreplay.engine.hangs import Hang
 
 
 @dataclass(frozen=True)
@@ -43,11 +48,36 @@ class LiveExchange:
     chunks: list[bytes]
     chunked: bool = False
     exception: BaseException | None = None
+    #: the client stopped reading before the body ended (closed early, disconnected)
+    abandoned: bool = False
+    #: `time.monotonic()` when the request was sent, the head arrived, each chunk arrived
+    started: float | None = None
+    head_at: float | None = None
+    chunk_at: list[float] = field(default_factory=list)
+
+
+class BreakKind:
+    """Generic failures an adapter raises with its own client's exception class
+    (docs/design.md §11): the plan's `error_kind`."""
+
+    READ_TIMEOUT = "read_timeout"
+    CONNECT_ERROR = "connect_error"
+    DISCONNECT = "disconnect"
+    #: the recording ends where its client stopped reading; reading further is an error
+    ABANDONED = "abandoned"
+    ALL = (READ_TIMEOUT, CONNECT_ERROR, DISCONNECT, ABANDONED)
+
+
+ABANDONED_MESSAGE = (
+    "hashreplay: the recording ends where the client stopped reading when it was recorded, "
+    "after {after} chunk(s); re-record it (INFERENCE_MODE=record-if-missing replaces it){where}"
+)
 
 
 @dataclass(frozen=True)
 class ReplayPlan:
-    """How an adapter answers a request from a recording."""
+    """How an adapter answers a request from a recording (what each field asks of an
+    adapter: docs/design.md §11)."""
 
     #: None: the recorded exchange failed before any response; raise the exception at once.
     status: int | None
@@ -57,6 +87,20 @@ class ReplayPlan:
     exception_type: str | None = None
     exception_message: str = ""
     path: Path | None = None
+    #: after `chunks` (or instead of any response when `status` is None) raise the client's
+    #: own exception of this kind (a `BreakKind`), with `exception_message`; wins over
+    #: `exception_type`
+    error_kind: str | None = None
+    #: seconds to wait before the head (`[0]`) and before chunk i (`[i + 1]`); empty: none.
+    #: Async adapters await (`engine.pacing.asleep`), sync ones sleep (`pacing.sleep`).
+    delays: tuple[float, ...] = ()
+    #: never answer: wait on it until the client's timeout or cancellation fires
+    hang: Hang | None = None
+
+    @property
+    def broken(self) -> bool:
+        """Whether the body ends in an error rather than a clean end."""
+        return self.error_kind is not None or self.exception_type is not None
 
 
 def plan_for(response: RecordedResponse, path: Path | None = None) -> ReplayPlan:
@@ -74,11 +118,21 @@ def _plan_for(response: RecordedResponse, path: Path | None) -> ReplayPlan:
     exc = response.exception if response.is_exception else None
     exc_type = exc.type if exc else None
     exc_message = exc.message if exc else ""
+    kind = None
+    if response.end_state is EndState.ABANDONED:
+        after = response.ended.after_chunks if response.ended is not None else 0
+        kind = BreakKind.ABANDONED
+        exc_message = ABANDONED_MESSAGE.format(
+            after=after, where=f" (file: {path})" if path is not None else ""
+        )
     if response.is_streaming and response.stream_format is not None:
         chunks = render_stream(response.stream_format, response.body or [])
-        return ReplayPlan(response.status, headers, chunks, True, exc_type, exc_message, path)
+        return ReplayPlan(response.status, headers, chunks, True, exc_type, exc_message, path, kind)
     body = decode_body(response.body, response.body_encoding)
-    headers.append(("content-length", str(len(body))))
+    if kind is None and exc_type is None:
+        # a body that ended in an error promises no length: a client must not take the
+        # bytes that arrived for the whole
+        headers.append(("content-length", str(len(body))))
     return ReplayPlan(
         response.status,
         headers,
@@ -87,6 +141,7 @@ def _plan_for(response: RecordedResponse, path: Path | None) -> ReplayPlan:
         exc_type,
         exc_message,
         path,
+        kind,
     )
 
 
@@ -106,8 +161,16 @@ class LiveBody:
     """
 
     def __init__(
-        self, status: int, headers: Sequence[tuple[str, str]], *, keep: bool = True
+        self,
+        status: int,
+        headers: Sequence[tuple[str, str]],
+        *,
+        keep: bool = True,
+        started: float | None = None,
     ) -> None:
+        self.started = started
+        self.head_at = time.monotonic()
+        self.chunk_at: list[float] = []
         coding = (header_value(headers, "content-encoding") or "").strip().lower()
         self.status = status
         self.decoder = decoder_for(coding)
@@ -135,6 +198,7 @@ class LiveBody:
                 raise ValueError(msg) from exc
         if data and self.keep:
             self.chunks.append(data)
+            self.chunk_at.append(time.monotonic())
         return data
 
     def tail(self) -> bytes:
@@ -148,11 +212,28 @@ class LiveBody:
             raise ValueError(msg) from exc
         if data and self.keep:
             self.chunks.append(data)
+            self.chunk_at.append(time.monotonic())
         return data
 
-    def exchange(self, exc: BaseException | None) -> LiveExchange | None:
-        """The finished exchange, once (None when it was taken already)."""
+    def exchange(
+        self, exc: BaseException | None, *, abandoned: bool = False
+    ) -> LiveExchange | None:
+        """The finished exchange, once (None when it was taken already). `abandoned`: the
+        client stopped reading before the end (it is stored as such, never as complete)."""
         if self._done:
             return None
         self._done = True
-        return LiveExchange(self.status, self.headers, self.chunks, self.chunked, exc)
+        if abandoned:
+            fmt = stream_format_for(header_value(self.headers, "content-type"), chunked=True)
+            abandoned = fmt is None or not stream_finished(fmt, self.chunks)
+        return LiveExchange(
+            self.status,
+            self.headers,
+            self.chunks,
+            self.chunked,
+            exc,
+            abandoned=abandoned and exc is None,
+            started=self.started,
+            head_at=self.head_at,
+            chunk_at=self.chunk_at,
+        )

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from hashreplay.core.config import Config
-from hashreplay.core.constants import CALL_METHOD, KEY_VERSION, RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.constants import (
+    CALL_METHOD,
+    CONVERSATION_HEADER,
+    FAULT_HEADER,
+    KEY_VERSION,
+    RUN_HEADER,
+    TEST_ID_HEADER,
+)
+from hashreplay.core.context import current_conversation
 from hashreplay.core.diff import request_difference
 from hashreplay.core.errors import HashReplayWarning
 from hashreplay.core.key import MODEL_LIST_SUFFIXES, endpoint_of, is_model_list, request_hash
@@ -68,7 +76,12 @@ class Keyer:
         # hashreplay's own headers are never stored (nor hashed through match_headers)
         self.kept_request_headers = (
             KEPT_REQUEST_HEADERS | frozenset(config.match_headers) | self.redactor.keys
-        ) - {TEST_ID_HEADER.lower(), RUN_HEADER.lower()}
+        ) - {
+            TEST_ID_HEADER.lower(),
+            RUN_HEADER.lower(),
+            CONVERSATION_HEADER.lower(),
+            FAULT_HEADER.lower(),
+        }
 
     def request(
         self, incoming: IncomingRequest, id_map: Mapping[str, str] | None
@@ -91,6 +104,7 @@ class Keyer:
             body=body,
             body_encoding=encoding,
             model=model if isinstance(model, str) else None,
+            conversation=incoming.header(CONVERSATION_HEADER) or current_conversation(),
         )
         secrets = request_secrets(redactor, incoming.url, incoming.headers)
         return scrub_request(request, secrets), secrets
@@ -113,6 +127,7 @@ class Keyer:
             endpoint=name,
             body=body,
             model=model if isinstance(model, str) else None,
+            conversation=current_conversation(),
         )
 
     def body(self, raw: Any, id_map: Mapping[str, str] | None) -> Any:
@@ -133,7 +148,13 @@ class Keyer:
             else None
         )
         hash_hex = request_hash(
-            request.method, request.endpoint, request.body, test_id, headers=match, shared=shared
+            request.method,
+            request.endpoint,
+            request.body,
+            test_id,
+            headers=match,
+            shared=shared,
+            conversation=request.conversation,
         )
         return hash_hex, shared
 
@@ -148,6 +169,7 @@ def check_name(path: Path, recording: Recording, prep: Prepared) -> None:
         and stored.body == prep.request.body
         and stored.endpoint == prep.request.endpoint
         and stored.method == prep.request.method
+        and stored.conversation == prep.request.conversation
     ):
         return  # the common case, at C speed: no field-by-field walk
     if recording.key_version != KEY_VERSION:

@@ -13,25 +13,40 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hashreplay.core.bodies import encode_request_body
 from hashreplay.core.config import Config
 from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import current_test_id, in_call
-from hashreplay.core.errors import RecordingError, ReplayFailure, ReplayMiss
+from hashreplay.core.errors import ConfigError, RecordingError, ReplayFailure, ReplayMiss
 from hashreplay.core.mode import Mode
 from hashreplay.core.normalise import KEPT_RESPONSE_HEADERS
-from hashreplay.core.recording import RecordedRequest, RecordedResponse
+from hashreplay.core.recording import EndState, RecordedRequest, RecordedResponse
+from hashreplay.core.scenarios import Pace, Unconsumed
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues, SeenSecrets
 from hashreplay.core.store import Store
+from hashreplay.core.templates import TemplateError
 from hashreplay.core.writer import BackgroundWriter
 from hashreplay.engine.connections import Connections
 from hashreplay.engine.decision import Decision, Live, Miss, Passthrough, Record, Replay
+from hashreplay.engine.faults import ActiveFault, FaultSpec
+from hashreplay.engine.hangs import Hangs
 from hashreplay.engine.http import IncomingRequest
 from hashreplay.engine.keying import Keyer, Prepared
 from hashreplay.engine.miss_report import miss_report
 from hashreplay.engine.model_lists import merge_model_lists
+from hashreplay.engine.options import TestOptions
+from hashreplay.engine.scenario import (
+    Scenario,
+    check_pace,
+    fault_for,
+    fault_response,
+    templated,
+    unmatched_faults,
+)
 from hashreplay.engine.sequences import sequence_for
 from hashreplay.engine.staging import Outcome, Recorder
 from hashreplay.engine.state import Stats, Tests
+from hashreplay.engine.unconsumed import FileIndex, Unused, unused
 from hashreplay.engine.view import StoreView
 
 __all__ = ["Prepared", "Session", "Stats"]
@@ -59,7 +74,13 @@ class Session:
         #: recording files each test id used (replayed or wrote), for `hashreplay prune`
         self.usage = self.tests.usage
         kept = KEPT_RESPONSE_HEADERS | frozenset(config.keep_response_headers)
-        self.recorder = Recorder(self.tests, self.view, self.redactor, kept)
+        self.recorder = Recorder(
+            self.tests, self.view, self.redactor, kept, record_timing=config.record_timing
+        )
+        self.pace = Pace.parse(config.pace)
+        #: requests that hang (fault `hang=True`), for `wait_hanging`
+        self.hangs = Hangs()
+        self.files = FileIndex(self.store)
         #: connections that no adapter handled (the network guard reports them here)
         self.connections = Connections(config, self.tests)
         self._passthrough = tuple(config.passthrough)
@@ -74,8 +95,46 @@ class Session:
         self.tests.set_mode(test_id, mode)
 
     def end_test(self, test_id: str | None) -> list[ReplayFailure]:
-        """Forget a test's state; returns the misses it had (the plugin fails the test)."""
+        """Forget a test's state; returns the misses it had (the plugin fails the test).
+        Requests it left hanging return with their error."""
+        self.hangs.release(test_id)
         return self.tests.end(test_id)
+
+    def set_test_options(
+        self,
+        test_id: str | None,
+        *,
+        timing: bool | None = None,
+        pace: Pace | None = None,
+        unconsumed: Unconsumed | None = None,
+        faults: Sequence[FaultSpec] = (),
+    ) -> None:
+        """A test's scenario options (the markers); None keeps the configuration's."""
+        with self.tests.lock:
+            self.tests.state(test_id).options = TestOptions(
+                timing, pace, unconsumed, [ActiveFault(f) for f in faults]
+            )
+
+    def wait_hanging(self, test_id: str | None, timeout: float) -> None:
+        """Return once a request of the test hangs (a HangTimeout after `timeout` s)."""
+        self.hangs.wait_hanging(test_id, timeout)
+
+    def leftovers(self, test_id: str | None) -> tuple[Unconsumed, list[Unused], list[str]]:
+        """At a test's end: its `unconsumed` policy, the recorded responses it did not use
+        (replaying modes only) and the faults that matched nothing."""
+        with self.tests.lock:
+            state = self.tests.get(test_id)
+            if state is None:
+                return self.config.unconsumed, [], []
+            policy = state.options.unconsumed or self.config.unconsumed
+            faults = unmatched_faults(state.options)
+            mode = state.mode or self.tests.default_mode
+        if policy is Unconsumed.IGNORE or mode not in (Mode.REPLAY, Mode.RECORD_IF_MISSING):
+            return policy, [], faults
+        # the test's files are read outside the lock (once per directory and session)
+        files = [] if state.passed_through else self.files.files_of(test_id)
+        with self.tests.lock:
+            return policy, unused(state, files), faults
 
     def take_misses(self, test_id: str | None) -> list[ReplayFailure]:
         return self.tests.take_misses(test_id)
@@ -99,7 +158,14 @@ class Session:
         gate = self._gate(request.url, test_id)
         if gate is not None:
             return gate
-        return self._decide(self.prepare(request, test_id))
+        prep = self.prepare(request, test_id)
+        with self.tests.lock:
+            state = self.tests.get(test_id)
+            try:
+                fault = fault_for(state.options if state else None, request)
+            except ConfigError as exc:  # a malformed proxy fault header
+                return Miss(prep, self._failure(prep, str(exc)))
+        return self._decide(prep, request, fault)
 
     def decide_call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Decision:
         """What to do with a call of a call-layer target (`self` already excluded)."""
@@ -117,7 +183,7 @@ class Session:
             headers: tuple[tuple[str, str], ...] = ()
             if test_id is not None:  # server mode: the server stores its calls per test
                 headers = ((TEST_ID_HEADER, test_id), (RUN_HEADER, self.run_id_for(test_id)))
-            self._count_passthrough()
+            self._count_passthrough(test_id)
             return Passthrough(headers)
         if not self.mode_for(test_id).intercepts:
             if url is not None:
@@ -125,18 +191,86 @@ class Session:
             return Live()
         return None
 
-    def _decide(self, prep: Prepared) -> Decision:
-        if not prep.mode.may_replay:
+    def _decide(
+        self,
+        prep: Prepared,
+        request: IncomingRequest | None = None,
+        fault: FaultSpec | None = None,
+    ) -> Decision:
+        if fault is not None and not fault.breaks_recorded:
+            # answered before any recorded response is consumed; never recorded
+            path = self.store.path_for(prep.test_id, prep.hash)
+            hang = self.hangs.hang(prep.test_id) if fault.hang else None
+            return Replay(prep, fault_response(fault), path, Scenario(fault=fault, hang=hang))
+        if not prep.mode.may_replay and fault is None:
             return Record(prep)
         try:
-            found = self._recorded(prep)
-        except RecordingError as problem:
-            return Miss(prep, self.miss(prep, problem))
+            found = self._recorded(prep) if prep.mode.may_replay else None
+        except RecordingError as unusable:
+            return Miss(prep, self.miss(prep, unusable))
         if found is not None:
-            return Replay(prep, *found)
+            return self._replay(prep, *found, request, fault)
+        if fault is not None:
+            why = (
+                f"{fault.describe()} breaks a recorded response, and this request has none "
+                "left to break: record the test without the marker first"
+            )
+            return Miss(prep, self._failure(prep, why))
         if prep.mode.may_record:
             return Record(prep)
         return Miss(prep, self.miss(prep))
+
+    def _replay(
+        self,
+        prep: Prepared,
+        response: RecordedResponse,
+        path: Path,
+        request: IncomingRequest | None,
+        fault: FaultSpec | None,
+    ) -> Replay | Miss:
+        """A recorded response with templates filled, and the test's pace and fault."""
+        try:
+            response = templated(response, lambda: self._layout(prep, request), path)
+        except RecordingError as problem:
+            return Miss(prep, self.miss(prep, problem))
+        except TemplateError as exc:
+            return Miss(prep, self._failure(prep, f"{exc} (recording {path})"))
+        with self.tests.lock:
+            state = self.tests.get(prep.test_id)
+            pace = (state.options.pace if state else None) or self.pace
+        unpaced = check_pace(pace, response, path)
+        if unpaced is not None:
+            return Miss(prep, self._failure(prep, unpaced))
+        if pace.instant and fault is None:
+            return Replay(prep, response, path)
+        return Replay(prep, response, path, Scenario(pace=pace, fault=fault))
+
+    def _layout(self, prep: Prepared, request: IncomingRequest | None) -> dict[str, Any]:
+        """The live request in the stored layout, redacted but not normalised: what
+        `{{request:<path>}}` templates are filled from."""
+        if request is None:  # the call layer
+            return prep.request.model_dump(mode="json")
+        raw, _ = encode_request_body(request.content, request.header("content-type"))
+        return {
+            "method": prep.request.method,
+            "url": prep.request.url,
+            "endpoint": prep.request.endpoint,
+            "headers": {k.lower(): self.redactor.header(k, v) for k, v in request.headers},
+            "body": self.redactor.value(raw),
+        }
+
+    def _failure(self, prep: Prepared, problem: str) -> ReplayMiss:
+        """Note a failure of this test that is not a missing recording (a scenario that
+        cannot be replayed); the test fails with `problem`."""
+        miss = ReplayMiss(
+            self.redactor.text(f"hashreplay: {prep.test_id}: {problem}"),
+            test_id=prep.test_id,
+            request_hash=prep.hash,
+        )
+        with self.tests.lock:
+            self.stats.missed += 1
+            self.tests.state(prep.test_id).misses.append(miss)
+        return miss
 
     def is_passthrough(self, url: str) -> bool:
         """Whether `url` is under a `passthrough` prefix. A prefix ends at a boundary:
@@ -148,9 +282,11 @@ class Session:
                 return True
         return False
 
-    def _count_passthrough(self) -> None:
+    def _count_passthrough(self, test_id: str | None = None) -> None:
         with self.tests.lock:
             self.stats.passed_through += 1
+            if test_id is not None:
+                self.tests.state(test_id).passed_through = True
 
     # --- keying ---------------------------------------------------------------------------
 
@@ -198,6 +334,11 @@ class Session:
             index = seq.calls
             if index >= len(seq.responses):
                 return None
+            if (
+                prep.mode is Mode.RECORD_IF_MISSING
+                and seq.responses[index].end_state is EndState.ABANDONED
+            ):
+                return None  # cut off when it was recorded: record it again
             seq.calls += 1
             tests.stats.replayed += 1
             tests.use(prep.test_id, seq.path)

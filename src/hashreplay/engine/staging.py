@@ -14,9 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from hashreplay.core.bodies import BodyEncoding, encode_body
+from hashreplay.core.mode import Mode
 from hashreplay.core.normalise import filter_headers, new_id_registry
 from hashreplay.core.normalise_response import normalise_response
-from hashreplay.core.recording import RecordedException, RecordedResponse, new_recording
+from hashreplay.core.recording import (
+    Ended,
+    EndState,
+    RecordedException,
+    RecordedResponse,
+    Timing,
+    new_recording,
+)
 from hashreplay.core.redact import Redactor
 from hashreplay.core.secret_values import scrub_recording
 from hashreplay.core.streams import parse_stream, stream_format_for
@@ -32,12 +40,38 @@ Outcome = LiveExchange | RecordedResponse
 
 
 def stored_response(
-    outcome: Outcome, redactor: Redactor, kept_headers: frozenset[str]
+    outcome: Outcome, redactor: Redactor, kept_headers: frozenset[str], *, timed: bool = False
 ) -> RecordedResponse:
-    """An outcome as it will be stored: redacted, headers reduced, streams parsed."""
+    """An outcome as it will be stored: redacted, headers reduced, streams parsed; with its
+    end state, and (`timed`) the offsets of its head and chunks."""
     if isinstance(outcome, RecordedResponse):
         return _redacted(outcome, redactor, kept_headers)
-    return _from_exchange(outcome, redactor, kept_headers)
+    response = _from_exchange(outcome, redactor, kept_headers)
+    update: dict[str, Any] = {}
+    if outcome.exception is not None or outcome.abandoned:
+        state = EndState.ERROR if outcome.exception is not None else EndState.ABANDONED
+        update["ended"] = Ended(state=state, after_chunks=_chunk_count(response))
+    if timed:
+        update["timing"] = timing_of(outcome)
+    return response.model_copy(update=update) if update else response
+
+
+def _chunk_count(response: RecordedResponse) -> int:
+    if response.is_streaming and isinstance(response.body, list):
+        return len(response.body)
+    return 1 if response.body not in (None, "", b"") else 0
+
+
+def timing_of(exchange: LiveExchange) -> Timing | None:
+    """Offsets (µs) of the head and each chunk from the request's start."""
+    if exchange.started is None:
+        return None
+    start = exchange.started
+    head = exchange.head_at if exchange.head_at is not None else start
+    return Timing(
+        head_us=max(0, round((head - start) * 1e6)),
+        chunks_us=[max(0, round((at - start) * 1e6)) for at in exchange.chunk_at],
+    )
 
 
 def _from_exchange(
@@ -97,8 +131,15 @@ class Recorder:
     """Turns outcomes into file contents under the session's per-test state."""
 
     def __init__(
-        self, tests: Tests, view: StoreView, redactor: Redactor, kept_headers: frozenset[str]
+        self,
+        tests: Tests,
+        view: StoreView,
+        redactor: Redactor,
+        kept_headers: frozenset[str],
+        *,
+        record_timing: bool = False,
     ) -> None:
+        self.record_timing = record_timing
         self.tests = tests
         self.view = view
         self.redactor = redactor
@@ -106,30 +147,40 @@ class Recorder:
 
     def stage(self, prep: Prepared, outcome: Outcome) -> tuple[Path, bytes | None]:
         """The file this outcome goes to and its new bytes (None: nothing to write)."""
-        response = stored_response(outcome, self.redactor, self.kept_headers)
-        if prep.shared:
-            return self._stage_model_list(prep, response)
         tests = self.tests
         with tests.lock:
-            seq = sequence_for(tests, self.view, prep)
-            if seq.calls < len(seq.responses):
-                # record mode re-records from the first call; record-if-missing only
-                # reaches here past the end of the recorded sequence.
-                del seq.responses[seq.calls :]
-            index = len(seq.responses)
-            where = "response.body" if index == 0 else f"later_responses[{index - 1}].body"
             state = tests.state(prep.test_id)
+            timed = state.options.timing
+        timed = self.record_timing if timed is None else timed
+        response = stored_response(outcome, self.redactor, self.kept_headers, timed=timed)
+        if prep.shared:
+            return self._stage_model_list(prep, response)
+        with tests.lock:
+            seq = sequence_for(tests, self.view, prep)
+            index = min(seq.calls, len(seq.responses))
+            replaces = prep.mode is Mode.RECORD_IF_MISSING and index < len(seq.responses)
+            if not replaces:
+                # record mode re-records from the first call; record-if-missing reaches
+                # here past the end of the sequence, or for a response cut off when it was
+                # recorded, which is replaced in place
+                del seq.responses[index:]
+            where = "response.body" if index == 0 else f"later_responses[{index - 1}].body"
             normalised = normalise_response(response, seq.ids, where=where, known_ids=state.id_map)
+            responses = list(seq.responses)
+            if replaces:
+                responses[index] = normalised
+            else:
+                responses.append(normalised)
             recording = new_recording(
                 test_id=prep.test_id,
                 request=prep.request,
-                responses=[*seq.responses, normalised],
+                responses=responses,
                 id_mapping=seq.ids.facts,
             )
             # the request's own credential values leave every string; large values go to
             # blobs; a body over max_body_bytes raises BodyTooLarge, the sequence unchanged
             content = self.view.store.dump(scrub_recording(recording, prep.secrets))
-            seq.responses.append(normalised)
+            seq.responses[:] = responses
             seq.calls += 1
             state.id_map.update(seq.ids.stable)
             tests.stats.recorded += 1

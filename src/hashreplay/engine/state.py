@@ -15,6 +15,7 @@ from hashreplay.core.errors import ReplayFailure
 from hashreplay.core.mode import Mode
 from hashreplay.core.normalise import IdRegistry
 from hashreplay.core.recording import RecordedResponse
+from hashreplay.engine.options import TestOptions
 
 
 @dataclass
@@ -58,6 +59,10 @@ class TestState:
     #: original → stable ids this test received while recording (never written).
     id_map: dict[str, str] = field(default_factory=dict)
     misses: list[ReplayFailure] = field(default_factory=list)
+    #: scenario options of this test (markers, fault headers)
+    options: TestOptions = field(default_factory=TestOptions)
+    #: it sent requests to a server under test, which replays this test's files itself
+    passed_through: bool = False
 
 
 class Tests:
@@ -101,6 +106,9 @@ class Tests:
             state = self._tests.get(test_id)
             if state is None or state.run_id != run_id:
                 self._tests[test_id] = TestState(run_id=run_id)
+
+    def get(self, test_id: str | None) -> TestState | None:
+        return self._tests.get(test_id)
 
     def end(self, test_id: str | None) -> list[ReplayFailure]:
         """Forget a test's state; returns the misses it had."""

@@ -36,7 +36,7 @@ from hashreplay.core.names import (
 )
 from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_request_body
 from hashreplay.core.normalise_response import normalise_response
-from hashreplay.core.recording import Recording
+from hashreplay.core.recording import EndState, Recording
 from hashreplay.core.store import Store, dumps, parse_recording, write_bytes_atomic
 from hashreplay.core.urls import stored_url
 from hashreplay.engine.session import Session
@@ -259,6 +259,23 @@ def verify(loaded: Loaded, rules: Rules) -> list[str]:
             problems.append(
                 f"unreachable: test {recording.test_id!r} looks for it in {where}; "
                 "move it there or re-record the test"
+            )
+    problems.extend(incomplete_problems(recording))
+    return problems
+
+
+def incomplete_problems(recording: Recording) -> list[str]:
+    """Responses the client abandoned while recording: replay never passes them off as
+    complete, and `record-if-missing` re-records them."""
+    problems = []
+    for index, response in enumerate(recording.responses):
+        if response.end_state is EndState.ABANDONED:
+            where = "response" if index == 0 else f"later_responses[{index - 1}]"
+            after = response.ended.after_chunks if response.ended is not None else 0
+            problems.append(
+                f"{where} is incomplete: the client stopped reading after {after} chunk(s) "
+                "when it was recorded; re-record it (INFERENCE_MODE=record-if-missing pytest "
+                "<the test> replaces it)"
             )
     return problems
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
@@ -24,8 +25,9 @@ from http.cookiejar import CookieJar, DefaultCookiePolicy
 import httpx2
 
 from hashreplay.core.errors import ProxyError
+from hashreplay.engine import pacing
 from hashreplay.engine.decision import Miss, Record, Replay
-from hashreplay.engine.http import IncomingRequest, LiveBody, ReplayPlan
+from hashreplay.engine.http import BreakKind, IncomingRequest, LiveBody, ReplayPlan
 from hashreplay.engine.keying import Prepared
 from hashreplay.engine.session import Session
 from hashreplay.server.next_step import with_serve_next_step
@@ -98,7 +100,11 @@ class Forwarder:
         incoming = IncomingRequest(request.method, request.url, request.headers, request.body)
         decision = session.decide(incoming, test_id=request.test_id)
         if isinstance(decision, Replay):
-            await self._answer(request, decision.plan(), reply)
+            plan = decision.plan()
+            if plan.hang is not None:
+                await _hang(plan, receive)  # no answer: the client gives up (or the run ends)
+                return
+            await self._answer(request, plan, reply)
         elif isinstance(decision, Miss):
             # the report's next step is this proxy's, not pytest's
             decision = dataclasses.replace(
@@ -115,6 +121,12 @@ class Forwarder:
             await self._relay(request, reply, receive, None)
 
     async def _answer(self, request: ProxyRequest, plan: ReplayPlan, reply: Responder) -> None:
+        delays = plan.delays
+        if delays:
+            await pacing.asleep(delays[0])
+        if plan.status is None and plan.error_kind is not None:
+            status = 504 if plan.error_kind == BreakKind.READ_TIMEOUT else 502
+            raise ProxyError(status, "fault", plan.exception_message)
         if plan.status is None:
             kind = plan.exception_type or "an unknown error"
             status = 504 if "timeout" in kind.lower() else 502
@@ -125,23 +137,27 @@ class Forwarder:
             )
             raise ProxyError(status, "recorded_failure", message)
         await reply.start(plan.status, plan.headers)
-        if plan.exception_type is not None:
-            for chunk in plan.chunks:
+        if plan.broken:
+            for i, chunk in enumerate(plan.chunks):
+                if i + 1 < len(delays):
+                    await pacing.asleep(delays[i + 1])
                 await reply.body(chunk, more=True)
             self.counters.error("broken_stream")
             logger.warning(
                 "replaying a broken response of %s %s: closing the connection as the upstream "
-                "did (recorded %s: %s)",
+                "did (%s: %s)",
                 request.method,
                 request.target,
-                plan.exception_type,
+                plan.error_kind or plan.exception_type,
                 plan.exception_message,
             )
             return  # incomplete on purpose: the server closes the connection
-        if not plan.is_streaming and len(plan.chunks) <= 1:
+        if not plan.is_streaming and len(plan.chunks) <= 1 and len(delays) <= 1:
             await reply.body(plan.chunks[0] if plan.chunks else b"", more=False)
             return
-        for chunk in plan.chunks:
+        for i, chunk in enumerate(plan.chunks):
+            if i + 1 < len(delays):
+                await pacing.asleep(delays[i + 1])
             await reply.body(chunk, more=True)
         await reply.body(b"", more=False)
 
@@ -160,6 +176,7 @@ class Forwarder:
         outgoing = httpx2.Request(
             request.method, request.url, headers=request.headers, content=request.body or None
         )
+        started = time.monotonic()
         try:
             response = await self.client().send(outgoing, stream=True)
         except httpx2.TimeoutException as exc:
@@ -180,7 +197,7 @@ class Forwarder:
             code = "upstream_unreachable" if unreachable else "upstream_error"
             raise ProxyError(502, code, message, retry=True) from None
         try:
-            await self._stream(request, response, reply, receive, prep)
+            await self._stream(request, response, reply, receive, prep, started=started)
         finally:
             await response.aclose()
 
@@ -191,10 +208,12 @@ class Forwarder:
         reply: Responder,
         receive: Receive,
         prep: Prepared | None,
+        *,
+        started: float,
     ) -> None:
         raw_headers = response.headers.multi_items()
         # decoded for the file and the client alike; undecodable bytes pass as they came
-        live = LiveBody(response.status_code, raw_headers, keep=prep is not None)
+        live = LiveBody(response.status_code, raw_headers, keep=prep is not None, started=started)
         dropped = ("content-encoding", "content-length") if live.decodes else ()
         client_headers = end_to_end(raw_headers, dropped)
         # While recording, a content-length response is held until its file is written, so
@@ -221,7 +240,9 @@ class Forwarder:
         finally:
             watcher.cancel()
         sent = relay.sent
-        exchange = live.exchange(failure)
+        # a client that left before the end leaves a response marked abandoned, never one
+        # that replays as complete
+        exchange = live.exchange(failure, abandoned=gone.is_set())
         if prep is not None and exchange is not None:
             what = f"{request.method} {request.target}"
             await record_exchange(self.session, prep, exchange, what)  # issue 13 item 8
@@ -260,6 +281,19 @@ def _decoded(step: Callable[[bytes], bytes], raw: bytes) -> bytes:
     except ValueError as exc:
         raise httpx2.DecodingError(f"upstream: {exc}") from exc
     return data
+
+
+async def _hang(plan: ReplayPlan, receive: Receive) -> None:
+    """Answer nothing until the client disconnects or the hang is released."""
+    assert plan.hang is not None
+    gone = asyncio.Event()
+    watcher = asyncio.ensure_future(_watch_disconnect(receive, gone))
+    hang = asyncio.ensure_future(plan.hang.await_(None))
+    try:
+        await asyncio.wait([watcher, hang], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        hang.cancel()
 
 
 async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:

@@ -1,0 +1,144 @@
+"""Scenarios on replay (docs/scenarios.md): what the engine adds to a plan besides the
+recorded bytes, namely faults, hangs, pacing and request templates.
+
+`Session.decide` asks `fault_for` first (a matching fault answers before any recorded
+response is consumed), and passes every recorded response it replays through `replayed`.
+The result is an ordinary `Replay` (or `Miss`) whose plan carries the instructions
+(`error_kind`, `delays`, `hang`) every adapter carries out (docs/design.md §11).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from hashreplay.core.bodies import BodyEncoding
+from hashreplay.core.constants import FAULT_HEADER
+from hashreplay.core.errors import RecordingError, error_body
+from hashreplay.core.recording import RecordedResponse
+from hashreplay.core.scenarios import Pace
+from hashreplay.core.templates import TemplateError, fill
+from hashreplay.engine.faults import ActiveFault, FaultSpec
+from hashreplay.engine.hangs import Hang
+from hashreplay.engine.http import BreakKind, IncomingRequest, ReplayPlan
+from hashreplay.engine.options import TestOptions
+from hashreplay.engine.pacing import NoTiming, delays_for
+
+HANG_MESSAGE = "hashreplay: hang fault: no answer until the client's timeout"
+FAULT_MESSAGE = "hashreplay: fault {kind} injected by {spec}"
+NO_TIMING = (
+    'pace = "recorded" needs the recording\'s timing, and {path} has none: re-record the test '
+    "with timing (record_timing = true in [tool.hashreplay], or "
+    "@pytest.mark.hashreplay(timing=True)), e.g. INFERENCE_MODE=record pytest <the test>"
+)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What replay adds to a recorded response's plan."""
+
+    pace: Pace | None = None
+    fault: FaultSpec | None = None
+    hang: Hang | None = None
+
+    def shape(self, plan: ReplayPlan, response: RecordedResponse) -> ReplayPlan:
+        fault = self.fault
+        if self.hang is not None:
+            return replace(
+                plan,
+                status=None,
+                error_kind=BreakKind.READ_TIMEOUT,
+                exception_message=HANG_MESSAGE,
+                hang=self.hang,
+            )
+        if fault is not None and fault.error is not None:
+            message = FAULT_MESSAGE.format(kind=fault.error, spec=fault.describe())
+            if fault.after_chunks is None:
+                return replace(plan, status=None, error_kind=fault.error, exception_message=message)
+            chunks = plan.chunks[: fault.after_chunks]
+            plan = replace(plan, chunks=chunks, error_kind=fault.error, exception_message=message)
+            if not plan.is_streaming:  # a whole body cut short: no length to promise
+                headers = [(k, v) for k, v in plan.headers if k.lower() != "content-length"]
+                plan = replace(plan, headers=headers, is_streaming=True)
+        if self.pace is not None and not self.pace.instant:
+            plan = replace(plan, delays=delays_for(response, self.pace, len(plan.chunks)))
+        return plan
+
+
+def fault_for(options: TestOptions | None, request: IncomingRequest) -> FaultSpec | None:
+    """The fault this request gets, if any (counted); the proxy's header fault first."""
+    path = urlsplit(request.url).path
+    header = request.header(FAULT_HEADER)
+    if header is not None and options is not None:
+        active = options.header_faults.get(header)
+        if active is None:
+            spec = FaultSpec.from_header(header, source=f"header {FAULT_HEADER}")
+            active = options.header_faults[header] = ActiveFault(spec)
+        if active.take(path):
+            return active.spec
+    if options is None:
+        return None
+    for active in options.faults:
+        if active.take(path):
+            return active.spec
+    return None
+
+
+def fault_response(spec: FaultSpec) -> RecordedResponse:
+    """The response a `status=` fault answers with (status None for errors and hangs)."""
+    if spec.status is None:
+        return RecordedResponse(status=None)
+    headers = dict(spec.headers)
+    body: Any = spec.body
+    if body is None and spec.status >= 400:
+        message = f"hashreplay fault: status {spec.status} injected by {spec.describe()}"
+        body = orjson.loads(error_body(message, "hashreplay_fault", str(spec.status)))
+    if isinstance(body, str):
+        headers.setdefault("content-type", "text/plain; charset=utf-8")
+        return RecordedResponse(
+            status=spec.status, headers=headers, body=body, body_encoding=BodyEncoding.TEXT
+        )
+    if body is not None:
+        headers.setdefault("content-type", "application/json")
+    return RecordedResponse(status=spec.status, headers=headers, body=body)
+
+
+def templated(
+    response: RecordedResponse, layout: Callable[[], Mapping[str, Any]], path: Any
+) -> RecordedResponse:
+    """The response with `{{request:…}}` markers filled; a RecordingError for a marker that
+    does not parse, a TemplateError (a miss) for a path this request lacks."""
+    if not response.has_templates():
+        return response
+    try:
+        body = fill(response.body, layout())
+    except TemplateError as exc:
+        if exc.syntax:
+            raise RecordingError(path, str(exc)) from None
+        raise
+    return response.model_copy(update={"body": body})
+
+
+def check_pace(pace: Pace | None, response: RecordedResponse, path: Any) -> str | None:
+    """Why this response cannot be paced as asked, or None."""
+    if pace is None or pace.kind != "recorded" or response.timing is not None:
+        return None
+    try:
+        delays_for(response, pace, 0)
+    except NoTiming:
+        return NO_TIMING.format(path=path)
+    return None
+
+
+def unmatched_faults(options: TestOptions | None) -> list[str]:
+    if options is None:
+        return []
+    return [
+        f"{active.spec.describe()} matched no request of this test"
+        for active in options.faults
+        if active.applied == 0
+    ]

@@ -1,0 +1,83 @@
+"""Unconsumed recordings (docs/scenarios.md): recorded responses a replayed test did not use,
+either fewer identical calls than recorded or a recorded request it never made.
+
+The second needs every file a test recorded, so each recordings directory is read once per
+session (lazily, only when a test of it ends and `unconsumed` is not "ignore").
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from hashreplay.core.constants import MODEL_LIST_PREFIX
+from hashreplay.core.errors import RecordingError
+from hashreplay.core.store import Store
+from hashreplay.engine.state import TestState
+
+
+@dataclass(frozen=True)
+class Unused:
+    path: Path
+    #: responses of the file the test did not use
+    count: int
+    #: how many the file holds
+    recorded: int
+
+    def describe(self, root: Path) -> str:
+        try:
+            name = self.path.relative_to(root)
+        except ValueError:
+            name = self.path
+        if self.count == self.recorded:
+            return f"{name}: never requested ({self.recorded} recorded response(s))"
+        used = self.recorded - self.count
+        return f"{name}: {used} of {self.recorded} recorded response(s) used, {self.count} not"
+
+
+class FileIndex:
+    """The recordings of each test id, by directory, read once."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._dirs: dict[Path, dict[str | None, list[tuple[Path, int]]]] = {}
+
+    def files_of(self, test_id: str | None) -> list[tuple[Path, int]]:
+        directory = self.store.dir_for(test_id)
+        with self._lock:
+            index = self._dirs.get(directory)
+            if index is None:
+                index = self._dirs[directory] = self._read(directory)
+        return index.get(test_id, [])
+
+    def _read(self, directory: Path) -> dict[str | None, list[tuple[Path, int]]]:
+        index: dict[str | None, list[tuple[Path, int]]] = {}
+        if not directory.is_dir():
+            return index
+        for path in sorted(directory.glob("*.json")):
+            if path.name.startswith(MODEL_LIST_PREFIX):
+                continue
+            try:
+                recording = self.store.read(path)
+            except RecordingError:
+                continue  # `hashreplay verify` names it
+            index.setdefault(recording.test_id, []).append((path, len(recording.responses)))
+        return index
+
+
+def unused(state: TestState, files: list[tuple[Path, int]]) -> list[Unused]:
+    """What a replayed test left unused, given the files recorded for it (callers hold the
+    tests lock). A test that passed requests through to a server under test gets no `files`:
+    the server replays those itself."""
+    found: list[Unused] = []
+    seen: set[Path] = set()
+    for seq in state.sequences.values():
+        seen.add(seq.path.resolve())
+        if seq.calls < len(seq.responses):
+            found.append(Unused(seq.path, len(seq.responses) - seq.calls, len(seq.responses)))
+    for path, count in files:
+        if path.resolve() not in seen:
+            found.append(Unused(path, count, count))
+    return found

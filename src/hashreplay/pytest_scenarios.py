@@ -1,0 +1,104 @@
+"""The pytest side of scenarios (docs/scenarios.md): the `hashreplay` marker's scenario
+options, `hashreplay_fault` markers, the `hashreplay` fixture, and the end-of-test report of
+unconsumed recordings and faults that matched nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+import pytest
+
+from hashreplay.core.constants import FAULT_MARKER
+from hashreplay.core.errors import ConfigError, HashReplayWarning
+from hashreplay.core.scenarios import Pace, Unconsumed
+from hashreplay.engine.faults import FaultSpec
+from hashreplay.engine.hangs import HangTimeout
+from hashreplay.engine.session import Session
+
+
+def apply_markers(item: pytest.Item, session: Session) -> None:
+    """Hand the test's scenario options to the engine; a ConfigError names the marker."""
+    marker = item.get_closest_marker("hashreplay")
+    kwargs = marker.kwargs if marker is not None else {}
+    timing = kwargs.get("timing")
+    if timing is not None and not isinstance(timing, bool):
+        msg = f"@pytest.mark.hashreplay timing={timing!r} must be True or False"
+        raise ConfigError(msg)
+    pace = kwargs.get("pace")
+    unconsumed = kwargs.get("unconsumed")
+    faults = [
+        FaultSpec.parse(m.kwargs, source=f"@pytest.mark.{FAULT_MARKER}")
+        for m in reversed(list(item.iter_markers(FAULT_MARKER)))
+    ]
+    if timing is None and pace is None and unconsumed is None and not faults:
+        return
+    session.set_test_options(
+        item.nodeid,
+        timing=timing,
+        pace=None if pace is None else Pace.parse(pace, source="@pytest.mark.hashreplay pace"),
+        unconsumed=None
+        if unconsumed is None
+        else Unconsumed.parse(unconsumed, source="@pytest.mark.hashreplay unconsumed"),
+        faults=faults,
+    )
+
+
+def report_leftovers(item: pytest.Item, session: Session, report: pytest.TestReport) -> int:
+    """Warn about (or fail the test for) what it left unused; returns how many responses."""
+    policy, unused, faults = session.leftovers(item.nodeid)
+    if not unused and not faults:
+        return 0
+    root = session.config.root
+    lines = [u.describe(root) for u in unused] + faults
+    count = sum(u.count for u in unused)
+    head = f"hashreplay: {item.nodeid} left {count} recorded response(s) unused" + (
+        f" and {len(faults)} fault(s) unmatched" if faults else ""
+    )
+    text = "\n".join([head, *(f"  {line}" for line in lines)])
+    hint = (
+        "\n  (the test makes fewer calls than were recorded: re-record it with "
+        'INFERENCE_MODE=record, or set unconsumed = "ignore")'
+    )
+    if policy is Unconsumed.FAIL and report.passed:
+        report.outcome = "failed"
+        report.longrepr = text + hint
+    elif policy is not Unconsumed.IGNORE:
+        item.warn(HashReplayWarning(text))
+    return count
+
+
+class HashReplayFixture:
+    """What the `hashreplay` fixture gives a test."""
+
+    def __init__(self, session: Session, test_id: str) -> None:
+        self._session = session
+        self._test_id = test_id
+
+    def wait_hanging(self, timeout: float = 5.0) -> Any:
+        """Return once a request of this test hangs (`hashreplay_fault(hang=True)`); a
+        HangTimeout after `timeout` seconds. Inside a running event loop it returns an
+        awaitable instead: `await hashreplay.wait_hanging()`."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self._session.wait_hanging(self._test_id, timeout)
+            return None
+        return self._await_hanging(timeout)
+
+    def _await_hanging(self, timeout: float) -> Coroutine[Any, Any, None]:
+        async def wait() -> None:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    self._session.wait_hanging(self._test_id, 0)
+                except HangTimeout:
+                    if time.monotonic() >= deadline:
+                        raise
+                    await asyncio.sleep(0.005)
+                else:
+                    return
+
+        return wait()
