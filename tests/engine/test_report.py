@@ -53,7 +53,7 @@ def test_same_test_and_endpoint_shows_the_first_differing_field(tmp_path: Path) 
     record(tmp_path, TEST, request(chat("totally", "different")))
     report = miss(tmp_path, TEST, request(chat("system says", "echo:bye", "and more")))
     lines = report.splitlines()
-    # the stored form of a loopback URL: no port (DESIGN.md §13)
+    # the stored form of a loopback URL: no port (docs/design.md §13)
     assert (
         lines[0]
         == "hashreplay: no recording for POST http://localhost/v1/chat/completions (replay mode)"

@@ -1,4 +1,4 @@
-"""Blobs end to end (DESIGN.md §13): two tests send the same 1 MB image through the openai SDK;
+"""Blobs end to end (docs/design.md §13): two tests send the same 1 MB image through the openai SDK;
 one blob is stored, the recordings stay small, replay works offline, and `verify`, `prune`,
 `rehash` and `normalize` treat the blob as part of the store."""
 

@@ -1,4 +1,4 @@
-"""Blobs (DESIGN.md §13): large values stored once, referenced, put back byte for byte."""
+"""Blobs (docs/design.md §13): large values stored once, referenced, put back byte for byte."""
 
 from __future__ import annotations
 

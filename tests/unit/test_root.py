@@ -1,4 +1,4 @@
-"""The project root outside pytest (`core/root.py`, DESIGN.md §9)."""
+"""The project root outside pytest (`core/root.py`, docs/design.md §9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared blobs for large values (DESIGN.md §13, contract): the pure rules, no I/O.
+"""Shared blobs for large values (docs/design.md §13, contract): the pure rules, no I/O.
 
 A string inside a stored body (a base64 image, audio, a PDF), or a whole non-JSON body
 (stored as text or base64), longer than `blob_threshold` bytes is kept once in

@@ -1,4 +1,4 @@
-"""The project root outside pytest (DESIGN.md §9): found from any directory of the project.
+"""The project root outside pytest (docs/design.md §9): found from any directory of the project.
 
 In order: `HASHREPLAY_ROOT`; else the nearest ancestor of the working directory holding a
 `pyproject.toml` with `[tool.hashreplay]`; else the nearest with one of pytest's rootdir

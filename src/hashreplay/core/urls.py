@@ -1,4 +1,4 @@
-"""The URL a recording stores (DESIGN.md §13, contract): a loopback upstream keeps no port.
+"""The URL a recording stores (docs/design.md §13, contract): a loopback upstream keeps no port.
 
 Neither host nor port is hashed (§3), so a recording made against a fake or local server on
 port 8000 replays against port 9000; storing the port would still rewrite every file on a

@@ -6,7 +6,7 @@ exchange the SDK saw on the wire: a typed object its JSON body, a list of chunks
 stream ending in `[DONE]` (OpenAI) or NDJSON lines (Ollama), a model list the provider's
 list response (requested with `GET`, as the SDK does), a recorded provider error the HTTP
 error response it came from. Tool calls (`provider`, `tool_name`, `kwargs`) become
-call-layer recordings (DESIGN.md §2). Three request shapes are known: inference
+call-layer recordings (docs/design.md §2). Three request shapes are known: inference
 (`method`, `url`, `body`), raw httpx (`url`, `method`, `payload`) and tool (`tool_name`).
 """
 

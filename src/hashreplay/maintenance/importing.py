@@ -1,4 +1,4 @@
-"""Taking other tools' recordings over (`hashreplay import vcr|ogx`, DESIGN.md §13).
+"""Taking other tools' recordings over (`hashreplay import vcr|ogx`, docs/design.md §13).
 
 A reader turns each source file into `Entry`s: an HTTP request and the response it got (or a
 call-layer call), under the test id it belongs to. Every entry then goes through the engine
@@ -36,7 +36,7 @@ class UnreadableSource(HashReplayError):
 
 @dataclass(frozen=True)
 class CallEntry:
-    """A call-layer call (DESIGN.md §2) and what it returned, as a recorded response."""
+    """A call-layer call (docs/design.md §2) and what it returned, as a recorded response."""
 
     name: str
     kwargs: dict[str, Any]
