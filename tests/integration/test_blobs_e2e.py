@@ -138,7 +138,7 @@ def test_a_body_over_the_ceiling_fails_the_call_through_the_sdk_without_retries(
             model="gpt-fake-1", messages=[{"role": "user", "content": "x" * 200}]
         )
     assert str(info.value).startswith(
-        f"hashreplay: not recorded: the request body of {upstream.url}/v1/chat/completions "
+        f"hashreplay: not recorded: the request body of http://localhost/v1/chat/completions "
         f"in test {test_id} is "
     )
     assert "raise it in [tool.hashreplay] of pyproject.toml (max_body_bytes = 512)" in str(
