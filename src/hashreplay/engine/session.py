@@ -13,18 +13,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hashreplay.core.bodies import encode_request_body
 from hashreplay.core.config import Config
 from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import current_test_id, in_call
 from hashreplay.core.errors import ConfigError, RecordingError, ReplayFailure, ReplayMiss
 from hashreplay.core.mode import Mode
 from hashreplay.core.normalise import KEPT_RESPONSE_HEADERS
-from hashreplay.core.recording import EndState, RecordedRequest, RecordedResponse
+from hashreplay.core.recording import RecordedRequest
 from hashreplay.core.scenarios import Pace, Unconsumed
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues, SeenSecrets
 from hashreplay.core.store import Store
-from hashreplay.core.templates import TemplateError
 from hashreplay.core.writer import BackgroundWriter
 from hashreplay.engine.connections import Connections
 from hashreplay.engine.decision import Decision, Live, Miss, Passthrough, Record, Replay
@@ -32,18 +30,14 @@ from hashreplay.engine.faults import ActiveFault, FaultSpec
 from hashreplay.engine.hangs import Hangs
 from hashreplay.engine.http import IncomingRequest
 from hashreplay.engine.keying import Keyer, Prepared
-from hashreplay.engine.miss_report import miss_report
-from hashreplay.engine.model_lists import merge_model_lists
 from hashreplay.engine.options import TestOptions
+from hashreplay.engine.replayer import Replayer
 from hashreplay.engine.scenario import (
     Scenario,
-    check_pace,
     fault_for,
     fault_response,
-    templated,
     unmatched_faults,
 )
-from hashreplay.engine.sequences import sequence_for
 from hashreplay.engine.staging import Outcome, Recorder
 from hashreplay.engine.state import Stats, Tests
 from hashreplay.engine.unconsumed import FileIndex, Unused, unused
@@ -78,6 +72,7 @@ class Session:
             self.tests, self.view, self.redactor, kept, record_timing=config.record_timing
         )
         self.pace = Pace.parse(config.pace)
+        self.replayer = Replayer(self.view, self.tests, self.redactor, config.root, self.pace)
         #: requests that hang (fault `hang=True`), for `wait_hanging`
         self.hangs = Hangs()
         self.files = FileIndex(self.store)
@@ -164,7 +159,7 @@ class Session:
             try:
                 fault = fault_for(state.options if state else None, request)
             except ConfigError as exc:  # a malformed proxy fault header
-                return Miss(prep, self._failure(prep, str(exc)))
+                return Miss(prep, self.replayer.failure(prep, str(exc)))
         return self._decide(prep, request, fault)
 
     def decide_call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Decision:
@@ -205,72 +200,20 @@ class Session:
         if not prep.mode.may_replay and fault is None:
             return Record(prep)
         try:
-            found = self._recorded(prep) if prep.mode.may_replay else None
+            found = self.replayer.recorded(prep) if prep.mode.may_replay else None
         except RecordingError as unusable:
             return Miss(prep, self.miss(prep, unusable))
         if found is not None:
-            return self._replay(prep, *found, request, fault)
+            return self.replayer.replay(prep, *found, request, fault)
         if fault is not None:
             why = (
                 f"{fault.describe()} breaks a recorded response, and this request has none "
                 "left to break: record the test without the marker first"
             )
-            return Miss(prep, self._failure(prep, why))
+            return Miss(prep, self.replayer.failure(prep, why))
         if prep.mode.may_record:
             return Record(prep)
         return Miss(prep, self.miss(prep))
-
-    def _replay(
-        self,
-        prep: Prepared,
-        response: RecordedResponse,
-        path: Path,
-        request: IncomingRequest | None,
-        fault: FaultSpec | None,
-    ) -> Replay | Miss:
-        """A recorded response with templates filled, and the test's pace and fault."""
-        try:
-            response = templated(response, lambda: self._layout(prep, request), path)
-        except RecordingError as problem:
-            return Miss(prep, self.miss(prep, problem))
-        except TemplateError as exc:
-            return Miss(prep, self._failure(prep, f"{exc} (recording {path})"))
-        with self.tests.lock:
-            state = self.tests.get(prep.test_id)
-            pace = (state.options.pace if state else None) or self.pace
-        unpaced = check_pace(pace, response, path)
-        if unpaced is not None:
-            return Miss(prep, self._failure(prep, unpaced))
-        if pace.instant and fault is None:
-            return Replay(prep, response, path)
-        return Replay(prep, response, path, Scenario(pace=pace, fault=fault))
-
-    def _layout(self, prep: Prepared, request: IncomingRequest | None) -> dict[str, Any]:
-        """The live request in the stored layout, redacted but not normalised: what
-        `{{request:<path>}}` templates are filled from."""
-        if request is None:  # the call layer
-            return prep.request.model_dump(mode="json")
-        raw, _ = encode_request_body(request.content, request.header("content-type"))
-        return {
-            "method": prep.request.method,
-            "url": prep.request.url,
-            "endpoint": prep.request.endpoint,
-            "headers": {k.lower(): self.redactor.header(k, v) for k, v in request.headers},
-            "body": self.redactor.value(raw),
-        }
-
-    def _failure(self, prep: Prepared, problem: str) -> ReplayMiss:
-        """Note a failure of this test that is not a missing recording (a scenario that
-        cannot be replayed); the test fails with `problem`."""
-        miss = ReplayMiss(
-            self.redactor.text(f"hashreplay: {prep.test_id}: {problem}"),
-            test_id=prep.test_id,
-            request_hash=prep.hash,
-        )
-        with self.tests.lock:
-            self.stats.missed += 1
-            self.tests.state(prep.test_id).misses.append(miss)
-        return miss
 
     def is_passthrough(self, url: str) -> bool:
         """Whether `url` is under a `passthrough` prefix. A prefix ends at a boundary:
@@ -320,52 +263,9 @@ class Session:
     def key_of(self, request: RecordedRequest, test_id: str | None) -> tuple[str, bool]:
         return self.keyer.key_of(request, test_id)
 
-    # --- replay ---------------------------------------------------------------------------
-
-    def _recorded(self, prep: Prepared) -> tuple[RecordedResponse, Path] | None:
-        """The next recorded response to this request and its file, or None. Identical
-        requests within a test are answered in recorded order; a file that exists but cannot
-        be used raises its RecordingError."""
-        if prep.shared:
-            return self._recorded_model_list(prep)
-        tests = self.tests
-        with tests.lock:
-            seq = sequence_for(tests, self.view, prep)
-            index = seq.calls
-            if index >= len(seq.responses):
-                return None
-            if (
-                prep.mode is Mode.RECORD_IF_MISSING
-                and seq.responses[index].end_state is EndState.ABANDONED
-            ):
-                return None  # cut off when it was recorded: record it again
-            seq.calls += 1
-            tests.stats.replayed += 1
-            tests.use(prep.test_id, seq.path)
-        return seq.responses[index], seq.path
-
-    def _recorded_model_list(self, prep: Prepared) -> tuple[RecordedResponse, Path] | None:
-        paths = self.view.model_list_paths(prep.hash, prep.test_id)
-        if not paths:
-            return None
-        merged = merge_model_lists([self.view.read(p).response for p in paths])
-        with self.tests.lock:
-            self.stats.replayed += 1
-            self.tests.use(prep.test_id, *paths)
-        return merged, paths[0]
-
     def miss(self, prep: Prepared, problem: RecordingError | None = None) -> ReplayMiss:
         """Note a replay miss (the test will fail) and return it; never raises it."""
-        recorded = self.tests.recorded_count(prep.test_id, prep.hash)
-        report = miss_report(
-            self.store, self.config.root, prep, problem=problem, recorded_count=recorded
-        )
-        report = prep.secrets.text(self.redactor.text(report))
-        miss = ReplayMiss(report, test_id=prep.test_id, request_hash=prep.hash)
-        with self.tests.lock:
-            self.stats.missed += 1
-            self.tests.state(prep.test_id).misses.append(miss)
-        return miss
+        return self.replayer.miss(prep, problem)
 
     # --- record ---------------------------------------------------------------------------
 

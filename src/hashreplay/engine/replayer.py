@@ -1,0 +1,135 @@
+"""Replay: the next recorded response to a request (in recorded order, model lists merged),
+with templates filled and the test's pace applied; and the failures a replay notes for its
+test (a miss with its report, or a scenario that cannot be replayed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hashreplay.core.bodies import encode_request_body
+from hashreplay.core.errors import RecordingError, ReplayMiss
+from hashreplay.core.mode import Mode
+from hashreplay.core.recording import EndState, RecordedResponse
+from hashreplay.core.redact import Redactor
+from hashreplay.core.scenarios import Pace
+from hashreplay.core.store import Store
+from hashreplay.core.templates import TemplateError
+from hashreplay.engine.decision import Miss, Replay
+from hashreplay.engine.faults import FaultSpec
+from hashreplay.engine.http import IncomingRequest
+from hashreplay.engine.keying import Prepared
+from hashreplay.engine.miss_report import miss_report
+from hashreplay.engine.model_lists import merge_model_lists
+from hashreplay.engine.scenario import Scenario, check_pace, templated
+from hashreplay.engine.sequences import sequence_for
+from hashreplay.engine.state import Tests
+from hashreplay.engine.view import StoreView
+
+
+class Replayer:
+    def __init__(
+        self, view: StoreView, tests: Tests, redactor: Redactor, root: Path, pace: Pace
+    ) -> None:
+        self.view = view
+        self.store: Store = view.store
+        self.tests = tests
+        self.stats = tests.stats
+        self.redactor = redactor
+        self.root = root
+        self.pace = pace
+
+    def recorded(self, prep: Prepared) -> tuple[RecordedResponse, Path] | None:
+        """The next recorded response to this request and its file, or None. Identical
+        requests within a test are answered in recorded order; a file that exists but cannot
+        be used raises its RecordingError."""
+        if prep.shared:
+            return self._recorded_model_list(prep)
+        tests = self.tests
+        with tests.lock:
+            seq = sequence_for(tests, self.view, prep)
+            index = seq.calls
+            if index >= len(seq.responses):
+                return None
+            if (
+                prep.mode is Mode.RECORD_IF_MISSING
+                and seq.responses[index].end_state is EndState.ABANDONED
+            ):
+                return None  # cut off when it was recorded: record it again
+            seq.calls += 1
+            tests.stats.replayed += 1
+            tests.use(prep.test_id, seq.path)
+        return seq.responses[index], seq.path
+
+    def _recorded_model_list(self, prep: Prepared) -> tuple[RecordedResponse, Path] | None:
+        paths = self.view.model_list_paths(prep.hash, prep.test_id)
+        if not paths:
+            return None
+        merged = merge_model_lists([self.view.read(p).response for p in paths])
+        with self.tests.lock:
+            self.stats.replayed += 1
+            self.tests.use(prep.test_id, *paths)
+        return merged, paths[0]
+
+    def miss(self, prep: Prepared, problem: RecordingError | None = None) -> ReplayMiss:
+        """Note a replay miss (the test will fail) and return it; never raises it."""
+        recorded = self.tests.recorded_count(prep.test_id, prep.hash)
+        report = miss_report(self.store, self.root, prep, problem=problem, recorded_count=recorded)
+        report = prep.secrets.text(self.redactor.text(report))
+        miss = ReplayMiss(report, test_id=prep.test_id, request_hash=prep.hash)
+        with self.tests.lock:
+            self.stats.missed += 1
+            self.tests.state(prep.test_id).misses.append(miss)
+        return miss
+
+    def replay(
+        self,
+        prep: Prepared,
+        response: RecordedResponse,
+        path: Path,
+        request: IncomingRequest | None,
+        fault: FaultSpec | None,
+    ) -> Replay | Miss:
+        """A recorded response with templates filled, and the test's pace and fault."""
+        try:
+            response = templated(response, lambda: self._layout(prep, request), path)
+        except RecordingError as problem:
+            return Miss(prep, self.miss(prep, problem))
+        except TemplateError as exc:
+            return Miss(prep, self.failure(prep, f"{exc} (recording {path})"))
+        with self.tests.lock:
+            state = self.tests.get(prep.test_id)
+            pace = (state.options.pace if state else None) or self.pace
+        unpaced = check_pace(pace, response, path)
+        if unpaced is not None:
+            return Miss(prep, self.failure(prep, unpaced))
+        if pace.instant and fault is None:
+            return Replay(prep, response, path)
+        return Replay(prep, response, path, Scenario(pace=pace, fault=fault))
+
+    def _layout(self, prep: Prepared, request: IncomingRequest | None) -> dict[str, Any]:
+        """The live request in the stored layout, redacted but not normalised: what
+        `{{request:<path>}}` templates are filled from."""
+        if request is None:  # the call layer
+            return prep.request.model_dump(mode="json")
+        raw, _ = encode_request_body(request.content, request.header("content-type"))
+        return {
+            "method": prep.request.method,
+            "url": prep.request.url,
+            "endpoint": prep.request.endpoint,
+            "headers": {k.lower(): self.redactor.header(k, v) for k, v in request.headers},
+            "body": self.redactor.value(raw),
+        }
+
+    def failure(self, prep: Prepared, problem: str) -> ReplayMiss:
+        """Note a failure of this test that is not a missing recording (a scenario that
+        cannot be replayed); the test fails with `problem`."""
+        miss = ReplayMiss(
+            self.redactor.text(f"hashreplay: {prep.test_id}: {problem}"),
+            test_id=prep.test_id,
+            request_hash=prep.hash,
+        )
+        with self.tests.lock:
+            self.stats.missed += 1
+            self.tests.state(prep.test_id).misses.append(miss)
+        return miss
