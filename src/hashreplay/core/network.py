@@ -3,10 +3,11 @@ open that no adapter handled. Pure: the audit hook that sees connections is an a
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable
 from enum import Enum
 from urllib.parse import urlsplit
+
+from hashreplay.core.urls import is_loopback_host
 
 
 class BlockNetwork(str, Enum):
@@ -30,14 +31,7 @@ class BlockNetwork(str, Enum):
 
 def is_loopback(host: str) -> bool:
     """127.0.0.0/8, ::1 and `localhost` (a name that resolves nowhere else)."""
-    if host.lower() in ("localhost", "localhost.localdomain") or host.lower().endswith(
-        ".localhost"
-    ):
-        return True
-    try:
-        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(host.split("%", 1)[0])
 
 
 def passthrough_hosts(prefixes: Iterable[str]) -> set[str]:

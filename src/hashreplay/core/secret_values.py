@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 import threading
 from collections.abc import Iterable, Sequence
@@ -160,6 +161,13 @@ def request_secrets(
         found.append(unquote(parts.password))
     elif parts.username:
         found.append(unquote(parts.username))  # `https://KEY@host`: a key as the user
+    return _secret_values(tuple(found)) if found else NO_SECRETS
+
+
+@functools.lru_cache(maxsize=256)
+def _secret_values(found: tuple[str, ...]) -> SecretValues:
+    """Memoised: a suite sends the same key with nearly every request, and building the
+    encoded forms costs more than the rest of keying a request."""
     return SecretValues(v for value in found for v in _with_encodings(value.strip()))
 
 

@@ -9,6 +9,7 @@ readability. Pure: it never resolves a name.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from urllib.parse import urlsplit, urlunsplit
 
@@ -16,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 LOOPBACK_HOST = "localhost"
 
 
+@functools.lru_cache(maxsize=1024)
 def is_loopback_host(host: str) -> bool:
     host = host.strip("[]").lower().rstrip(".")
     if host == LOOPBACK_HOST or host.endswith("." + LOOPBACK_HOST):
@@ -26,6 +28,7 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=4096)
 def stored_url(url: str) -> str:
     """`url` as a recording stores it: `http://127.0.0.1:8765/v1/x` → `http://localhost/v1/x`.
 

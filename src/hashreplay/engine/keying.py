@@ -107,7 +107,9 @@ class Keyer:
             conversation=incoming.header(CONVERSATION_HEADER) or current_conversation(),
         )
         secrets = request_secrets(redactor, incoming.url, incoming.headers)
-        return scrub_request(request, secrets), secrets
+        if secrets and secrets.mentioned_in(_probe(incoming, redactor)):
+            request = scrub_request(request, secrets)
+        return request, secrets
 
     def call(
         self,
@@ -191,3 +193,11 @@ def check_name(path: Path, recording: Recording, prep: Prepared) -> None:
         ),
         stacklevel=2,
     )
+
+
+def _probe(incoming: IncomingRequest, redactor: Redactor) -> bytes:
+    """What of a request could carry a credential value past redaction by key: the URL, the
+    body and the headers that are not themselves secret (a key travels in its own header on
+    nearly every request; only a copy elsewhere needs the scrub)."""
+    others = [v for k, v in incoming.headers if not redactor.is_secret_key(k)]
+    return b"\n".join([incoming.url.encode(), incoming.content, *(v.encode() for v in others)])
