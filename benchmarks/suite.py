@@ -62,8 +62,10 @@ import pytest
 HERE = Path(__file__).parent
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def client():
+    # one client for the run, as applications hold one: a new httpx client per test would
+    # cost every variant but the floor ~30 ms for its TLS context, and hide the recorders
     if os.environ.get("BENCH_FLOOR"):
         answers = json.loads((HERE / "answers.json").read_text())
 
