@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from hashreplay.core.bodies import BodyEncoding, encode_body
 from hashreplay.core.mode import Mode
 from hashreplay.core.normalise import filter_headers, new_id_registry
@@ -22,11 +24,11 @@ from hashreplay.core.recording import (
     EndState,
     RecordedException,
     RecordedResponse,
+    Recording,
     Timing,
     new_recording,
 )
 from hashreplay.core.redact import Redactor
-from hashreplay.core.secret_values import scrub_recording
 from hashreplay.core.streams import parse_stream, stream_format_for
 from hashreplay.engine.http import LiveExchange, header_value
 from hashreplay.engine.keying import Prepared
@@ -179,7 +181,7 @@ class Recorder:
             )
             # the request's own credential values leave every string; large values go to
             # blobs; a body over max_body_bytes raises BodyTooLarge, the sequence unchanged
-            content = self.view.store.dump(scrub_recording(recording, prep.secrets))
+            content = self._dump(recording, prep)
             seq.responses[:] = responses
             seq.calls += 1
             state.id_map.update(seq.ids.stable)
@@ -198,4 +200,13 @@ class Recorder:
             return path, None  # the same model set is stored already
         normalised = normalise_response(response, new_id_registry(prep.hash), model_list=True)
         recording = new_recording(test_id=None, request=prep.request, responses=[normalised])
-        return path, self.view.store.dump(scrub_recording(recording, prep.secrets))
+        return path, self._dump(recording, prep)
+
+    def _dump(self, recording: Recording, prep: Prepared) -> bytes:
+        """The file's bytes, with the request's own credential values scrubbed from every
+        string (only walked when one occurs: most recordings never echo a key)."""
+        data = recording.to_json_dict()
+        secrets = prep.secrets
+        if secrets and secrets.mentioned_in(orjson.dumps(data)):
+            data = secrets.value(data)
+        return self.view.store.dump_data(data)
