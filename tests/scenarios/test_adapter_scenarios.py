@@ -27,7 +27,7 @@ from hashreplay import Mode, test_context
 from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.hangs import HangTimeout
 from hashreplay.engine.session import Session
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, Scripted
 from tests.integration.three_phases import AllAdapters, adapters
 from tests.scenarios.test_pacing import FakeClock, clock
 
@@ -495,3 +495,20 @@ def test_a_stream_read_to_its_end_is_stored_complete_with_its_timing(
     timing = response["timing"]
     assert 0 < timing["head_us"] <= timing["chunks_us"][0]
     assert timing["chunks_us"] == sorted(timing["chunks_us"])
+
+
+def test_recorded_pace_waits_the_stored_offsets(
+    upstream: FakeUpstream, adapters: AllAdapters, client: Client, clock: FakeClock
+) -> None:
+    upstream.script("POST", CHAT, Scripted(delay=0.2))
+    adapters.start(Mode.RECORD, record_timing=True)
+    with test_context(TEST_ID):
+        client.stream(upstream.url)
+    (path,) = adapters.files()
+    timing = json.loads(path.read_text())["response"]["timing"]
+    upstream.stop()
+    replaying(adapters, pace="recorded")
+    with test_context(TEST_ID):
+        assert b"[DONE]" in b"".join(client.stream(upstream.url))
+    assert clock.waits[0] == pytest.approx(timing["head_us"] / 1e6)
+    assert sum(clock.waits) == pytest.approx(timing["chunks_us"][-1] / 1e6, rel=0.01)
