@@ -133,3 +133,62 @@ def test_bad_scenario_markers_are_usage_errors_naming_the_valid_forms(
             "*hashreplay_fault(status=500, endpoint='/nowhere') matched no request of this test*",
         ]
     )
+
+
+OTHER_CLIENTS = """
+import asyncio, json, os, time, urllib.request
+import aiohttp, pytest, requests
+
+URL = os.environ["FAKE_URL"] + "/v1/chat/completions"
+REPLAY = os.environ.get("REPLAY") == "1"
+H = {"content-type": "application/json"}
+def body(text, stream=False):
+    return json.dumps({"model": "gpt-fake-1", "messages": [{"role": "user", "content": text}],
+                       "stream": stream}).encode()
+
+@pytest.mark.hashreplay_fault(status=429, times=1)
+def test_requests_429_then_200():
+    assert requests.post(URL, data=body("r"), headers=H).status_code == 429
+    assert requests.post(URL, data=body("r"), headers=H).json()["choices"][0]["message"]["content"] == "echo: r"
+
+# a fault that breaks a recorded stream needs the recording: it is marked on replay only
+@(pytest.mark.hashreplay_fault(error="read_timeout", after_chunks=1) if REPLAY else lambda f: f)
+def test_urllib_stream_breaks():
+    req = urllib.request.Request(URL, body("u", stream=True), H, method="POST")
+    with urllib.request.urlopen(req) as r:
+        assert r.read1(65536).startswith(b"data: ")
+        if REPLAY:
+            with pytest.raises(TimeoutError):
+                r.read()
+        else:
+            assert b"[DONE]" in r.read()  # recorded whole
+
+@pytest.mark.hashreplay_fault(hang=True)
+async def test_aiohttp_hang(hashreplay):
+    async with aiohttp.ClientSession() as s:
+        task = asyncio.ensure_future(s.post(URL, data=body("h"), headers=H))
+        await hashreplay.wait_hanging(timeout=5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+@pytest.mark.hashreplay(pace="fixed:30")
+async def test_aiohttp_paced():
+    start = time.monotonic()
+    async with aiohttp.ClientSession() as s, s.post(URL, data=body("p", stream=True), headers=H) as r:
+        chunks = [c async for c in r.content.iter_any()]
+    if REPLAY:
+        assert time.monotonic() - start >= 0.03 * len(chunks) * 0.9
+"""
+
+
+def test_fault_and_pace_markers_with_requests_urllib_and_aiohttp(
+    project: pytest.Pytester, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project.makepyfile(test_others=OTHER_CLIENTS)
+    recorded = project.runpytest("test_others.py", "--inference-mode=record")
+    recorded.assert_outcomes(passed=4)
+    upstream.stop()
+    monkeypatch.setenv("REPLAY", "1")
+    replayed = project.runpytest("test_others.py")
+    replayed.assert_outcomes(passed=4)

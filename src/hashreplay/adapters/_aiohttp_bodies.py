@@ -4,14 +4,16 @@ Both readers subclass `aiohttp.StreamReader` and override the one method every r
 when its buffer is empty, `_wait`: instead of waiting for the network to feed the buffer,
 they feed it themselves, one piece per wait.
 
-- `ReplayReader` feeds one recorded chunk per wait, so `iter_any()` yields the recorded
+- `ReplayReader` feeds one recorded chunk per wait (after awaiting its pacing delay, never
+  blocking the loop), so `iter_any()` yields the recorded
   chunks one for one, `readline()`, `iter_chunked(n)` and `async for line in content` see
   the same bytes split their own way, and a recorded mid-stream failure is raised only after
   the bytes that came before it (a live reader would raise it at once, losing buffered bytes).
 - `TeeReader` stands in for a live response's `content`: each wait reads the next piece of
   the live body and hands it to the caller and to the recording together (no buffering
   before the caller sees bytes). The recording is written at the end of the body, at a
-  failure, or when the caller releases the response early (what was read by then).
+  failure, or when the caller releases the response early (what was read by then, marked
+  abandoned unless the live body had ended).
 
 Everything else (`read`, `readline`, `readchunk`, `iter_*`, `at_eof`, exceptions after
 `release()`) is aiohttp's own code.
@@ -22,11 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from aiohttp import ClientPayloadError, StreamReader
 
+from hashreplay.engine import pacing
 from hashreplay.engine.http import LiveBody, LiveExchange
 from hashreplay.engine.keying import Prepared
 from hashreplay.engine.session import Session
@@ -50,7 +53,8 @@ class _NoTransport:
 
 
 class ReplayReader(StreamReader):
-    """Recorded chunks, one per wait, then the recorded failure or the end."""
+    """Recorded chunks, one per wait (each after its delay, `delays[i]` before chunk i),
+    then the recorded failure or the end."""
 
     def __init__(
         self,
@@ -59,9 +63,16 @@ class ReplayReader(StreamReader):
         *,
         http_chunks: bool,
         loop: asyncio.AbstractEventLoop,
+        delays: Sequence[float] = (),
     ) -> None:
         super().__init__(_NoTransport(), DEFAULT_LIMIT, loop=loop)  # type: ignore[arg-type]
-        self._chunks = deque(chunk for chunk in chunks if chunk)
+        pending = 0.0  # the delay of an empty chunk is waited before the next one
+        self._chunks: deque[tuple[bytes, float]] = deque()
+        for i, chunk in enumerate(chunks):
+            pending += delays[i] if i < len(delays) else 0.0
+            if chunk:
+                self._chunks.append((chunk, pending))
+                pending = 0.0
         self._failure = exc
         self._http_chunks = http_chunks
         if http_chunks:  # `readchunk()` / `iter_chunks()` report each chunk's end, as live
@@ -69,7 +80,9 @@ class ReplayReader(StreamReader):
 
     async def _wait(self, func_name: str) -> None:
         if self._chunks:
-            self.feed_data(self._chunks.popleft())
+            chunk, delay = self._chunks.popleft()
+            await pacing.asleep(delay)
+            self.feed_data(chunk)
             if self._http_chunks:
                 self.end_http_chunk_receiving()
             return
@@ -94,18 +107,20 @@ class Tee:
         except ValueError as exc:  # the bytes do not decode: as aiohttp itself would say
             raise ClientPayloadError(str(exc)) from exc
 
-    def exchange(self, exc: BaseException | None) -> LiveExchange | None:
+    def exchange(
+        self, exc: BaseException | None, *, abandoned: bool = False
+    ) -> LiveExchange | None:
         with contextlib.suppress(ValueError):  # a truncated compressed body: keep what decoded
             self.body.tail()
-        return self.body.exchange(exc)
+        return self.body.exchange(exc, abandoned=abandoned)
 
     async def finish(self, exc: BaseException | None) -> None:
         exchange = self.exchange(exc)
         if exchange is not None:
             await self.session.arecord(self.prep, exchange)
 
-    def finish_now(self, exc: BaseException | None) -> None:
-        exchange = self.exchange(exc)
+    def finish_now(self, exc: BaseException | None, *, abandoned: bool = False) -> None:
+        exchange = self.exchange(exc, abandoned=abandoned)
         if exchange is not None:
             self.session.record(self.prep, exchange)
 
@@ -144,17 +159,20 @@ class TeeReader(StreamReader):
 
     def set_exception(self, exc: BaseException, *args: Any) -> None:
         """aiohttp calls this when the response is released or closed: record what the
-        caller read, plus whatever of the body had arrived already."""
+        caller read, plus whatever of the body had arrived already; abandoned unless that
+        was the whole body."""
         if self._exception is None:
-            self._take_buffered()
-            self._tee.finish_now(None)
+            ended = self._take_buffered()
+            self._tee.finish_now(None, abandoned=not ended)
         super().set_exception(exc, *args)
 
-    def _take_buffered(self) -> None:
+    def _take_buffered(self) -> bool:
+        """Feed the recording what the live reader holds; whether the body had ended."""
         inner = self._inner
         if inner.exception() is not None:
-            return
+            return False
         with contextlib.suppress(RuntimeError, ValueError, ClientPayloadError):
             rest = inner.read_nowait()
             if rest:
                 self._tee.feed(rest)
+        return inner.at_eof()

@@ -11,7 +11,9 @@ exception, as the broken connection did.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import errno
 import http.client
 import importlib
 import io
@@ -21,7 +23,8 @@ from collections.abc import Callable, Iterable, Sequence
 from http import HTTPStatus
 from typing import Any
 
-from hashreplay.engine.http import ReplayPlan
+from hashreplay.engine import pacing
+from hashreplay.engine.http import BreakKind, ReplayPlan
 
 #: Framing headers the replayed bytes set themselves.
 _FRAMING = frozenset({"content-length", "transfer-encoding", "connection"})
@@ -29,6 +32,12 @@ _FRAMING = frozenset({"content-length", "transfer-encoding", "connection"})
 
 def wire_bytes(plan: ReplayPlan) -> bytes:
     """The response `plan` as an HTTP/1.1 server would have sent it (no status None)."""
+    return wire_layout(plan)[0]
+
+
+def wire_layout(plan: ReplayPlan) -> tuple[bytes, list[int]]:
+    """`wire_bytes` and the offset where each of the plan's chunks begins (its framing
+    included), so pacing can wait before a read reaches it."""
     status = plan.status if plan.status is not None else 500
     try:
         reason = HTTPStatus(status).phrase
@@ -36,47 +45,126 @@ def wire_bytes(plan: ReplayPlan) -> bytes:
         reason = ""
     lines = [f"HTTP/1.1 {status} {reason}".rstrip()]
     lines.extend(f"{k}: {v}" for k, v in plan.headers if k.lower() not in _FRAMING)
-    ended = plan.exception_type is None
+    ended = not plan.broken
+    pieces = [b"%x\r\n%b\r\n" % (len(c), c) if plan.is_streaming and c else c for c in plan.chunks]
     if plan.is_streaming:
         lines.append("transfer-encoding: chunked")
-        body = b"".join(b"%x\r\n%b\r\n" % (len(c), c) for c in plan.chunks if c)
+        body = b"".join(pieces)
         if ended:
             body += b"0\r\n\r\n"
     else:
-        body = b"".join(plan.chunks)
+        body = b"".join(pieces)
         # a body that broke off promises more than arrived: reading on raises the failure
         lines.append(f"content-length: {len(body) + (0 if ended else 1)}")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", errors="replace")
-    return head + body
+    starts: list[int] = []
+    at = len(head)
+    for piece in pieces:
+        starts.append(at)
+        at += len(piece)
+    return head + body, starts
+
+
+class AbandonedRead(http.client.IncompleteRead):
+    """`http.client.IncompleteRead` that says why the body ends early (a replayed fault, a
+    recording cut where its client stopped reading): urllib3 shows its repr."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(b"")
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"IncompleteRead(0 bytes read: {self.message})"
+
+    __str__ = __repr__
+
+
+def kind_exception(plan: ReplayPlan, *, in_body: bool) -> BaseException:
+    """What the socket or `http.client` raises for a plan's `error_kind`: a timeout
+    (`socket.timeout`, i.e. `TimeoutError`), a refused connection, the server closing it
+    (`RemoteDisconnected` before a response, `IncompleteRead` in a body), a recording that
+    ends early (`IncompleteRead`)."""
+    message = plan.exception_message
+    kind = plan.error_kind
+    if kind == BreakKind.READ_TIMEOUT:
+        return TimeoutError(message)  # socket.timeout
+    if kind == BreakKind.CONNECT_ERROR:
+        return ConnectionRefusedError(errno.ECONNREFUSED, message)
+    if kind == BreakKind.DISCONNECT and not in_body:
+        return http.client.RemoteDisconnected(message)
+    return AbandonedRead(message)
+
+
+def body_failure(
+    plan: ReplayPlan, recorded: Callable[[], BaseException] | None
+) -> Callable[[], BaseException] | None:
+    """What reading past a broken body raises: the kind's exception, else the recorded
+    one (`recorded`); None for a body that ends cleanly."""
+    if plan.error_kind is not None:
+        return lambda: kind_exception(plan, in_body=True)
+    return recorded if plan.exception_type else None
 
 
 class ReplayFile(io.BytesIO):
     """A socket's read side holding a recorded response; past its end it raises `exc`
     (the recorded failure) instead of signalling a clean end of stream."""
 
-    def __init__(self, data: bytes, exc: Callable[[], BaseException] | None) -> None:
+    def __init__(
+        self,
+        data: bytes,
+        exc: Callable[[], BaseException] | None,
+        marks: Sequence[tuple[int, float]] = (),
+    ) -> None:
         super().__init__(data)
         self._exc = exc
         self._size = len(data)
+        #: (offset, seconds): wait `seconds` before a read returns the byte at `offset`
+        self._marks = [m for m in marks if m[1] > 0]
 
     def _check(self, wanted: int | None) -> None:
         if self._exc is not None and self.tell() >= self._size and wanted != 0:
             raise self._exc()
 
+    def _pace(self, size: int | None, *, short: bool = False) -> int | None:
+        """Wait for every chunk this read reaches; a short read (`read1`, `readinto`)
+        stops at the next chunk still to wait for, so each is handed over on its own."""
+        if not self._marks or size == 0:
+            return size
+        position = self.tell()
+        end = self._size if size is None or size < 0 else min(self._size, position + size)
+        if short:
+            later = [m[0] for m in self._marks if m[0] > position]
+            if later and later[0] < end:
+                end = later[0]
+                size = end - position
+        reached = bisect.bisect_left([m[0] for m in self._marks], end)
+        waits, self._marks = self._marks[:reached], self._marks[reached:]
+        for _, seconds in waits:
+            pacing.sleep(seconds)
+        return size
+
     def read(self, size: int | None = -1, /) -> bytes:
         self._check(size)
+        self._pace(size)
         return super().read(size)
 
     def read1(self, size: int | None = -1, /) -> bytes:
         self._check(size)
-        return super().read1(size)
+        return super().read1(self._pace(size, short=True))
 
     def readline(self, size: int | None = -1, /) -> bytes:
         self._check(size)
+        if self._marks:
+            newline = self.getvalue().find(b"\n", self.tell())
+            line = self._size - self.tell() if newline < 0 else newline + 1 - self.tell()
+            self._pace(line if size is None or size < 0 else min(size, line))
         return super().readline(size)
 
     def readinto(self, buffer: Any, /) -> int:
         self._check(len(buffer))
+        size = self._pace(len(buffer), short=True)
+        if size is not None and size < len(buffer):
+            return super().readinto(memoryview(buffer)[:size])
         return super().readinto(buffer)
 
     def peek(self, size: int = 0, /) -> bytes:
@@ -101,8 +189,14 @@ def httplib_response(
     exc: Callable[[], BaseException] | None,
     response_class: type[http.client.HTTPResponse] = http.client.HTTPResponse,
 ) -> http.client.HTTPResponse:
-    """A real, begun `http.client.HTTPResponse` reading the recorded response."""
-    fp = ReplayFile(wire_bytes(plan), exc if plan.exception_type else None)
+    """A real, begun `http.client.HTTPResponse` reading the recorded response: `exc` is
+    the recorded failure (a plan's `error_kind` raises its own, `kind_exception`), and
+    `plan.delays` are waited before the head and as reads reach each chunk."""
+    data, starts = wire_layout(plan)
+    marks = list(zip(starts, plan.delays[1:], strict=False))
+    if plan.delays:
+        pacing.sleep(plan.delays[0])
+    fp = ReplayFile(data, body_failure(plan, exc), marks)
     response = response_class(_ReplaySocket(fp), method=method.upper(), url=url)  # type: ignore[arg-type]
     response.begin()
     return response

@@ -25,6 +25,14 @@ Recorded failures replay as aiohttp's exceptions: the recorded class when aiohtt
 else `ServerTimeoutError` for a timeout, `ClientConnectionError` before a response and
 `ClientPayloadError` in the middle of a body.
 
+Scenarios (docs/design.md §11): a hang awaits (never blocking the loop) the request's
+`sock_read` timeout, then raises aiohttp's `SocketTimeoutError`; the total timeout and task
+cancellation end it through aiohttp's own timer. A plan's `error_kind` is
+`ServerTimeoutError` (a read timeout), `ClientConnectorError` (`ClientConnectionError` in
+a body), `ServerDisconnectedError`, or `ClientPayloadError` for a recording that ends where
+its client stopped reading; pacing awaits `engine.pacing.asleep` before the head and each
+chunk. A live body released before its end is recorded as abandoned.
+
 Private members relied on, each checked at install where it can be: `ClientSession._request`
 (wrapped, only to add the keyword), `StreamReader._wait` (overridden by the body readers) and
 `ClientResponse.start()` (called with the stand-in connection). Not intercepted: WebSocket
@@ -34,10 +42,12 @@ upgrades (`ws_connect`) go on untouched and unrecorded.
 from __future__ import annotations
 
 import asyncio
+import errno
 import importlib.metadata
 import inspect
 import re
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from http import HTTPStatus
@@ -45,7 +55,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import StreamReader
-from aiohttp.helpers import TimerNoop
+from aiohttp.helpers import TimerNoop, sentinel
 from aiohttp.http import HttpVersion11, RawResponseMessage
 from multidict import CIMultiDict, CIMultiDictProxy
 
@@ -54,8 +64,15 @@ from hashreplay.adapters._aiohttp_bodies import ReplayReader, Tee, TeeReader
 from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.context import adapter_io
 from hashreplay.core.errors import HashReplayWarning
+from hashreplay.engine import pacing
 from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
-from hashreplay.engine.http import IncomingRequest, LiveBody, LiveExchange, ReplayPlan
+from hashreplay.engine.http import (
+    BreakKind,
+    IncomingRequest,
+    LiveBody,
+    LiveExchange,
+    ReplayPlan,
+)
 from hashreplay.engine.session import Session
 
 _lock = threading.Lock()
@@ -130,25 +147,44 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         decompress = kwargs.get("auto_decompress")
         if decompress is None:
             decompress = self.auto_decompress
-        kwargs["middlewares"] = (*chain, _middleware(decompress=bool(decompress)))
+        read_timeout = _sock_read(kwargs.get("timeout", sentinel), self.timeout)
+        kwargs["middlewares"] = (
+            *chain,
+            _middleware(decompress=bool(decompress), read_timeout=read_timeout),
+        )
         return await original(self, *args, **kwargs)
 
     _request.__wrapped__ = original  # type: ignore[attr-defined]
     return _request
 
 
-def _middleware(*, decompress: bool) -> Callable[..., Any]:
+def _sock_read(timeout: Any, default: Any) -> float | None:
+    """The request's own read timeout (`sock_read`; None: none), as `_request` resolves
+    its `timeout=` (a `ClientTimeout`, a number for the total, or the session's)."""
+    if timeout is sentinel:
+        timeout = default
+    if isinstance(timeout, aiohttp.ClientTimeout):
+        value = timeout.sock_read
+        return float(value) if isinstance(value, (int, float)) else None
+    return None
+
+
+def _middleware(*, decompress: bool, read_timeout: float | None = None) -> Callable[..., Any]:
     async def hashreplay(req: aiohttp.ClientRequest, handler: Callable[..., Any]) -> Any:
         session = _state.active_session()
         if session is None or "upgrade" in req.headers.get("connection", "").lower():
             return await handler(req)
-        return await _handle(session, req, handler, decompress)
+        return await _handle(session, req, handler, decompress, read_timeout)
 
     return hashreplay
 
 
 async def _handle(
-    session: Session, req: aiohttp.ClientRequest, handler: Callable[..., Any], decompress: bool
+    session: Session,
+    req: aiohttp.ClientRequest,
+    handler: Callable[..., Any],
+    decompress: bool,
+    read_timeout: float | None = None,
 ) -> Any:
     incoming = IncomingRequest(
         method=req.method,
@@ -158,13 +194,14 @@ async def _handle(
     )
     decision = session.decide(incoming)
     if isinstance(decision, (Replay, Miss)):
-        return await _replayed(req, decision.plan())
+        return await _replayed(req, decision.plan(), read_timeout)
     if isinstance(decision, Passthrough) and decision.headers and TEST_ID_HEADER not in req.headers:
         for name, value in decision.headers:
             req.headers[name] = value
     if not isinstance(decision, Record):
         with adapter_io():
             return await handler(req)
+    started = time.monotonic()
     try:
         with adapter_io():
             resp = await handler(req)
@@ -174,7 +211,7 @@ async def _handle(
     headers = list(resp.headers.items())
     if decompress:  # aiohttp hands the caller decoded bytes already
         headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
-    tee = Tee(session, decision.prep, LiveBody(resp.status, headers))
+    tee = Tee(session, decision.prep, LiveBody(resp.status, headers, started=started))
     resp.content = TeeReader(resp.content, tee, loop=req.loop)
     return resp
 
@@ -256,11 +293,23 @@ def _new_response(req: aiohttp.ClientRequest) -> aiohttp.ClientResponse:
     return cls(req.method, req.original_url, **kwargs)
 
 
-async def _replayed(req: aiohttp.ClientRequest, plan: ReplayPlan) -> aiohttp.ClientResponse:
+async def _replayed(
+    req: aiohttp.ClientRequest, plan: ReplayPlan, read_timeout: float | None = None
+) -> aiohttp.ClientResponse:
+    if plan.hang is not None:
+        await plan.hang.await_(read_timeout)
     if plan.status is None:
         raise exception_for(plan, req, in_body=False)
-    exc = exception_for(plan, req, in_body=True) if plan.exception_type else None
-    reader = ReplayReader(plan.chunks, exc, http_chunks=plan.is_streaming, loop=req.loop)
+    if plan.delays:
+        await pacing.asleep(plan.delays[0])
+    exc = exception_for(plan, req, in_body=True) if plan.broken else None
+    reader = ReplayReader(
+        plan.chunks,
+        exc,
+        http_chunks=plan.is_streaming,
+        loop=req.loop,
+        delays=plan.delays[1:],
+    )
     headers = CIMultiDictProxy(CIMultiDict(plan.headers))
     raw = tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in plan.headers)
     try:
@@ -279,8 +328,11 @@ _BRACKETED = re.compile(r"\[(.*)\]\s*$", re.DOTALL)
 
 
 def exception_for(plan: ReplayPlan, req: aiohttp.ClientRequest, *, in_body: bool) -> BaseException:
-    """aiohttp's exception for a recorded failure: its own class when aiohttp has one of
-    that name (a recording made with aiohttp), else the closest aiohttp class."""
+    """aiohttp's exception for a plan's `error_kind` (`kind_exception`), else for a
+    recorded failure: its own class when aiohttp has one of that name (a recording made
+    with aiohttp), else the closest aiohttp class."""
+    if plan.error_kind is not None:
+        return kind_exception(plan, req, in_body=in_body)
     name = (plan.exception_type or "").rsplit(".", 1)[-1]
     message = plan.exception_message
     cls = getattr(aiohttp, name, None)
@@ -298,3 +350,23 @@ def exception_for(plan: ReplayPlan, req: aiohttp.ClientRequest, *, in_body: bool
     if in_body:
         return aiohttp.ClientPayloadError(message)
     return aiohttp.ClientConnectionError(message)
+
+
+def kind_exception(plan: ReplayPlan, req: aiohttp.ClientRequest, *, in_body: bool) -> BaseException:
+    """aiohttp's own exception for a generic failure (a `BreakKind`): what aiohttp raises
+    for a read timeout, a refused connection, a server that closed the connection, and (a
+    recording cut where its client stopped reading) a body that ends early."""
+    message = plan.exception_message
+    kind = plan.error_kind
+    if kind == BreakKind.READ_TIMEOUT:
+        timeout_cls = getattr(aiohttp, "SocketTimeoutError", aiohttp.ServerTimeoutError)
+        exc: BaseException = timeout_cls(message)
+        return exc
+    if kind == BreakKind.CONNECT_ERROR:
+        if in_body:
+            return aiohttp.ClientConnectionError(message)
+        reason = ConnectionRefusedError(errno.ECONNREFUSED, message)
+        return aiohttp.ClientConnectorError(req.connection_key, reason)
+    if kind == BreakKind.DISCONNECT:
+        return aiohttp.ServerDisconnectedError(message)
+    return aiohttp.ClientPayloadError(message)

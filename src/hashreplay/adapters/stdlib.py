@@ -10,6 +10,13 @@ and `getresponse()` returns a real `http.client.HTTPResponse` reading the record
 recorded live response is the server's own object; what the caller reads is collected and
 recorded when the body ends, fails or the response is closed.
 
+Scenarios (docs/design.md §11): a hang waits in `getresponse()` for the connection's
+timeout, then fails as a read timeout; a plan's `error_kind` is the exception the socket or
+`http.client` raises for it (`socket.timeout`, `ConnectionRefusedError` when connecting,
+`RemoteDisconnected`, `IncompleteRead` in a body); pacing waits before the head and as reads
+reach each chunk (`_wire`). A response the caller closes before its end is recorded as
+abandoned.
+
 Connections of urllib3 (which subclasses these classes) are left alone: the urllib3 adapter
 decides those requests, and a request it sends live runs inside `adapter_io()`.
 """
@@ -18,7 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,12 +37,19 @@ from hashreplay.adapters._wire import (
     body_bytes,
     find_exception_class,
     httplib_response,
+    kind_exception,
     rebuild_exception,
 )
 from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.context import adapter_io, in_adapter_io
 from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
-from hashreplay.engine.http import IncomingRequest, LiveBody, LiveExchange, ReplayPlan
+from hashreplay.engine.http import (
+    BreakKind,
+    IncomingRequest,
+    LiveBody,
+    LiveExchange,
+    ReplayPlan,
+)
 from hashreplay.engine.keying import Prepared
 from hashreplay.engine.session import Session
 
@@ -88,6 +104,8 @@ class _Request:
     decided: bool = False
     plan: ReplayPlan | None = None
     prep: Prepared | None = None
+    #: `time.monotonic()` when it was sent live
+    started: float | None = None
 
 
 def _intercepts(conn: Any) -> bool:
@@ -163,7 +181,7 @@ def _getresponse(self: Any) -> Any:
         except (OSError, http.client.HTTPException) as exc:
             session.record(request.prep, LiveExchange(None, [], [], exception=exc))
             raise
-    _Watch(session, request.prep, response).attach()
+    _Watch(session, request.prep, response, request.started).attach()
     return response
 
 
@@ -217,6 +235,7 @@ def _decide(conn: Any, request: _Request) -> None:
         request.headers.extend((k, (v,)) for k, v in decision.headers)
     if isinstance(decision, Record):
         request.prep = decision.prep
+    request.started = time.monotonic()
     try:
         _send_live(conn, request)
     except (OSError, http.client.HTTPException) as exc:
@@ -241,17 +260,36 @@ def _send_live(conn: Any, request: _Request) -> None:
 
 
 def _exception(plan: ReplayPlan) -> BaseException:
+    if plan.error_kind is not None:
+        return kind_exception(plan, in_body=False)
     cls = find_exception_class(plan.exception_type, [http.client], ConnectionError)
     return rebuild_exception(cls, plan.exception_message)
 
 
 def _raised_on_response(plan: ReplayPlan) -> bool:
-    """A failure http.client raises while reading the response (no status line, ...)."""
+    """A failure http.client raises while reading the response (no status line, a read
+    timeout, a hang), rather than while connecting or sending."""
+    if plan.hang is not None:
+        return True
+    if plan.error_kind is not None:
+        return plan.error_kind != BreakKind.CONNECT_ERROR
     cls = find_exception_class(plan.exception_type, [http.client], ConnectionError)
     return issubclass(cls, http.client.HTTPException)
 
 
+def _timeout(conn: Any) -> float | None:
+    """The connection's own socket timeout (None: it waits forever)."""
+    timeout = getattr(conn, "timeout", None)
+    if timeout is socket._GLOBAL_DEFAULT_TIMEOUT:  # type: ignore[attr-defined]
+        timeout = socket.getdefaulttimeout()
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        return float(timeout)
+    return None
+
+
 def _replayed(conn: Any, request: _Request, plan: ReplayPlan) -> http.client.HTTPResponse:
+    if plan.hang is not None:
+        plan.hang.wait(_timeout(conn))
     if plan.status is None:
         raise _exception(plan)
     response_class = getattr(conn, "response_class", http.client.HTTPResponse)
@@ -266,15 +304,18 @@ def _replayed(conn: Any, request: _Request, plan: ReplayPlan) -> http.client.HTT
 class _Watch:
     """A live `http.client.HTTPResponse` recorded as its caller reads it: what the
     outermost read call returns is kept (reads call each other inside); the body has ended
-    when the response closes itself; a failure is what a read raised."""
+    when the response closes itself; a failure is what a read raised; a `close()` by the
+    caller before then records what was read as abandoned."""
 
     _READS = ("read", "read1", "readline", "readinto")
 
-    def __init__(self, session: Session, prep: Prepared, response: Any) -> None:
+    def __init__(
+        self, session: Session, prep: Prepared, response: Any, started: float | None
+    ) -> None:
         self.session = session
         self.prep = prep
         self.response = response
-        self.body = LiveBody(response.status, list(response.getheaders()))
+        self.body = LiveBody(response.status, list(response.getheaders()), started=started)
         self.depth = 0
         self.broken: BaseException | None = None
 
@@ -284,11 +325,12 @@ class _Watch:
         close = self.response.close
 
         def closing() -> None:
+            ended = self.response.isclosed()  # http.client closes it at the body's end
             try:
                 close()
             finally:
                 if not self.depth:
-                    self.finish(None)
+                    self.finish(None, abandoned=not ended)
 
         self.response.close = closing
         if self.response.isclosed():  # no body at all (HEAD, 204, 304)
@@ -322,9 +364,9 @@ class _Watch:
         except ValueError as exc:
             self.broken = http.client.HTTPException(str(exc))
 
-    def finish(self, exc: BaseException | None) -> None:
+    def finish(self, exc: BaseException | None, *, abandoned: bool = False) -> None:
         with contextlib.suppress(ValueError):
             self.body.tail()
-        exchange = self.body.exchange(exc if exc is not None else self.broken)
+        exchange = self.body.exchange(exc if exc is not None else self.broken, abandoned=abandoned)
         if exchange is not None:
             self.session.record(self.prep, exchange)

@@ -14,16 +14,25 @@ raw bytes are collected as the caller reads them (urllib3 reads every raw byte t
 
 The retries and same-host redirects `urlopen` makes by itself belong to the one call: in
 record mode the outcome the caller saw is recorded, in replay it is answered at once.
+
+Scenarios (docs/design.md §11): a hang waits for the call's read timeout, then fails as a
+read timeout; a plan's `error_kind` before any response is urllib3's own exception
+(`ReadTimeoutError`, `NewConnectionError`, `ProtocolError`) passed through the call's
+`Retry` as `urlopen` would (so `requests` sees its `ReadTimeout` / `ConnectionError`); in a
+body it is the socket's or `http.client`'s exception, which urllib3 turns into its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import http.client
 import importlib.metadata
 import inspect
 import io
+import socket
 import threading
+import time
 import warnings
 from collections.abc import Callable, Generator, Iterator
 from contextvars import ContextVar
@@ -35,9 +44,11 @@ from urllib3._collections import HTTPHeaderDict  # public as urllib3.HTTPHeaderD
 from urllib3.connectionpool import HTTPConnectionPool
 from urllib3.response import HTTPResponse
 from urllib3.util.retry import Retry
+from urllib3.util.timeout import Timeout
 
 from hashreplay.adapters import _state
 from hashreplay.adapters._wire import (
+    AbandonedRead,
     body_bytes,
     caused_by,
     find_exception_class,
@@ -48,7 +59,13 @@ from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.context import adapter_io
 from hashreplay.core.errors import HashReplayWarning
 from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
-from hashreplay.engine.http import IncomingRequest, LiveBody, LiveExchange, ReplayPlan
+from hashreplay.engine.http import (
+    BreakKind,
+    IncomingRequest,
+    LiveBody,
+    LiveExchange,
+    ReplayPlan,
+)
 from hashreplay.engine.keying import Prepared
 from hashreplay.engine.session import Session
 
@@ -182,12 +199,13 @@ def _handle(session: Session, original: Callable[..., Any], call: _Call) -> Any:
     if preload:  # read below, once the body is watched
         call.kwargs["preload_content"] = False
         call.kwargs["release_conn"] = False
+    started = time.monotonic()
     try:
         response = call.call(original)
     except u3exc.HTTPError as exc:
         session.record(decision.prep, LiveExchange(None, [], [], exception=exc))
         raise
-    _Watch(session, decision.prep, response).attach()
+    _Watch(session, decision.prep, response, started).attach()
     if preload:
         response.read(decode_content=call.get("decode_content", True), cache_content=True)
     return response
@@ -206,12 +224,72 @@ def _add_headers(call: _Call, decision: Passthrough) -> None:
 # --- replay --------------------------------------------------------------------------------
 
 
+def _retries(call: _Call) -> Retry:
+    retries = call.get("retries")
+    if not isinstance(retries, Retry):
+        retries = Retry.from_int(
+            retries, redirect=call.get("redirect", True), default=call.pool.retries
+        )
+    return retries
+
+
+def _read_timeout(call: _Call) -> float | None:
+    """The call's own read timeout (None: it waits forever): its `read` or `total`,
+    whichever is shorter; urllib3's default sentinel is the socket module's default."""
+    timeout = call.kwargs.get("timeout", call.pool.timeout)
+    if isinstance(timeout, Timeout):
+        values = [_seconds(getattr(timeout, "_read", None)), _seconds(timeout.total)]
+        found = [v for v in values if v is not None]
+        return min(found) if found else None
+    if _seconds(timeout) is None and timeout is not None:
+        return _seconds(socket.getdefaulttimeout())
+    return _seconds(timeout)
+
+
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _before_response(call: _Call, plan: ReplayPlan) -> BaseException:
+    """What `urlopen` raises for a plan that fails before any response."""
+    if plan.error_kind is None:
+        return _exception(plan, call.pool, call.path)
+    exc = _kind_exception(plan, call)
+    retries = _retries(call)
+    for _ in range(100):  # `increment` raises once the call's retries are spent
+        try:
+            retries = retries.increment(call.method, call.path, error=exc, _pool=call.pool)
+        except Exception as spent:  # MaxRetryError, or `exc` itself when not retried
+            return spent
+    return exc
+
+
+def _kind_exception(plan: ReplayPlan, call: _Call) -> u3exc.HTTPError:
+    """urllib3's own exception for a plan's `error_kind`, before any response."""
+    message = plan.exception_message
+    pool = call.pool
+    if plan.error_kind == BreakKind.READ_TIMEOUT:
+        return u3exc.ReadTimeoutError(pool, call.path, message)
+    if plan.error_kind == BreakKind.CONNECT_ERROR:
+        exc = rebuild_exception(u3exc.NewConnectionError, message, pool=pool, conn=None)
+        assert isinstance(exc, u3exc.NewConnectionError)
+        return exc
+    if plan.error_kind == BreakKind.DISCONNECT:
+        cause = http.client.RemoteDisconnected(message)
+        return u3exc.ProtocolError("Connection aborted.", cause)
+    return u3exc.ProtocolError(f"Connection broken: {AbandonedRead(message)!r}")
+
+
 def _replayed(call: _Call, plan: ReplayPlan) -> Any:
     pool = call.pool
+    if plan.hang is not None:
+        plan.hang.wait(_read_timeout(call))
     if plan.status is None:
-        raise _exception(plan, pool, call.path)
+        raise _before_response(call, plan)
     kwargs: dict[str, Any]
-    if plan.is_streaming or plan.exception_type:
+    if plan.is_streaming or plan.broken or plan.delays:
         # a real http.client response over the recorded bytes: chunk for chunk, and the
         # recorded failure where the live stream broke
         raw = httplib_response(
@@ -226,9 +304,7 @@ def _replayed(call: _Call, plan: ReplayPlan) -> Any:
         headers = HTTPHeaderDict(plan.headers)
         body = b"".join(plan.chunks)
         kwargs = {"body": io.BytesIO(body), "version": 11, "reason": _reason(plan.status)}
-    retries = call.get("retries")
-    if not isinstance(retries, Retry):
-        retries = Retry.from_int(retries, redirect=call.get("redirect", True), default=pool.retries)
+    retries = _retries(call)
     response_cls: type[HTTPResponse] = getattr(pool, "ResponseCls", HTTPResponse)
     return response_cls(
         headers=headers,
@@ -276,14 +352,15 @@ class _Watch:
     urllib3 reads every raw byte of a body (whatever the read method, decoded or not) through
     `_fp_read` (whole bodies) or `_handle_chunk` (chunked ones), once; the body has ended when
     the underlying response is closed after a read; a failure is what a read raised; a
-    release or close before the end records what was read.
+    release or close before the end records what was read, as abandoned (unless the body
+    had ended: urllib3 had closed the underlying response).
     """
 
-    def __init__(self, session: Session, prep: Prepared, response: Any) -> None:
+    def __init__(self, session: Session, prep: Prepared, response: Any, started: float) -> None:
         self.session = session
         self.prep = prep
         self.response = response
-        self.body = LiveBody(response.status, list(response.headers.items()))
+        self.body = LiveBody(response.status, list(response.headers.items()), started=started)
         self.reading = 0
         self.broken: BaseException | None = None
 
@@ -350,6 +427,9 @@ class _Watch:
                     finally:
                         self.reading -= 1
                     yield chunk
+            except GeneratorExit:  # the caller stopped reading: urllib3 closes the response
+                self.finish(None, abandoned=True)
+                raise
             finally:
                 chunks.close()
             self.finish(None)
@@ -358,17 +438,18 @@ class _Watch:
 
     def _ender(self, method: Callable[..., Any]) -> Callable[..., Any]:
         def ender(*args: Any, **kwargs: Any) -> Any:
+            ended = self.response.isclosed()  # the body was read to its end
             try:
                 return method(*args, **kwargs)
             finally:
                 if not self.reading:  # a read in progress ends (or fails) by itself
-                    self.finish(None)
+                    self.finish(None, abandoned=not ended)
 
         return ender
 
-    def finish(self, exc: BaseException | None) -> None:
+    def finish(self, exc: BaseException | None, *, abandoned: bool = False) -> None:
         with contextlib.suppress(ValueError):  # a truncated compressed body: keep what decoded
             self.body.tail()
-        exchange = self.body.exchange(exc if exc is not None else self.broken)
+        exchange = self.body.exchange(exc if exc is not None else self.broken, abandoned=abandoned)
         if exchange is not None:
             self.session.record(self.prep, exchange)
