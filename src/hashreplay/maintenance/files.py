@@ -73,16 +73,24 @@ def find_recordings(paths: Iterable[Path], common_dir: Path | None = None) -> li
     common = common_dir.resolve() if common_dir is not None else None
     found: dict[Path, Path] = {}
     for path in paths:
-        if path.is_file():
-            found.setdefault(path.resolve(), path)
+        if _took_file(path, found):
             continue
-        if not path.is_dir():
-            msg = f"no such file or directory: {path}"
-            raise PathNotFound(msg)
         for directory in _recording_dirs(path, common):
             for file in _json_files(directory):
                 found.setdefault(file.resolve(), file)
     return [found[key] for key in sorted(found)]
+
+
+def _took_file(path: Path, found: dict[Path, Path]) -> bool:
+    """A path named on the command line that is a file is taken as it is (True); one that
+    does not exist is a `PathNotFound`; a directory is the caller's to search (False)."""
+    if path.is_file():
+        found.setdefault(path.resolve(), path)
+        return True
+    if not path.is_dir():
+        msg = f"no such file or directory: {path}"
+        raise PathNotFound(msg)
+    return False
 
 
 def find_given(
@@ -100,12 +108,8 @@ def find_given(
     empty: list[Path] = []
     for path in paths:
         before = len(found)
-        if path.is_file():
-            found.setdefault(path.resolve(), path)
+        if _took_file(path, found):
             continue
-        if not path.is_dir():
-            msg = f"no such file or directory: {path}"
-            raise PathNotFound(msg)
         for file in _files_below(path, common):
             found.setdefault(file.resolve(), file)
         if len(found) == before and not any(f.is_relative_to(path.resolve()) for f in found):
