@@ -17,8 +17,8 @@ REPORT = """hashreplay: no recording for POST http://proxy/v1/chat/completions (
 def test_the_command_keeps_the_proxy_options_and_quotes_them() -> None:
     settings = ServeSettings(
         upstreams=(
-            parse_upstream("https://api.openai.com/v1"),
-            parse_upstream("claude=https://api.anthropic.com"),
+            parse_upstream("https://api.provider-a.example.com/v1"),
+            parse_upstream("claude=https://api.provider-b.example.com"),
         ),
         port=9000,
         root="/work/my app",
@@ -30,9 +30,9 @@ def test_the_command_keeps_the_proxy_options_and_quotes_them() -> None:
         "--mode",
         "record-if-missing",
         "--upstream",
-        "https://api.openai.com/v1",
+        "https://api.provider-a.example.com/v1",
         "--upstream",
-        "claude=https://api.anthropic.com",
+        "claude=https://api.provider-b.example.com",
         "--port",
         "9000",
         "--root",

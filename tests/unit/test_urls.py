@@ -22,8 +22,8 @@ from hashreplay.core.urls import is_loopback_host, stored_url
         ),
         # provider and other hosts stay as they are, port and all
         (
-            "https://api.openai.com/v1/chat/completions",
-            "https://api.openai.com/v1/chat/completions",
+            "https://api.provider-a.example.com/v1/chat/completions",
+            "https://api.provider-a.example.com/v1/chat/completions",
         ),
         ("http://10.0.0.5:8000/v1", "http://10.0.0.5:8000/v1"),
         ("http://localhost.example.com:8000/v1", "http://localhost.example.com:8000/v1"),
