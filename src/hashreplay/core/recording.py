@@ -96,6 +96,16 @@ class RecordedResponse(_Model):
     #: (id of the body it was computed for, whether it holds `{{` template markers)
     _markers: tuple[int, bool] | None = PrivateAttr(default=None)
 
+    def __eq__(self, other: object) -> bool:
+        # what was stored, not what was cached about it (`_markers`)
+        if not isinstance(other, RecordedResponse):
+            return NotImplemented
+        return type(self) is type(other) and (
+            self.__dict__ == other.__dict__ and self.__pydantic_extra__ == other.__pydantic_extra__
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
     def has_templates(self) -> bool:
         """Whether the body may hold `{{request:…}}` markers; computed once per body (a
         replayed response is checked on every replay)."""
@@ -103,6 +113,10 @@ class RecordedResponse(_Model):
         if cached is None or cached[0] != id(self.body):
             cached = self._markers = (id(self.body), has_markers(self.body))
         return cached[1]
+
+    def mark_no_templates(self) -> None:
+        """Known to hold no marker (its file has no `{{`): replay skips the scan."""
+        self._markers = (id(self.body), False)
 
     @property
     def end_state(self) -> EndState:

@@ -138,6 +138,20 @@ class Redactor:
                 self._key_cache[key] = found
         return found
 
+    def hides(self, key: Any, item: Any, siblings: Mapping[Any, Any]) -> bool:
+        """Whether the value `item` of `key` (in a mapping with `siblings`' keys) is replaced
+        by the placeholder: a secret key's non-null value, unless a sibling key says the
+        name means something else (`{"token": …, "logprob": …}`)."""
+        if item is None or not isinstance(key, str):
+            return False
+        secret = self._key_cache.get(key)
+        if secret is None:
+            secret = self.is_secret_key(key)
+        if not secret:
+            return False
+        beside = NOT_SECRET_BESIDE.get(_fold(key))
+        return beside is None or not (beside & siblings.keys())
+
     def text(self, text: str) -> str:
         """Replace secret-shaped values and credential query parameters inside free text."""
         if len(text) >= _MEMO_MIN:
@@ -164,12 +178,7 @@ class Redactor:
         if isinstance(value, Mapping):
             out: dict[Any, Any] = {}
             for key, item in value.items():
-                if (
-                    isinstance(key, str)
-                    and item is not None
-                    and self.is_secret_key(key)
-                    and not (NOT_SECRET_BESIDE.get(_fold(key), frozenset()) & value.keys())
-                ):
+                if self.hides(key, item, value):
                     out[key] = SECRET_PLACEHOLDER
                 else:
                     out[key] = self.value(item)
@@ -181,9 +190,14 @@ class Redactor:
     def request_body(self, body: Any, encoding: str) -> Any:
         """A parsed request body with secrets removed; multipart parts whose field name is a
         secret (`name="api_key"`) lose their data, which `value` alone cannot see."""
+        return self.value(self.multipart_parts(body, encoding))
+
+    def multipart_parts(self, body: Any, encoding: str) -> Any:
+        """A multipart body with the data of secret-named parts removed; other bodies as
+        they are (the rest of the redaction is `value`'s)."""
         if encoding == "multipart" and isinstance(body, list):
-            body = [self._multipart_part(part) for part in body]
-        return self.value(body)
+            return [self._multipart_part(part) for part in body]
+        return body
 
     def _multipart_part(self, part: Any) -> Any:
         if not isinstance(part, Mapping):

@@ -102,7 +102,8 @@ def parse_recording(
             "re-record it or upgrade hashreplay"
         )
         raise RecordingError(path, msg)
-    if _REF_MARK in content:
+    blobbed = _REF_MARK in content
+    if blobbed:
         if blobs is None:
             msg = "it refers to blobs, and no blob directory was given to read them from"
             raise RecordingError(path, msg)
@@ -115,7 +116,15 @@ def parse_recording(
         )
         raise RecordingError(path, f"invalid recording: {problems}") from None
     check_bodies(recording, path)
+    if not blobbed and not any(mark in content for mark in _MARKER_TRACES):
+        for response in recording.responses:
+            response.mark_no_templates()
     return recording
+
+
+#: What a file holding a `{{request:…}}` marker must contain: the braces as they are, or a
+#: JSON escape of one (`\u007b`, written by hand).
+_MARKER_TRACES = (b"{{", b"\\u007b", b"\\u007B")
 
 
 def read_limited(path: Path, max_bytes: int, what: str = "file") -> bytes:

@@ -87,10 +87,24 @@ def read_contained(path: Path, root: Path) -> bytes:
             raise RecordingError(path, msg) from None
         return _read_followed(path)
     try:
-        with os.fdopen(fd, "rb") as f:
-            return f.read()
+        return _read_fd(fd)
     except OSError as exc:
         raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd: int) -> bytes:
+    """Everything from an open file: one `read` of the size `fstat` gives (and one that
+    returns nothing past it), no buffered file object in between."""
+    size = os.fstat(fd).st_size
+    data = os.read(fd, size + 1)
+    if len(data) <= size:
+        return data  # a short read of a regular file is its end
+    parts = [data]  # it grew meanwhile: read on to its end
+    while chunk := os.read(fd, 1 << 16):
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _read_followed(path: Path) -> bytes:

@@ -123,6 +123,10 @@ def parse_sse(data: bytes) -> list[dict[str, Any]]:
 
 
 def render_sse_event(event: dict[str, Any]) -> bytes:
+    if "data" in event and len(event) <= 2:
+        fast = _render_plain_event(event)
+        if fast is not None:
+            return fast
     lines = [f":{c}" for c in event.get("comments", ())]
     for key in ("event", "id", "retry"):
         if key in event:
@@ -132,6 +136,23 @@ def render_sse_event(event: dict[str, Any]) -> bytes:
         lines.extend(f"data: {line}" for line in _render_json_or_text(event["data"]).split("\n"))
     end = "\n" if event.get("partial") else "\n\n"
     return ("\n".join(lines) + end).encode("utf-8", errors="surrogateescape")
+
+
+def _render_plain_event(event: dict[str, Any]) -> bytes | None:
+    """The bytes of the usual event, `{"data": {…}}` or `{"event": "x", "data": {…}}`,
+    without the general line-by-line rendering (a long stream replays hundreds of them);
+    None for any other shape. Equal to what the general path gives: compact JSON has no
+    line breaks."""
+    data = event["data"]
+    if type(data) is not dict and type(data) is not list:
+        return None
+    if len(event) == 1:
+        return b"data: " + orjson.dumps(data) + b"\n\n"
+    name = event.get("event")
+    if type(name) is not str:
+        return None
+    head = f"event: {name}\n".encode("utf-8", errors="surrogateescape")
+    return head + b"data: " + orjson.dumps(data) + b"\n\n"
 
 
 # --- NDJSON --------------------------------------------------------------------------------

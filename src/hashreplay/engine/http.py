@@ -6,6 +6,7 @@ client with (`ReplayPlan`, made from a stored response by `plan_for`).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,11 +33,13 @@ class IncomingRequest:
     content: bytes
 
     def header(self, name: str) -> str | None:
-        lname = name.lower()
-        for key, value in self.headers:
-            if key.lower() == lname:
-                return value
-        return None
+        """The first value of a header, by case-insensitive name."""
+        return self._by_name.get(name.lower())
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, str]:
+        # reversed: where a name repeats, the first value wins
+        return {key.lower(): value for key, value in reversed(self.headers)}
 
 
 @dataclass

@@ -47,6 +47,10 @@ from hashreplay.core.urls import stored_url
 from hashreplay.core.volatile import compile_patterns
 from hashreplay.engine.http import IncomingRequest
 
+#: Entries of each keying memo (URLs, credential sets) before it starts afresh: a suite
+#: uses a few dozen; a proxy may see unbounded ones.
+_MEMO_MAX = 1024
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -82,6 +86,8 @@ class Keyer:
             CONVERSATION_HEADER.lower(),
             FAULT_HEADER.lower(),
         }
+        self._urls: dict[str, tuple[str, str]] = {}
+        self._secret_memo: dict[tuple[str, tuple[tuple[str, str], ...]], SecretValues] = {}
 
     def request(
         self, incoming: IncomingRequest, id_map: Mapping[str, str] | None
@@ -92,13 +98,17 @@ class Keyer:
         key replays with another); a body nested too deep is a `RequestTooDeep`."""
         redactor = self.redactor
         method = incoming.method.upper()
-        endpoint = endpoint_of(incoming.url, redactor.is_query_secret)
+        endpoint, url = self._url(incoming.url)
         raw_body, encoding = parse_checked_body(incoming, f"{method} {endpoint}")
-        body = normalise_request_body(redactor.request_body(raw_body, encoding), self.rules, id_map)
-        model = body.get("model") if isinstance(body, dict) else None
-        request = RecordedRequest(
+        # redacted and normalised in one walk
+        body = normalise_request_body(
+            redactor.multipart_parts(raw_body, encoding), self.rules, id_map, redactor
+        )
+        model = body.get("model") if type(body) is dict else None
+        # built from values made here, of the declared types: no validation needed
+        request = RecordedRequest.model_construct(
             method=method,
-            url=stored_url(redactor.url(incoming.url)),
+            url=url,
             endpoint=endpoint,
             headers=filter_headers(incoming.headers, self.kept_request_headers, redactor.header),
             body=body,
@@ -106,10 +116,37 @@ class Keyer:
             model=model if isinstance(model, str) else None,
             conversation=incoming.header(CONVERSATION_HEADER) or current_conversation(),
         )
-        secrets = request_secrets(redactor, incoming.url, incoming.headers)
+        secrets = self._secrets(incoming)
         if secrets and secrets.mentioned_in(_probe(incoming, redactor)):
             request = scrub_request(request, secrets)
         return request, secrets
+
+    def _url(self, url: str) -> tuple[str, str]:
+        """A request URL's endpoint (hashed) and stored form (redacted, loopback host
+        generic); memoised, since a suite calls a handful of URLs over and over."""
+        found = self._urls.get(url)
+        if found is None:
+            if len(self._urls) >= _MEMO_MAX:
+                self._urls.clear()
+            found = self._urls[url] = (
+                endpoint_of(url, self.redactor.is_query_secret),
+                stored_url(self.redactor.url(url)),
+            )
+        return found
+
+    def _secrets(self, incoming: IncomingRequest) -> SecretValues:
+        """The credential values of a request (`request_secrets`), memoised by its URL and
+        secret headers: the same key travels with nearly every request of a suite."""
+        is_secret = self.redactor.is_secret_key
+        memo_key = (incoming.url, tuple(h for h in incoming.headers if is_secret(h[0])))
+        found = self._secret_memo.get(memo_key)
+        if found is None:
+            if len(self._secret_memo) >= _MEMO_MAX:
+                self._secret_memo.clear()
+            found = self._secret_memo[memo_key] = request_secrets(
+                self.redactor, memo_key[0], memo_key[1]
+            )
+        return found
 
     def call(
         self,
@@ -135,7 +172,7 @@ class Keyer:
     def body(self, raw: Any, id_map: Mapping[str, str] | None) -> Any:
         """A body as hashed and stored: redacted, then normalised with the ids this test
         received earlier mapped to their stable form."""
-        return normalise_request_body(self.redactor.value(raw), self.rules, id_map)
+        return normalise_request_body(raw, self.rules, id_map, self.redactor)
 
     def key_of(self, request: RecordedRequest, test_id: str | None) -> tuple[str, bool]:
         """The hash that names the file of `request` made by `test_id`, and whether it is a
