@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field
 
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import FORMAT_VERSION, KEY_VERSION
@@ -93,30 +93,9 @@ class RecordedResponse(_Model):
     #: Offsets of the head and chunks (only with `record_timing`); absent: not recorded.
     timing: Timing | None = None
 
-    #: (id of the body it was computed for, whether it holds `{{` template markers)
-    _markers: tuple[int, bool] | None = PrivateAttr(default=None)
-
-    def __eq__(self, other: object) -> bool:
-        # what was stored, not what was cached about it (`_markers`)
-        if not isinstance(other, RecordedResponse):
-            return NotImplemented
-        return type(self) is type(other) and (
-            self.__dict__ == other.__dict__ and self.__pydantic_extra__ == other.__pydantic_extra__
-        )
-
-    __hash__ = None  # type: ignore[assignment]
-
     def has_templates(self) -> bool:
-        """Whether the body may hold `{{request:…}}` markers; computed once per body (a
-        replayed response is checked on every replay)."""
-        cached = self._markers
-        if cached is None or cached[0] != id(self.body):
-            cached = self._markers = (id(self.body), has_markers(self.body))
-        return cached[1]
-
-    def mark_no_templates(self) -> None:
-        """Known to hold no marker (its file has no `{{`): replay skips the scan."""
-        self._markers = (id(self.body), False)
+        """Whether the body may hold `{{request:…}}` markers (or an escape to undo)."""
+        return has_markers(self.body)
 
     @property
     def end_state(self) -> EndState:

@@ -138,6 +138,20 @@ class Redactor:
                 self._key_cache[key] = found
         return found
 
+    def split_headers(
+        self, headers: Iterable[tuple[str, str]]
+    ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """A request's headers as (secret-named, others), in order."""
+        secret: list[tuple[str, str]] = []
+        others: list[tuple[str, str]] = []
+        cache = self._key_cache
+        for header in headers:
+            found = cache.get(header[0])
+            if found is None:
+                found = self.is_secret_key(header[0])
+            (secret if found else others).append(header)
+        return secret, others
+
     def hides(self, key: Any, item: Any, siblings: Mapping[Any, Any]) -> bool:
         """Whether the value `item` of `key` (in a mapping with `siblings`' keys) is replaced
         by the placeholder: a secret key's non-null value, unless a sibling key says the

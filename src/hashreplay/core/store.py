@@ -16,7 +16,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import aiofiles
 import aiofiles.os
@@ -102,8 +102,7 @@ def parse_recording(
             "re-record it or upgrade hashreplay"
         )
         raise RecordingError(path, msg)
-    blobbed = _REF_MARK in content
-    if blobbed:
+    if _REF_MARK in content:
         if blobs is None:
             msg = "it refers to blobs, and no blob directory was given to read them from"
             raise RecordingError(path, msg)
@@ -116,15 +115,27 @@ def parse_recording(
         )
         raise RecordingError(path, f"invalid recording: {problems}") from None
     check_bodies(recording, path)
-    if not blobbed and not any(mark in content for mark in _MARKER_TRACES):
-        for response in recording.responses:
-            response.mark_no_templates()
     return recording
 
 
-#: What a file holding a `{{request:…}}` marker must contain: the braces as they are, or a
-#: JSON escape of one (`\u007b`, written by hand).
-_MARKER_TRACES = (b"{{", b"\\u007b", b"\\u007B")
+#: What a file holding a `{{request:…}}` marker must contain: the braces as they are, a
+#: JSON escape of one (`\u007b`, written by hand), or a blob reference (blobs are text too).
+_MARKER_TRACES = (b"{{", b"\\u007b", b"\\u007B", _REF_MARK)
+
+
+def holds_no_markers(content: bytes) -> bool:
+    """Whether the bytes of a recording certainly hold no template marker, so replay can
+    skip looking for one in every response (a scan of each body)."""
+    return not any(mark in content for mark in _MARKER_TRACES)
+
+
+class Found(NamedTuple):
+    """A recording found by its hash."""
+
+    path: Path
+    recording: Recording
+    #: its file holds no template marker (`holds_no_markers`)
+    plain: bool = False
 
 
 def read_limited(path: Path, max_bytes: int, what: str = "file") -> bytes:
@@ -255,7 +266,8 @@ class Store:
         self.blobs_dir = self.common_dir / BLOBS_DIRNAME
         self.blob_threshold = blob_threshold
         self.max_body_bytes = max_body_bytes
-        self._dirs: dict[str | None, Path] = {}  # test file -> its recordings directory
+        #: test file -> where its recordings are looked for
+        self._dirs: dict[str | None, tuple[Path, ...]] = {}
         self._temp_dir: Path | None = None
         self._temp_checked = False
 
@@ -355,6 +367,10 @@ class Store:
         Requests outside any test, and node ids that would resolve outside the project root
         (`..`, absolute paths), go to the common directory.
         """
+        return self.search_dirs(test_id)[0]
+
+    def search_dirs(self, test_id: str | None) -> tuple[Path, ...]:
+        """Where a test's recordings are looked for: its own directory, then the common one."""
         # cached by the test's file, not its id: every test of a module shares one entry,
         # so a suite pays one `Path.resolve` per test file, not per test
         file_part = test_id.split("::", 1)[0] if test_id else None
@@ -362,28 +378,25 @@ class Store:
         if found is None:
             if len(self._dirs) >= _DIR_CACHE_MAX:  # a proxy sees unbounded test ids
                 self._dirs.clear()
-            found = self._dirs[file_part] = recordings_dir_for(
-                self.root, self.common_dir, file_part
-            )
+            own = recordings_dir_for(self.root, self.common_dir, file_part)
+            found = (own,) if own == self.common_dir else (own, self.common_dir)
+            self._dirs[file_part] = found
         return found
-
-    def search_dirs(self, test_id: str | None) -> list[Path]:
-        own = self.dir_for(test_id)
-        return [own] if own == self.common_dir else [own, self.common_dir]
 
     def path_for(self, test_id: str | None, hash_hex: str) -> Path:
         return self.dir_for(test_id) / recording_name(hash_hex)
 
-    def read_first(self, test_id: str | None, hash_hex: str) -> tuple[Path, Recording] | None:
+    def read_first(self, test_id: str | None, hash_hex: str) -> Found | None:
         """The recording of this hash in the first search directory that has it: read
         directly, without a `stat` first (one system call less on the replay path)."""
         name = recording_name(hash_hex)
         for directory in self.search_dirs(test_id):
             path = directory / name
             try:
-                return path, self.parse(read_contained(path, self.root), path)
+                content = read_contained(path, self.root)
             except FileNotFoundError:
                 continue
+            return Found(path, self.parse(content, path), holds_no_markers(content))
         return None
 
     def model_list_paths(self, hash_hex: str, test_id: str | None = None) -> list[Path]:

@@ -105,8 +105,7 @@ class Keyer:
             redactor.multipart_parts(raw_body, encoding), self.rules, id_map, redactor
         )
         model = body.get("model") if type(body) is dict else None
-        # built from values made here, of the declared types: no validation needed
-        request = RecordedRequest.model_construct(
+        request = RecordedRequest(
             method=method,
             url=url,
             endpoint=endpoint,
@@ -116,8 +115,9 @@ class Keyer:
             model=model if isinstance(model, str) else None,
             conversation=incoming.header(CONVERSATION_HEADER) or current_conversation(),
         )
-        secrets = self._secrets(incoming)
-        if secrets and secrets.mentioned_in(_probe(incoming, redactor)):
+        secret_headers, other_headers = redactor.split_headers(incoming.headers)
+        secrets = self._secrets(incoming.url, tuple(secret_headers))
+        if secrets and _mentioned(secrets, incoming, other_headers):
             request = scrub_request(request, secrets)
         return request, secrets
 
@@ -134,18 +134,15 @@ class Keyer:
             )
         return found
 
-    def _secrets(self, incoming: IncomingRequest) -> SecretValues:
-        """The credential values of a request (`request_secrets`), memoised by its URL and
-        secret headers: the same key travels with nearly every request of a suite."""
-        is_secret = self.redactor.is_secret_key
-        memo_key = (incoming.url, tuple(h for h in incoming.headers if is_secret(h[0])))
+    def _secrets(self, url: str, headers: tuple[tuple[str, str], ...]) -> SecretValues:
+        """The credential values of a request's URL and secret headers (`request_secrets`),
+        memoised: the same key travels with nearly every request of a suite."""
+        memo_key = (url, headers)
         found = self._secret_memo.get(memo_key)
         if found is None:
             if len(self._secret_memo) >= _MEMO_MAX:
                 self._secret_memo.clear()
-            found = self._secret_memo[memo_key] = request_secrets(
-                self.redactor, memo_key[0], memo_key[1]
-            )
+            found = self._secret_memo[memo_key] = request_secrets(self.redactor, url, headers)
         return found
 
     def call(
@@ -232,9 +229,11 @@ def check_name(path: Path, recording: Recording, prep: Prepared) -> None:
     )
 
 
-def _probe(incoming: IncomingRequest, redactor: Redactor) -> bytes:
-    """What of a request could carry a credential value past redaction by key: the URL, the
-    body and the headers that are not themselves secret (a key travels in its own header on
+def _mentioned(
+    secrets: SecretValues, incoming: IncomingRequest, others: Sequence[tuple[str, str]]
+) -> bool:
+    """Whether a credential value travels where redaction by key does not remove it: in the
+    URL, the body or a header that is not itself secret (a key travels in its own header on
     nearly every request; only a copy elsewhere needs the scrub)."""
-    others = [v for k, v in incoming.headers if not redactor.is_secret_key(k)]
-    return b"\n".join([incoming.url.encode(), incoming.content, *(v.encode() for v in others)])
+    probe = [incoming.url.encode(), incoming.content, *(v.encode() for _, v in others)]
+    return secrets.mentioned_in(b"\n".join(probe))

@@ -5,7 +5,7 @@ test (a miss with its report, or a scenario that cannot be replayed)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hashreplay.core.bodies import encode_request_body
 from hashreplay.core.errors import RecordingError, ReplayMiss
@@ -27,6 +27,15 @@ from hashreplay.engine.state import Tests
 from hashreplay.engine.view import StoreView
 
 
+class Recorded(NamedTuple):
+    """The next recorded response to a request."""
+
+    response: RecordedResponse
+    path: Path
+    #: its file holds no template marker: nothing to fill
+    plain: bool = False
+
+
 class Replayer:
     def __init__(
         self, view: StoreView, tests: Tests, redactor: Redactor, root: Path, pace: Pace
@@ -39,10 +48,10 @@ class Replayer:
         self.root = root
         self.pace = pace
 
-    def recorded(self, prep: Prepared) -> tuple[RecordedResponse, Path] | None:
-        """The next recorded response to this request and its file, or None. Identical
-        requests within a test are answered in recorded order; a file that exists but cannot
-        be used raises its RecordingError."""
+    def recorded(self, prep: Prepared) -> Recorded | None:
+        """The next recorded response to this request, its file and whether that file holds
+        no template marker; or None. Identical requests within a test are answered in
+        recorded order; a file that exists but cannot be used raises its RecordingError."""
         if prep.shared:
             return self._recorded_model_list(prep)
         tests = self.tests
@@ -59,9 +68,9 @@ class Replayer:
             seq.calls += 1
             tests.stats.replayed += 1
             tests.use(prep.test_id, seq.path)
-        return seq.responses[index], seq.path
+        return Recorded(seq.responses[index], seq.path, seq.plain)
 
-    def _recorded_model_list(self, prep: Prepared) -> tuple[RecordedResponse, Path] | None:
+    def _recorded_model_list(self, prep: Prepared) -> Recorded | None:
         paths = self.view.model_list_paths(prep.hash, prep.test_id)
         if not paths:
             return None
@@ -69,7 +78,7 @@ class Replayer:
         with self.tests.lock:
             self.stats.replayed += 1
             self.tests.use(prep.test_id, *paths)
-        return merged, paths[0]
+        return Recorded(merged, paths[0])
 
     def miss(self, prep: Prepared, problem: RecordingError | None = None) -> ReplayMiss:
         """Note a replay miss (the test will fail) and return it; never raises it."""
@@ -85,14 +94,15 @@ class Replayer:
     def replay(
         self,
         prep: Prepared,
-        response: RecordedResponse,
-        path: Path,
+        found: Recorded,
         request: IncomingRequest | None,
         fault: FaultSpec | None,
     ) -> Replay | Miss:
         """A recorded response with templates filled, and the test's pace and fault."""
+        response, path, plain = found
         try:
-            response = templated(response, lambda: self._layout(prep, request), path)
+            if not plain:
+                response = templated(response, lambda: self._layout(prep, request), path)
         except RecordingError as problem:
             return Miss(prep, self.miss(prep, problem))
         except TemplateError as exc:

@@ -204,7 +204,7 @@ class Session:
         except RecordingError as unusable:
             return Miss(prep, self.miss(prep, unusable))
         if found is not None:
-            return self.replayer.replay(prep, *found, request, fault)
+            return self.replayer.replay(prep, found, request, fault)
         if fault is not None:
             why = (
                 f"{fault.describe()} breaks a recorded response, and this request has none "

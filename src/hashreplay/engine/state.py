@@ -48,6 +48,8 @@ class RecordedSequence:
     ids: IdRegistry
     path: Path
     calls: int = 0
+    #: its file holds no template marker: replay need not look for one
+    plain: bool = False
 
 
 @dataclass

@@ -10,7 +10,13 @@ from pathlib import Path
 
 from hashreplay.core.names import model_list_name_prefix, recording_name
 from hashreplay.core.recording import Recording
-from hashreplay.core.store import Store, awrite_bytes_atomic, write_bytes_atomic
+from hashreplay.core.store import (
+    Found,
+    Store,
+    awrite_bytes_atomic,
+    holds_no_markers,
+    write_bytes_atomic,
+)
 from hashreplay.core.writer import BackgroundWriter
 
 
@@ -19,7 +25,7 @@ class StoreView:
         self.store = store
         self.writer = writer
 
-    def read_first(self, test_id: str | None, hash_hex: str) -> tuple[Path, Recording] | None:
+    def read_first(self, test_id: str | None, hash_hex: str) -> Found | None:
         """Like `Store.read_first`, but sees writes still queued."""
         writer = self.writer
         if writer is not None:
@@ -27,7 +33,7 @@ class StoreView:
                 path = directory / recording_name(hash_hex)
                 content = writer.pending(path)
                 if content is not None:
-                    return path, self.store.parse(content, path)
+                    return Found(path, self.store.parse(content, path), holds_no_markers(content))
         return self.store.read_first(test_id, hash_hex)
 
     def model_list_paths(self, hash_hex: str, test_id: str | None) -> list[Path]:

@@ -1,0 +1,192 @@
+"""The replay fast path (issue 17) keeps every check: a file with a wrong format version, one
+that holds another request than its name says, and a truncated one are still refused or
+warned about, naming the file; and each shortcut gives exactly what the general path gives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hashreplay.adapters.httpx import _header_items
+from hashreplay.core.config import load_config
+from hashreplay.core.constants import FORMAT_VERSION, SECRET_PLACEHOLDER
+from hashreplay.core.errors import HashReplayWarning
+from hashreplay.core.normalise import RequestRules, normalise_request_body
+from hashreplay.core.redact import Redactor
+from hashreplay.core.store import holds_no_markers
+from hashreplay.core.streams import render_sse_event
+from hashreplay.core.volatile import compile_patterns
+from hashreplay.engine.decision import Miss, Record, Replay
+from hashreplay.engine.http import IncomingRequest, LiveExchange
+from hashreplay.engine.session import Session
+
+TEST = "tests/suite/test_chat.py::test_one"
+URL = "http://127.0.0.1:9/v1/chat/completions"
+JSON = [("content-type", "application/json"), ("authorization", "Bearer sk-test-1234567890abcdef")]
+
+
+def chat(text: str) -> IncomingRequest:
+    body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+    return IncomingRequest("POST", URL, JSON, json.dumps(body).encode())
+
+
+def recorded(root: Path, text: str, answer: Any) -> Path:
+    s = Session(load_config(root, env={}, mode="record"))
+    s.begin_test(TEST)
+    decision = s.decide(chat(text), test_id=TEST)
+    assert isinstance(decision, Record)
+    body = json.dumps(answer).encode()
+    return s.record(
+        decision.prep, LiveExchange(200, [("content-type", "application/json")], [body])
+    )
+
+
+def replay(root: Path, text: str) -> Replay | Miss:
+    s = Session(load_config(root, env={}, mode="replay"))
+    s.begin_test(TEST)
+    decision = s.decide(chat(text), test_id=TEST)
+    assert isinstance(decision, (Replay, Miss))
+    return decision
+
+
+def test_a_wrong_format_version_is_a_miss_naming_the_file(tmp_path: Path) -> None:
+    path = recorded(tmp_path, "hi", {"answer": "one"})
+    data = json.loads(path.read_text())
+    data["format_version"] = FORMAT_VERSION + 1
+    path.write_text(json.dumps(data))
+    decision = replay(tmp_path, "hi")
+    assert isinstance(decision, Miss)
+    assert str(path.name) in str(decision.error)
+    assert f"format_version {FORMAT_VERSION + 1}" in str(decision.error)
+
+
+def test_a_truncated_file_is_a_miss_naming_the_file(tmp_path: Path) -> None:
+    path = recorded(tmp_path, "hi", {"answer": "one"})
+    content = path.read_bytes()
+    path.write_bytes(content[: len(content) // 2])
+    decision = replay(tmp_path, "hi")
+    assert isinstance(decision, Miss)
+    assert str(path.name) in str(decision.error)
+    assert "truncated" in str(decision.error)
+
+
+def test_a_file_holding_another_request_than_its_name_is_replayed_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    path = recorded(tmp_path, "hi", {"answer": "one"})
+    other = recorded(tmp_path, "bye", {"answer": "two"})
+    path.write_bytes(other.read_bytes())  # the file of "bye" under the name of "hi"
+    with pytest.warns(HashReplayWarning, match="no longer matches its name") as caught:
+        decision = replay(tmp_path, "hi")
+    assert isinstance(decision, Replay)
+    assert str(path) in str(caught[0].message)
+    assert b"two" in b"".join(decision.plan().chunks)
+
+
+def test_an_invalid_response_is_a_miss_naming_the_field(tmp_path: Path) -> None:
+    path = recorded(tmp_path, "hi", {"answer": "one"})
+    data = json.loads(path.read_text())
+    data["response"]["status"] = "two hundred"
+    path.write_text(json.dumps(data))
+    decision = replay(tmp_path, "hi")
+    assert isinstance(decision, Miss)
+    assert "response.status" in str(decision.error)
+
+
+def test_a_marker_written_as_json_escapes_is_still_filled(tmp_path: Path) -> None:
+    path = recorded(tmp_path, "hi", {"answer": "one"})
+    content = path.read_text()
+    assert holds_no_markers(content.encode())
+    # a hand edit that writes the braces as escapes: the scan must not be skipped
+    path.write_text(content.replace('"one"', '"\\u007b\\u007brequest:body.model}}"'))
+    assert not holds_no_markers(path.read_bytes())
+    decision = replay(tmp_path, "hi")
+    assert isinstance(decision, Replay)
+    assert json.loads(b"".join(decision.plan().chunks)) == {"answer": "m"}
+
+
+# --- each shortcut equals the general path -------------------------------------------------
+
+json_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False),
+    st.text(max_size=12),
+    st.sampled_from(["sk-abcdefghijklmnop0123", "1.234567", "caf\u0065\u0301", "a.b"]),
+)
+keys = st.one_of(
+    st.text(max_size=8),
+    st.sampled_from(["api_key", "token", "logprob", "password", "max_tokens", "a.b", "trace"]),
+)
+json_tree = st.recursive(
+    json_leaf,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tree=json_tree, ids=st.booleans(), volatile=st.booleans())
+def test_one_walk_redacts_and_normalises_as_two_walks_did(
+    tree: Any, ids: bool, volatile: bool
+) -> None:
+    redactor = Redactor(["trace"])
+    rules = RequestRules(
+        ignore_body_keys=("max_tokens", "a.b"),
+        volatile=compile_patterns(["uuid"] if volatile else []),
+    )
+    id_map = {"abcdefghij": "rec-1"} if ids else None
+    two_walks = normalise_request_body(redactor.value(tree), rules, id_map)
+    assert normalise_request_body(tree, rules, id_map, redactor) == two_walks
+
+
+def test_a_secret_beside_its_qualifier_is_kept_in_one_walk() -> None:
+    redactor = Redactor()
+    body = {"token": "Hi", "logprob": -0.1, "nested": {"token": "abc", "x": 1}}
+    assert normalise_request_body(body, None, None, redactor) == {
+        "token": "Hi",
+        "logprob": -0.1,
+        "nested": {"token": SECRET_PLACEHOLDER, "x": 1},
+    }
+
+
+def _general_sse(event: dict[str, Any]) -> bytes:
+    lines = [f"event: {event['event']}"] if "event" in event else []
+    data = event["data"]
+    lines.append(f"data: {data if isinstance(data, str) else orjson.dumps(data).decode()}")
+    return ("\n".join(lines) + "\n\n").encode("utf-8", errors="surrogateescape")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.one_of(st.dictionaries(st.text(max_size=5), json_tree), st.lists(json_tree)),
+    name=st.none() | st.text(max_size=10),
+)
+def test_a_plain_sse_event_renders_as_the_general_path_does(data: Any, name: str | None) -> None:
+    try:
+        orjson.dumps(data)
+    except orjson.JSONEncodeError:
+        return  # not storable: integers past 64 bits are never in a recorded stream
+    event: dict[str, Any] = {"data": data} if name is None else {"event": name, "data": data}
+    assert render_sse_event(event) == _general_sse(event)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("Content-Type", "application/json"), ("X-A", "1"), ("x-a", "2")],
+        [("X-Name", "caf\u00e9".encode())],
+        [("X-Latin", "caf\u00e9".encode("latin-1"))],
+    ],
+)
+def test_headers_decoded_once_equal_multi_items(headers: list[tuple[str, Any]]) -> None:
+    h = httpx2.Headers(headers)
+    assert _header_items(h) == h.multi_items()
