@@ -81,9 +81,8 @@ class SecretValues:
     def mentioned_in(self, serialised: bytes) -> bool:
         """Whether any value occurs in these JSON bytes (as it would be written there)."""
         if self._encoded is None:
-            self._encoded = tuple(
-                form for v in self.values for form in {v.encode(), orjson.dumps(v)[1:-1]}
-            )
+            forms = {form for v in self.values for form in (v.encode(), orjson.dumps(v)[1:-1])}
+            self._encoded = _irreducible(forms)
         return any(form in serialised for form in self._encoded)
 
     def data(self, data: bytes) -> bytes:
@@ -110,6 +109,17 @@ class SecretValues:
 
 
 NO_SECRETS = SecretValues()
+
+
+def _irreducible(forms: Iterable[bytes]) -> tuple[bytes, ...]:
+    """The forms that contain no other form: where `Bearer sk-…` occurs, `sk-…` occurs too,
+    so looking for the shorter alone answers whether any occurs (one scan of each request
+    instead of one per form)."""
+    kept: list[bytes] = []
+    for form in sorted(forms, key=len):
+        if not any(shorter in form for shorter in kept):
+            kept.append(form)
+    return tuple(kept)
 
 
 def _with_encodings(value: str) -> list[str]:

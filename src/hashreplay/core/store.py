@@ -118,24 +118,11 @@ def parse_recording(
     return recording
 
 
-#: What a file holding a `{{request:…}}` marker must contain: the braces as they are, a
-#: JSON escape of one (`\u007b`, written by hand), or a blob reference (blobs are text too).
-_MARKER_TRACES = (b"{{", b"\\u007b", b"\\u007B", _REF_MARK)
-
-
-def holds_no_markers(content: bytes) -> bool:
-    """Whether the bytes of a recording certainly hold no template marker, so replay can
-    skip looking for one in every response (a scan of each body)."""
-    return not any(mark in content for mark in _MARKER_TRACES)
-
-
 class Found(NamedTuple):
     """A recording found by its hash."""
 
     path: Path
     recording: Recording
-    #: its file holds no template marker (`holds_no_markers`)
-    plain: bool = False
 
 
 def read_limited(path: Path, max_bytes: int, what: str = "file") -> bytes:
@@ -396,7 +383,7 @@ class Store:
                 content = read_contained(path, self.root)
             except FileNotFoundError:
                 continue
-            return Found(path, self.parse(content, path), holds_no_markers(content))
+            return Found(path, self.parse(content, path))
         return None
 
     def model_list_paths(self, hash_hex: str, test_id: str | None = None) -> list[Path]:

@@ -32,8 +32,6 @@ class Recorded(NamedTuple):
 
     response: RecordedResponse
     path: Path
-    #: its file holds no template marker: nothing to fill
-    plain: bool = False
 
 
 class Replayer:
@@ -49,9 +47,9 @@ class Replayer:
         self.pace = pace
 
     def recorded(self, prep: Prepared) -> Recorded | None:
-        """The next recorded response to this request, its file and whether that file holds
-        no template marker; or None. Identical requests within a test are answered in
-        recorded order; a file that exists but cannot be used raises its RecordingError."""
+        """The next recorded response to this request and its file, or None. Identical
+        requests within a test are answered in recorded order; a file that exists but cannot
+        be used raises its RecordingError."""
         if prep.shared:
             return self._recorded_model_list(prep)
         tests = self.tests
@@ -68,7 +66,7 @@ class Replayer:
             seq.calls += 1
             tests.stats.replayed += 1
             tests.use(prep.test_id, seq.path)
-        return Recorded(seq.responses[index], seq.path, seq.plain)
+        return Recorded(seq.responses[index], seq.path)
 
     def _recorded_model_list(self, prep: Prepared) -> Recorded | None:
         paths = self.view.model_list_paths(prep.hash, prep.test_id)
@@ -99,10 +97,9 @@ class Replayer:
         fault: FaultSpec | None,
     ) -> Replay | Miss:
         """A recorded response with templates filled, and the test's pace and fault."""
-        response, path, plain = found
+        response, path = found
         try:
-            if not plain:
-                response = templated(response, lambda: self._layout(prep, request), path)
+            response = templated(response, lambda: self._layout(prep, request), path)
         except RecordingError as problem:
             return Miss(prep, self.miss(prep, problem))
         except TemplateError as exc:

@@ -23,13 +23,12 @@ def sequence_for(tests: Tests, view: StoreView, prep: Prepared) -> RecordedSeque
             [], new_id_registry(prep.hash), view.store.path_for(prep.test_id, prep.hash)
         )
     else:
-        path, recording, plain = found
+        path, recording = found
         check_name(path, recording, prep)
         seq = RecordedSequence(
             recording.responses,
             new_id_registry(prep.hash, recording.id_normalization_mapping),
             path,
-            plain=plain,
         )
     state.sequences[prep.hash] = seq
     return seq

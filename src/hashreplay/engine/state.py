@@ -48,8 +48,6 @@ class RecordedSequence:
     ids: IdRegistry
     path: Path
     calls: int = 0
-    #: its file holds no template marker: replay need not look for one
-    plain: bool = False
 
 
 @dataclass

@@ -14,7 +14,6 @@ from hashreplay.core.store import (
     Found,
     Store,
     awrite_bytes_atomic,
-    holds_no_markers,
     write_bytes_atomic,
 )
 from hashreplay.core.writer import BackgroundWriter
@@ -33,7 +32,7 @@ class StoreView:
                 path = directory / recording_name(hash_hex)
                 content = writer.pending(path)
                 if content is not None:
-                    return Found(path, self.store.parse(content, path), holds_no_markers(content))
+                    return Found(path, self.store.parse(content, path))
         return self.store.read_first(test_id, hash_hex)
 
     def model_list_paths(self, hash_hex: str, test_id: str | None) -> list[Path]:
