@@ -11,9 +11,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from hashreplay.core.constants import MODEL_LIST_PREFIX
+import orjson
+
+from hashreplay.core.constants import FORMAT_VERSION, MODEL_LIST_PREFIX
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.store import Store
+from hashreplay.core.store import Store, read_limited
 from hashreplay.engine.state import TestState
 
 
@@ -59,12 +61,27 @@ class FileIndex:
         for path in sorted(directory.glob("*.json")):
             if path.name.startswith(MODEL_LIST_PREFIX):
                 continue
-            try:
-                recording = self.store.read(path)
-            except RecordingError:
-                continue  # `hashreplay verify` names it
-            index.setdefault(recording.test_id, []).append((path, len(recording.responses)))
+            found = self._summary(path)
+            if found is not None:
+                index.setdefault(found[0], []).append((path, found[1]))
         return index
+
+    def _summary(self, path: Path) -> tuple[str | None, int] | None:
+        """A file's test id and how many responses it holds, or None for a file that is not
+        a readable recording (`hashreplay verify` names it; a test that asks for it gets the
+        full check). Only parsed, not validated: the suite's first test of a directory reads
+        every file of it here."""
+        try:
+            data = orjson.loads(read_limited(path, self.store.max_body_bytes))
+        except (OSError, RecordingError, orjson.JSONDecodeError):
+            return None
+        if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION:
+            return None
+        test_id = data.get("test_id")
+        later = data.get("later_responses", [])
+        if "response" not in data or not isinstance(test_id, (str, type(None))):
+            return None
+        return test_id, 1 + (len(later) if isinstance(later, list) else 0)
 
 
 def unused(state: TestState, files: list[tuple[Path, int]]) -> list[Unused]:
