@@ -1,6 +1,6 @@
 """What a user's suite pays (issue 17, item 1): whole pytest processes of generated suites.
 
-    python benchmarks/suite.py [--tests 500] [--rounds 3] [--scenarios 1,5,1s]
+    python benchmarks/suite.py [--tests 500] [--rounds 3] [--scenarios 1,5,1s] [--before SRC]
 
 Each scenario is a generated suite of N tests making K openai chat calls each (`1`, `5`;
 `1s` = one streamed call), run as a whole `pytest` process per variant:
@@ -10,6 +10,7 @@ Each scenario is a generated suite of N tests making K openai chat calls each (`
 - hashreplay: replay from recordings made once against the local fake upstream (stopped);
 - pytest-recording (vcrpy) and cassetter: `@pytest.mark.vcr`, one cassette per test, replayed
   with `--record-mode=none`;
+- `--before SRC`: hashreplay from another source tree as one more variant (before/after);
 - for recording: live (no recorder) against the fake, and each recorder recording into an
   empty store (`record` / `--record-mode=all`).
 
@@ -36,6 +37,8 @@ from pathlib import Path
 from _common import ROOT, capture_bodies, fake_upstream, machine
 
 PLUGINS = ("hashreplay", "recording", "cassetter")
+#: the tree measured as "hashreplay" (the installed one may be another checkout)
+SRC = str(ROOT / "src")
 
 TESTS = """
 import pytest
@@ -177,7 +180,7 @@ def answers_file(project: Path, fake_url_answers: dict[str, tuple[bytes, str]]) 
 
 
 def run_scenario(
-    scenario: Scenario, tests: int, rounds: int, work: Path
+    scenario: Scenario, tests: int, rounds: int, work: Path, before: str | None = None
 ) -> tuple[dict[str, Runs], dict[str, Runs]]:
     project = make_project(
         work / f"s{scenario.calls}{'s' if scenario.stream else ''}", scenario, tests
@@ -189,7 +192,7 @@ def run_scenario(
         env = {"BENCH_URL": fake.url, "INFERENCE_MODE": "record"}
         answers_file(project, capture_bodies(fake, total, stream=scenario.stream))
         # the stores to replay from, recorded once
-        pytest_run(project, env, *only("hashreplay"), expect=tests)
+        pytest_run(project, {**env, "PYTHONPATH": SRC}, *only("hashreplay"), expect=tests)
         pytest_run(project, env, *only("recording"), "--record-mode=all", expect=tests)
         shutil.copytree(project / "tests" / "cassettes", project / "cassettes-vcr")
         shutil.rmtree(project / "tests" / "cassettes")
@@ -202,7 +205,11 @@ def run_scenario(
 
         recorders = {
             "live (no recorder)": (clear_stores, {"INFERENCE_MODE": "live"}, only(None)),
-            "hashreplay (record)": (clear_stores, {"INFERENCE_MODE": "record"}, only("hashreplay")),
+            "hashreplay (record)": (
+                clear_stores,
+                {"INFERENCE_MODE": "record", "PYTHONPATH": SRC},
+                only("hashreplay"),
+            ),
             "pytest-recording (record)": (
                 clear_stores,
                 {},
@@ -210,6 +217,12 @@ def run_scenario(
             ),
             "cassetter (record)": (clear_stores, {}, (*only("cassetter"), "--record-mode=all")),
         }
+        if before is not None:
+            recorders["hashreplay before (record)"] = (
+                clear_stores,
+                {"INFERENCE_MODE": "record", "PYTHONPATH": before},
+                only("hashreplay"),
+            )
         for r in range(rounds):
             names = list(recorders)
             order = names[r % len(names) :] + names[: r % len(names)]
@@ -226,7 +239,7 @@ def run_scenario(
     env = {"BENCH_URL": env["BENCH_URL"], "INFERENCE_MODE": "replay"}
     variants = {
         "floor (MockTransport)": ({"BENCH_FLOOR": "1"}, only(None), None),
-        "hashreplay (replay)": ({}, only("hashreplay"), None),
+        "hashreplay (replay)": ({"PYTHONPATH": SRC}, only("hashreplay"), None),
         "pytest-recording (replay)": (
             {},
             (*only("recording"), "--record-mode=none"),
@@ -238,13 +251,15 @@ def run_scenario(
             "cassettes-cassetter",
         ),
     }
+    if before is not None:
+        variants["hashreplay before (replay)"] = ({"PYTHONPATH": before}, only("hashreplay"), None)
     # the record rounds each started from an empty store: record hashreplay's once more
     # (against a new fake: the host and port are not part of hashreplay's key)
     with fake_upstream() as fake:
         shutil.rmtree(project / "tests" / "recordings", ignore_errors=True)
         pytest_run(
             project,
-            {"BENCH_URL": fake.url, "INFERENCE_MODE": "record"},
+            {"BENCH_URL": fake.url, "INFERENCE_MODE": "record", "PYTHONPATH": SRC},
             *only("hashreplay"),
             expect=tests,
         )
@@ -280,6 +295,16 @@ def table(results: dict[str, Runs], reference: str, tests: int) -> list[str]:
             f"| {name} | {cpu:.2f} ({min(runs.cpu):.2f}–{max(runs.cpu):.2f}) | {wall:.2f} | "
             f"{'—' if name == reference else above} |"
         )
+    ours = next((n for n in results if n.startswith("hashreplay (")), None)
+    if ours is not None:
+        mine = statistics.median(results[ours].cpu) - ref_cpu
+        ratios = [
+            f"{mine / (statistics.median(runs.cpu) - ref_cpu):.2f}× {name.split(' (')[0]}'s"
+            for name, runs in results.items()
+            if name.startswith(("pytest-recording", "cassetter"))
+            and statistics.median(runs.cpu) > ref_cpu
+        ]
+        lines.append(f"\nhashreplay's CPU overhead per test: {', '.join(ratios)}.")
     return lines
 
 
@@ -288,6 +313,9 @@ def main() -> None:
     parser.add_argument("--tests", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scenarios", default="1,5,1s")
+    parser.add_argument(
+        "--before", help="another hashreplay src tree, measured beside this one (PYTHONPATH)"
+    )
     args = parser.parse_args()
     print(f"Machine: {machine()}")
     print(f"Suites of {args.tests} tests, {args.rounds} interleaved rounds per variant\n")
@@ -296,7 +324,7 @@ def main() -> None:
     try:
         for text in args.scenarios.split(","):
             scenario = Scenario.parse(text)
-            replay, record = run_scenario(scenario, args.tests, args.rounds, work)
+            replay, record = run_scenario(scenario, args.tests, args.rounds, work, args.before)
             print(f"### Replay, {scenario.label}")
             print("\n".join(table(replay, "floor (MockTransport)", args.tests)), "\n")
             print(f"### Record, {scenario.label}")

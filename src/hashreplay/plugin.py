@@ -118,8 +118,7 @@ def _flush_recordings(session: pytest.Session, hr: Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def _marker_mode(item: pytest.Item) -> Mode | None:
-    marker = item.get_closest_marker("hashreplay")
+def _marker_mode(marker: pytest.Mark | None) -> Mode | None:
     if marker is None:
         return None
     value = marker.kwargs.get("mode", marker.args[0] if marker.args else None)
@@ -185,8 +184,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if session is None:
         return
     try:
-        mode = _marker_mode(item)
-        apply_markers(item, session)
+        marker = item.get_closest_marker("hashreplay")
+        mode = _marker_mode(marker)
+        apply_markers(item, session, marker)
     except ConfigError as exc:
         raise pytest.UsageError(f"hashreplay: {item.nodeid}: {exc}") from None
     if mode is not None:

@@ -19,9 +19,9 @@ from hashreplay.engine.hangs import HangTimeout
 from hashreplay.engine.session import Session
 
 
-def apply_markers(item: pytest.Item, session: Session) -> None:
-    """Hand the test's scenario options to the engine; a ConfigError names the marker."""
-    marker = item.get_closest_marker("hashreplay")
+def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | None) -> None:
+    """Hand the test's scenario options (its closest `hashreplay` marker, its fault
+    markers) to the engine; a ConfigError names the marker."""
     kwargs = marker.kwargs if marker is not None else {}
     timing = kwargs.get("timing")
     if timing is not None and not isinstance(timing, bool):

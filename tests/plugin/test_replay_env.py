@@ -107,3 +107,18 @@ def test_placeholders_set_and_remove_only_their_own(tmp_path: object) -> None:
     placeholders.apply(Mode.RECORD)
     assert "OPENAI_API_KEY" not in environ
     assert environ == {"ANTHROPIC_API_KEY": "real", "GROQ_API_KEY": "changed-by-the-test"}
+
+
+def test_a_placeholder_a_test_deleted_is_back_for_the_next_test(tmp_path: object) -> None:
+    environ: dict[str, str] = {}
+    placeholders = Placeholders(load_config(tmp_path, env={}), environ)  # type: ignore[arg-type]
+    placeholders.apply(Mode.REPLAY)
+    placeholders.apply(Mode.REPLAY)  # the end of a test that changed nothing
+    assert environ["OPENAI_API_KEY"] == PLACEHOLDER
+    del environ["OPENAI_API_KEY"]  # a test that removes a key and does not put it back
+    placeholders.apply(Mode.REPLAY)
+    assert environ["OPENAI_API_KEY"] == PLACEHOLDER
+    placeholders.apply(Mode.RECORD)  # a test marked record: all of them away, then back
+    assert "OPENAI_API_KEY" not in environ
+    placeholders.apply(Mode.REPLAY)
+    assert environ["OPENAI_API_KEY"] == PLACEHOLDER
