@@ -137,3 +137,17 @@ def test_plan_prune_rules(tmp_path: Path) -> None:
     fresh = collector.finish(root=tmp_path, mode=Mode.REPLAY, reasons=[])
     fresh.started = time.time() - 60  # the files changed after the run started
     assert plan_prune(fresh, files, tmp_path) == []  # type: ignore[arg-type]
+
+
+def test_a_finished_run_shares_no_state_with_the_collector(tmp_path: Path) -> None:
+    collector = _collector(["t::a"], ["t::a"])
+    collector.add_files({"t::a": [tmp_path / "recordings" / "1.json"]}, tmp_path)
+    run = collector.finish(root=tmp_path, mode=Mode.REPLAY, reasons=[])
+    run.tests["t::a"].files.append("other.json")
+    run.tests["t::a"].call = "failed"
+    again = collector.finish(root=tmp_path, mode=Mode.REPLAY, reasons=[])
+    assert again.tests["t::a"].files == ["recordings/1.json"]
+    assert again.tests["t::a"].outcome == "passed"
+    assert again.tests["t::a"].model_dump(mode="json") == TestUsage(
+        setup="passed", call="passed", teardown="passed", mode="replay", files=["recordings/1.json"]
+    ).model_dump(mode="json")
