@@ -3,9 +3,10 @@
     python benchmarks/startup.py [--rev before=/work/before17] [--rev after=.] [--rounds 15]
 
 Each `--rev NAME=TREE` is a source tree of hashreplay; its subprocesses run with
-`PYTHONPATH=TREE/src` in front (the script checks that `hashreplay` resolves there). Several
-revisions are measured in ONE run, rounds interleaved (rotating order) so machine noise hits
-them alike, and printed side by side. Every measurement is a fresh Python process, with
+`PYTHONPATH=TREE/src` in front (the script checks that `hashreplay` resolves there), with the
+Python running this script (it needs pytest and openai, and hashreplay installed so that the
+`pytest11` entry point exists). Several revisions are measured in ONE run, rounds
+interleaved (rotating order) so machine noise hits them alike, and printed side by side. Every measurement is a fresh Python process, with
 bytecode cached in a private `PYTHONPYCACHEPREFIX` (warmed first), as a user's machine has:
 
 - import: `import hashreplay.plugin` after `import pytest, openai` (perf_counter in the
@@ -18,7 +19,8 @@ bytecode cached in a private `PYTHONPYCACHEPREFIX` (warmed first), as a user's m
   openai) with the plugin and with `-p no:hashreplay`: CPU (user+sys of the process,
   `RUSAGE_CHILDREN`) and wall.
 
-Reported: median and minimum of each measure per revision.
+Reported: median and minimum of each measure per revision; the collect-only overhead is the
+median of the per-round ratios (plugin on and off run back to back in each round).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ activated = sorted(set(sys.modules) - loaded)
 collector = config.stash[plugin.USAGE_KEY]
 session = config.stash[plugin.SESSION_KEY]
 root = session.config.root
-tests = [f"tests/test_m{i % 20:02d}.py::test_{i:03d}" for i in range(500)]
+tests = [f"tests/test_m{i % 20:02d}.py::test_{i:03d}" for i in range(int(sys.argv[1]))]
 files = {t: {root / "tests" / "recordings" / f"{i:03d}.json"} for i, t in enumerate(tests)}
 t4 = time.perf_counter()
 collector.note_collected(tests)
@@ -75,7 +77,7 @@ from hashreplay.pytest_usage import finish_usage
 ended = SimpleNamespace(config=config, shouldstop=False, shouldfail=False, exitstatus=0)
 finish_usage(ended, plugin.SESSION_KEY, plugin.USAGE_KEY)  # as pytest_sessionfinish does
 t5 = time.perf_counter()
-assert (root / ".hashreplay" / "usage.json").stat().st_size > 500 * 100
+assert (root / ".hashreplay" / "usage.json").stat().st_size > len(tests) * 100
 plugin.pytest_unconfigure(config)
 print(json.dumps({"file": plugin.__file__, "import": t1 - t0, "activation": t3 - t2,
                   "usage": t5 - t4, "imported": imported, "activated": activated}))
@@ -112,12 +114,12 @@ testpaths = ["tests"]
 class Series:
     samples: list[float] = field(default_factory=list)
 
-    def cell(self, scale: float = 1000.0, unit: str = "ms") -> str:
+    def cell(self, scale: float, unit: str, digits: int) -> str:
         if not self.samples:
             return "—"
         med = statistics.median(self.samples) * scale
         low = min(self.samples) * scale
-        return f"{med:,.1f} {unit} (min {low:,.1f})"
+        return f"{med:,.{digits}f} {unit} (min {low:,.{digits}f})"
 
 
 @dataclass
@@ -161,8 +163,8 @@ def run(
     return done, cpu, wall
 
 
-def probe(rev: Rev, project: Path) -> None:
-    done, _, _ = run([sys.executable, "-c", PROBE], project, rev.env)
+def probe(rev: Rev, project: Path, tests: int) -> None:
+    done, _, _ = run([sys.executable, "-c", PROBE, str(tests)], project, rev.env)
     data = json.loads(done.stdout.strip().splitlines()[-1])
     expected = (rev.tree / "src" / "hashreplay" / "plugin.py").resolve()
     if Path(data["file"]).resolve() != expected:
@@ -170,6 +172,7 @@ def probe(rev: Rev, project: Path) -> None:
         raise RuntimeError(msg)
     rev.add("import", data["import"])
     rev.add("activation", data["activation"])
+    rev.add("startup", data["import"] + data["activation"])
     rev.add("usage", data["usage"])
     rev.imported, rev.activated = data["imported"], data["activated"]
 
@@ -189,40 +192,35 @@ def collect(rev: Rev, project: Path, tests: int, *, plugin: bool) -> None:
 
 
 def overhead(rev: Rev, kind: str) -> str:
+    """Plugin on above off, paired by round (the two runs of a round are close in time, so
+    drift in the machine's load cancels): the median ratio, and the ratio of the minimums."""
     on = rev.series.get(f"collect {kind} on")
     off = rev.series.get(f"collect {kind} off")
     if on is None or off is None:
         return "—"
-    med = statistics.median(on.samples) / statistics.median(off.samples) - 1
+    paired = statistics.median(a / b - 1 for a, b in zip(on.samples, off.samples, strict=True))
     low = min(on.samples) / min(off.samples) - 1
-    return f"{med:+.1%} (min {low:+.1%})"
+    return f"{paired:+.1%} (of the minimums {low:+.1%})"
 
 
 def table(revs: list[Rev], tests: int) -> list[str]:
+    ms, sec = (1000.0, "ms", 1), (1.0, "s", 3)
     rows = [
-        ("`import hashreplay.plugin` after pytest+openai (≤ 10 ms)", "import", 1000.0, "ms"),
-        ("activation: configure + session start (≤ 5 ms)", "activation", 1000.0, "ms"),
-        (f"usage log of a {tests}-test run (feed, finish, write)", "usage", 1000.0, "ms"),
-        (f"collect-only, {tests} tests, plugin on: CPU", "collect cpu on", 1.0, "s"),
-        (f"collect-only, {tests} tests, `-p no:hashreplay`: CPU", "collect cpu off", 1.0, "s"),
-        (f"collect-only, {tests} tests, plugin on: wall", "collect wall on", 1.0, "s"),
-        (f"collect-only, {tests} tests, `-p no:hashreplay`: wall", "collect wall off", 1.0, "s"),
+        ("`import hashreplay.plugin` after pytest+openai (≤ 10 ms)", "import", ms),
+        ("activation: configure + session start (≤ 5 ms)", "activation", ms),
+        ("import + activation, one process", "startup", ms),
+        (f"usage log of a {tests}-test run (feed, finish, write)", "usage", ms),
+        (f"collect-only, {tests} tests, plugin on: CPU", "collect cpu on", sec),
+        (f"collect-only, {tests} tests, `-p no:hashreplay`: CPU", "collect cpu off", sec),
+        (f"collect-only, {tests} tests, plugin on: wall", "collect wall on", sec),
+        (f"collect-only, {tests} tests, `-p no:hashreplay`: wall", "collect wall off", sec),
     ]
     lines = [
         "| measure | " + " | ".join(r.name for r in revs) + " |",
         "| --- |" + " --- |" * len(revs),
     ]
-    for label, key, scale, unit in rows:
-        cells = [
-            r.series.get(key, Series()).cell(scale, unit if unit == "ms" else "s") for r in revs
-        ]
-        if unit == "s":
-            cells = [
-                f"{statistics.median(r.series[key].samples):.3f} s (min {min(r.series[key].samples):.3f})"
-                if key in r.series
-                else "—"
-                for r in revs
-            ]
+    for label, key, (scale, unit, digits) in rows:
+        cells = [r.series.get(key, Series()).cell(scale, unit, digits) for r in revs]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     for kind in ("cpu", "wall"):
         lines.append(
@@ -293,19 +291,18 @@ def main() -> None:
             + "\n"
         )
         for rev in revs:  # warm the bytecode cache; not counted
-            probe(rev, projects[rev.name])
+            probe(rev, projects[rev.name], args.tests)
             collect(rev, projects[rev.name], args.tests, plugin=True)
             collect(rev, projects[rev.name], args.tests, plugin=False)
             rev.series.clear()
-        steps = [(rev, step) for rev in revs for step in ("probe", "on", "off")]
         for round_ in range(args.rounds):
-            shift = round_ % len(steps)
-            for rev, step in steps[shift:] + steps[:shift]:
+            shift = round_ % len(revs)
+            for rev in revs[shift:] + revs[:shift]:
                 project = projects[rev.name]
-                if step == "probe":
-                    probe(rev, project)
-                else:
-                    collect(rev, project, args.tests, plugin=step == "on")
+                probe(rev, project, args.tests)
+                # on and off back to back, in alternating order: a paired comparison
+                for plugin in (True, False) if round_ % 2 == 0 else (False, True):
+                    collect(rev, project, args.tests, plugin=plugin)
         print("\n".join(table(revs, args.tests)))
         if args.show_modules:
             for rev in revs:
