@@ -52,7 +52,7 @@ t0 = time.perf_counter()
 import hashreplay.plugin as plugin
 t1 = time.perf_counter()
 imported = sorted(m for m in set(sys.modules) - before)
-from _pytest.config import _prepareconfig
+from _pytest.config import _prepareconfig  # a real Config without running pytest (benchmark only)
 config = _prepareconfig(["-q", "-p", "no:cacheprovider", "tests"])
 loaded = set(sys.modules)
 t2 = time.perf_counter()
