@@ -10,7 +10,6 @@ but are not part of the public API.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from hashreplay.core.context import conversation, current_test_id, test_context
@@ -30,6 +29,8 @@ if TYPE_CHECKING:
     from hashreplay.server.install import install, uninstall
     from hashreplay.wsgi import TestIdMiddleware as WSGITestIdMiddleware
 
+    __version__: str
+
 #: Names loaded on first use, so `import hashreplay` (which the pytest plugin's import runs)
 #: stays light: `name -> (module, attribute)`.
 _LAZY = {
@@ -43,6 +44,9 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # the package metadata is read on first use, not at import
+        globals()[name] = value = _version()
+        return value
     target = _LAZY.get(name)
     if target is None:
         msg = f"module 'hashreplay' has no attribute {name!r}"
@@ -52,10 +56,14 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-try:
-    __version__ = version("hashreplay")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree not installed
-    __version__ = "0.0.0"
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hashreplay")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree not installed
+        return "0.0.0"
+
 
 __all__ = [
     "BodyTooLarge",

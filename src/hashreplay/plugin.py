@@ -20,7 +20,7 @@ from hashreplay.core.context import process_test_id, set_process_test_id, test_c
 from hashreplay.core.errors import ConfigError, RecordingError, RecordingWriteError, ReplayFailure
 from hashreplay.core.mode import Mode
 from hashreplay.engine.session import Session, Stats
-from hashreplay.engine.usage_log import UsageCollector
+from hashreplay.engine.usage_collector import UsageCollector
 from hashreplay.keyless import Placeholders
 from hashreplay.pytest_scenarios import HashReplayFixture, apply_markers, report_leftovers
 from hashreplay.pytest_usage import UsageTracker, finish_usage, merge_worker_usage

@@ -4,12 +4,16 @@ workers, written once by the controller (or the only process)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from hashreplay.engine.session import Session
-from hashreplay.engine.usage_log import RunUsage, UsageCollector, relative, write_usage
+from hashreplay.engine.usage_collector import UsageCollector
+from hashreplay.engine.usage_format import relative, write_usage_json
+
+if TYPE_CHECKING:
+    from hashreplay.engine.usage_log import RunUsage
 
 
 class UsageTracker:
@@ -112,17 +116,22 @@ def finish_usage(
     collector.add_files(engine.usage, root)
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None:
-        piece = collector.piece.model_dump(mode="json")
+        piece = collector.piece_json()
         workeroutput["hashreplay_usage"] = engine.seen_secrets.scrubber.value(piece)
         return
-    run = collector.finish(root=root, mode=engine.config.mode, reasons=_partial_reasons(session))
+    # written from its JSON form: the log's pydantic models load only to prune
+    run = collector.finish_json(
+        root=root, mode=engine.config.mode, reasons=_partial_reasons(session)
+    )
     lines: list[str] = []
     try:
-        write_usage(run, root, engine.seen_secrets.scrubber)
+        write_usage_json(run, root, engine.seen_secrets.scrubber)
     except OSError as exc:
         lines.append(f"hashreplay: could not write the usage log under {root}: {exc}")
     if config.getoption("hashreplay_prune"):
-        lines.extend(_prune(engine, run))
+        from hashreplay.engine.usage_log import RunUsage
+
+        lines.extend(_prune(engine, RunUsage.model_validate(run)))
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and lines:
         reporter.ensure_newline()

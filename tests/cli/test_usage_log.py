@@ -10,7 +10,9 @@ import pytest
 
 from hashreplay import Mode
 from hashreplay.core.recording import RecordedRequest, RecordedResponse, new_recording
-from hashreplay.engine.usage_log import TestUsage, UsageCollector
+from hashreplay.engine.usage_collector import UsageCollector
+from hashreplay.engine.usage_format import write_usage_json
+from hashreplay.engine.usage_log import RunUsage, TestUsage, read_usage
 from hashreplay.maintenance.prune import REASON_GONE, REASON_UNUSED, plan_prune
 from hashreplay.plugin import USAGE_KEY
 from hashreplay.pytest_usage import merge_worker_usage
@@ -137,3 +139,46 @@ def test_plan_prune_rules(tmp_path: Path) -> None:
     fresh = collector.finish(root=tmp_path, mode=Mode.REPLAY, reasons=[])
     fresh.started = time.time() - 60  # the files changed after the run started
     assert plan_prune(fresh, files, tmp_path) == []  # type: ignore[arg-type]
+
+
+def test_a_finished_run_shares_no_state_with_the_collector(tmp_path: Path) -> None:
+    collector = _collector(["t::a"], ["t::a"])
+    collector.add_files({"t::a": [tmp_path / "recordings" / "1.json"]}, tmp_path)
+    run = collector.finish(root=tmp_path, mode=Mode.REPLAY, reasons=[])
+    run.tests["t::a"].files.append("other.json")
+    run.tests["t::a"].call = "failed"
+    again = collector.finish(root=tmp_path, mode=Mode.REPLAY, reasons=[])
+    assert again.tests["t::a"].files == ["recordings/1.json"]
+    assert again.tests["t::a"].outcome == "passed"
+    assert again.tests["t::a"].model_dump(mode="json") == TestUsage(
+        setup="passed", call="passed", teardown="passed", mode="replay", files=["recordings/1.json"]
+    ).model_dump(mode="json")
+
+
+def test_the_log_a_run_writes_is_what_the_pydantic_models_read_back(tmp_path: Path) -> None:
+    """A run writes the log without pydantic (`finish_json`); it must be exactly the dump of
+    the `RunUsage` that reading it gives, computed fields and all."""
+    collector = _collector(["t::a", "t::b", "t::c"], ["t::a", "t::b"])
+    collector.note_report("t::b", "call", "failed")
+    collector.note_finish("t::b", 1, Mode.LIVE)
+    collector.note_deselected(["t::d"])
+    collector.note("a note")
+    worker = _collector(["t::e"], ["t::e"])
+    collector.merge_worker(worker.piece_json())
+    collector.add_files(
+        {"t::a": [tmp_path / "r" / "1.json"], None: [tmp_path / "r" / "2.json"]}, tmp_path
+    )
+    written = collector.finish_json(root=tmp_path, mode=Mode.REPLAY, reasons=["-k 'a'"])
+    read = RunUsage.model_validate(written)
+    assert read.model_dump(mode="json") == written
+    assert written["tests"]["t::b"]["outcome"] == "failed"
+    assert written["tests"]["t::e"]["completed"] is True
+    assert written["partial_reasons"] == [
+        "-k 'a'",
+        "a note",
+        "deselected: 1 test",
+        "did not run: 1 test (stopped early, or a worker crashed)",
+    ]
+    path = write_usage_json(written, tmp_path)
+    assert read_usage(tmp_path).model_dump(mode="json") == written
+    assert path == tmp_path / ".hashreplay" / "usage.json"

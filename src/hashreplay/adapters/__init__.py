@@ -36,7 +36,7 @@ def activate(session: Session) -> None:
     """Intercept httpx/httpx2, aiohttp, urllib3 and http.client, guard the network, and
     patch the configured call-layer targets. A bad `callables` entry raises a ConfigError
     naming it, and nothing stays patched."""
-    from hashreplay.adapters import callables, httpx, network_guard
+    from hashreplay.adapters import httpx, network_guard
 
     httpx.install(session)
     network_guard.install(session)
@@ -47,18 +47,23 @@ def activate(session: Session) -> None:
                 _installer(adapter)(importlib.import_module(library))
             elif library in sys.modules or _installed(library):
                 when_imported(library, _installer(adapter))
-        callables.patch_callables(session.config.callables)
+        if session.config.callables:  # the call layer loads only when something is named
+            from hashreplay.adapters import callables
+
+            callables.patch_callables(session.config.callables)
     except BaseException:
         deactivate()
         raise
 
 
 def deactivate() -> None:
-    from hashreplay.adapters import callables, httpx, network_guard
+    from hashreplay.adapters import httpx, network_guard
 
     cancel_all()
     network_guard.uninstall()
-    callables.unpatch_callables()
+    callables = sys.modules.get("hashreplay.adapters.callables")
+    if callables is not None:  # nothing is patched by name unless it was loaded
+        callables.unpatch_callables()
     for adapter, _ in _LIBRARY_ADAPTERS:
         module = sys.modules.get(f"hashreplay.adapters.{adapter}")
         if module is not None:

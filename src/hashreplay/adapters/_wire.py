@@ -204,7 +204,8 @@ def httplib_response(
 
 # --- recorded exceptions -------------------------------------------------------------------
 
-_CAUSED_BY = re.compile(r"\(Caused by (\w+)\((.*)\)\)\s*$", re.DOTALL)
+#: compiled on first use (an error path), not at import
+_CAUSED_BY = r"\(Caused by (\w+)\((.*)\)\)\s*$"
 
 
 def find_exception_class(
@@ -243,7 +244,7 @@ def rebuild_exception(cls: type[BaseException], message: str, **attributes: Any)
 def caused_by(message: str) -> tuple[str, str] | None:
     """`(class name, message)` of the cause in a urllib3 retry message
     (`... (Caused by NewConnectionError("..."))`), or None."""
-    match = _CAUSED_BY.search(message)
+    match = re.search(_CAUSED_BY, message, re.DOTALL)
     if match is None:
         return None
     name, inner = match.groups()

@@ -324,7 +324,8 @@ async def _replayed(
     return resp
 
 
-_BRACKETED = re.compile(r"\[(.*)\]\s*$", re.DOTALL)
+#: compiled on first use (an error path), not at import
+_BRACKETED = r"\[(.*)\]\s*$"
 
 
 def exception_for(plan: ReplayPlan, req: aiohttp.ClientRequest, *, in_body: bool) -> BaseException:
@@ -339,7 +340,7 @@ def exception_for(plan: ReplayPlan, req: aiohttp.ClientRequest, *, in_body: bool
     if isinstance(cls, type) and issubclass(cls, aiohttp.ClientError):
         try:
             if issubclass(cls, aiohttp.ClientConnectorError):
-                found = _BRACKETED.search(message)
+                found = re.search(_BRACKETED, message, re.DOTALL)
                 reason = found.group(1) if found else message
                 return cls(req.connection_key, OSError(None, reason))
             return cls(message)

@@ -36,7 +36,8 @@ _BINARY_TYPES = (
     "application/pdf",
     "application/zip",
 )
-_BOUNDARY = re.compile(r'boundary="?([^";]+)"?', re.IGNORECASE)
+#: compiled on first use (multipart bodies only), not at import
+_BOUNDARY = r'boundary="?([^";]+)"?'
 
 
 def _media(content_type: str | None) -> str:
@@ -133,7 +134,7 @@ def encode_request_body(content: bytes, content_type: str | None) -> tuple[Any, 
 
 
 def _parse_multipart(content: bytes, content_type: str) -> list[dict[str, Any]] | None:
-    match = _BOUNDARY.search(content_type)
+    match = re.search(_BOUNDARY, content_type, re.IGNORECASE)
     if match is None:
         return None
     delimiter = b"--" + match.group(1).encode("latin-1")

@@ -31,11 +31,6 @@ from hashreplay.core.root import PYPROJECT, find_root
 from hashreplay.core.scenarios import Pace, Unconsumed
 from hashreplay.core.volatile import compile_patterns
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
-
 
 class ModeSource(str, Enum):
     """Where the effective mode came from (shown by `hashreplay status`)."""
@@ -150,6 +145,10 @@ def project_root(explicit: Path | str | None = None, env: Mapping[str, str] | No
 
 def read_table(pyproject: Path) -> dict[str, Any]:
     """The raw `[tool.hashreplay]` table of one file (empty when the file or table is absent)."""
+    if sys.version_info >= (3, 11):  # imported on first use (pytest has usually loaded it)
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
     try:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -9,7 +9,6 @@ else the working directory. `Found.reason` says which file decided (`hashreplay 
 
 from __future__ import annotations
 
-import configparser
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -18,11 +17,6 @@ from pathlib import Path
 
 from hashreplay.core.constants import ROOT_ENV
 from hashreplay.core.errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 PYPROJECT = "pyproject.toml"
 
@@ -62,6 +56,10 @@ def _upward(start: Path) -> Iterator[Path]:
 
 
 def _toml_tables(path: Path) -> dict[str, object]:
+    if sys.version_info >= (3, 11):  # imported on first use (pytest has usually loaded it)
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -79,6 +77,8 @@ def _hashreplay_table(directory: Path) -> Path | None:
 
 
 def _ini_has(path: Path, section: str) -> bool:
+    import configparser  # only for a setup.cfg / tox.ini: not at import
+
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read(path, encoding="utf-8")

@@ -22,8 +22,9 @@ PATH_FORMS = (
     "{{request:<path>}} where <path> is body.<key>… with [<index>] steps (negative from the "
     "end), headers.<name>, endpoint, method or url; e.g. {{request:body.messages[-1].content}}"
 )
-_STEP = re.compile(r"\.([A-Za-z0-9_\-]+)|\[(-?\d+)\]")
-_ROOT = re.compile(r"[A-Za-z_]+")
+#: compiled on first use (only scenarios fill templates), not at import
+_STEP = r"\.([A-Za-z0-9_\-]+)|\[(-?\d+)\]"
+_ROOT = r"[A-Za-z_]+"
 
 
 class TemplateError(ValueError):
@@ -36,14 +37,14 @@ class TemplateError(ValueError):
 
 def parse_path(path: str) -> tuple[str, list[str | int]]:
     """`body.messages[-1].content` -> ("body", ["messages", -1, "content"])."""
-    root = _ROOT.match(path)
+    root = re.match(_ROOT, path)
     if root is None or root.group() not in ROOTS:
         msg = f"template path {path!r} must start with one of {', '.join(ROOTS)}; {PATH_FORMS}"
         raise TemplateError(msg, syntax=True)
     steps: list[str | int] = []
     at = root.end()
     while at < len(path):
-        step = _STEP.match(path, at)
+        step = re.compile(_STEP).match(path, at)
         if step is None:
             msg = f"template path {path!r} does not parse at {path[at:]!r}; {PATH_FORMS}"
             raise TemplateError(msg, syntax=True)

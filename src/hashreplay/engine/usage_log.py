@@ -4,31 +4,49 @@ The pytest plugin feeds a `UsageCollector` per process (the outcome of each test
 the files each test replayed or wrote); pytest-xdist workers hand theirs to the controller as
 a plain dict, and the controller (or the only process) writes one `RunUsage` at the project
 root, in a folder whose own `.gitignore` keeps it out of `git status`. `_prune` decides from
-it which recordings are unused.
+it which recordings are unused. This module holds the log's pydantic models, for reading it;
+a run collects and writes it without them (`hashreplay.engine.usage_collector`,
+`hashreplay.engine.usage_format`).
 """
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
-from hashreplay.core.constants import STATE_DIRNAME
 from hashreplay.core.errors import UsageError
 from hashreplay.core.mode import Mode
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues
-from hashreplay.core.store import dumps, write_bytes_atomic
+from hashreplay.engine.usage_format import (
+    GITIGNORE_CONTENT,
+    INTERCEPTING,
+    USAGE_FILENAME,
+    USAGE_VERSION,
+    ensure_state_dir,
+    relative,
+    usage_path,
+    write_usage_json,
+)
+from hashreplay.engine.usage_format import completed as _completed
+from hashreplay.engine.usage_format import outcome as _outcome
 
-USAGE_VERSION = 1
-USAGE_FILENAME = "usage.json"
-#: `.hashreplay/.gitignore`: nothing hashreplay writes for itself ever shows in `git status`.
-GITIGNORE_CONTENT = b"*\n"
-_INTERCEPTING = frozenset(m.value for m in Mode if m.intercepts)
+__all__ = [
+    "GITIGNORE_CONTENT",
+    "USAGE_FILENAME",
+    "USAGE_VERSION",
+    "RunUsage",
+    "TestUsage",
+    "UsagePiece",
+    "ensure_state_dir",
+    "read_usage",
+    "read_usage_file",
+    "relative",
+    "usage_path",
+    "write_usage",
+]
 
 
 class TestUsage(BaseModel):
@@ -52,26 +70,22 @@ class TestUsage(BaseModel):
     @property
     def completed(self) -> bool:
         """Setup and call passed and teardown did not fail."""
-        return (
-            self.setup == "passed"
-            and self.call == "passed"
-            and self.teardown in ("passed", "skipped")
-        )
+        return _completed(self.setup, self.call, self.teardown)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def outcome(self) -> str:
-        phases = (self.setup, self.call, self.teardown)
-        if "failed" in phases:
-            return "failed" if self.call == "failed" else "error"
-        if "skipped" in (self.setup, self.call):
-            return "skipped"
-        return "passed" if self.completed else "incomplete"
+        return _outcome(self.setup, self.call, self.teardown)
+
+    def copied(self) -> TestUsage:
+        """An independent copy: its only mutable field is the list of files (a deep copy
+        of 500 tests cost a run ~30 ms)."""
+        return self.model_copy(update={"files": [*self.files]})
 
     @property
     def prunable(self) -> bool:
         """Whether the files it did not use can be called unused."""
-        return self.completed and self.mode in _INTERCEPTING and not self.passthrough
+        return self.completed and self.mode in INTERCEPTING and not self.passthrough
 
 
 class UsagePiece(BaseModel):
@@ -98,7 +112,7 @@ class UsagePiece(BaseModel):
         for test_id, theirs in other.tests.items():
             mine = self.tests.get(test_id)
             if mine is None:
-                self.tests[test_id] = theirs.model_copy(deep=True)
+                self.tests[test_id] = theirs.copied()
                 continue
             # The same test reported by two processes (a re-run): keep the worse outcome.
             for phase in ("setup", "call", "teardown"):
@@ -107,7 +121,7 @@ class UsagePiece(BaseModel):
                 setattr(mine, phase, worst)
             mine.passthrough = mine.passthrough or theirs.passthrough
             mine.files = sorted({*mine.files, *theirs.files})
-            if mine.mode is None or (theirs.mode is not None and theirs.mode not in _INTERCEPTING):
+            if mine.mode is None or (theirs.mode is not None and theirs.mode not in INTERCEPTING):
                 mine.mode = theirs.mode
         self.outside_tests = sorted({*self.outside_tests, *other.outside_tests})
         self.notes = [*self.notes, *(n for n in other.notes if n not in self.notes)]
@@ -138,151 +152,13 @@ class RunUsage(UsagePiece):
         )
 
 
-def relative(path: Path, root: Path) -> str:
-    """`path` relative to the project root in POSIX form (absolute when outside it)."""
-    try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return path.resolve().as_posix()
-
-
-class UsageCollector:
-    """Collects one process's view of a run; fed by the pytest plugin's hooks."""
-
-    def __init__(self) -> None:
-        self.piece = UsagePiece()
-        self._passthrough_at_start: dict[str, int] = {}
-
-    def note_collected(self, test_ids: Iterable[str]) -> None:
-        self.piece.collected = sorted({*self.piece.collected, *test_ids})
-
-    def note_deselected(self, test_ids: Iterable[str]) -> None:
-        self.piece.deselected = sorted({*self.piece.deselected, *test_ids})
-
-    def note_collection_errors(self, count: int) -> None:
-        self.piece.collection_errors += count
-
-    def note(self, reason: str) -> None:
-        if reason not in self.piece.notes:
-            self.piece.notes.append(reason)
-
-    def _test(self, test_id: str) -> TestUsage:
-        found = self.piece.tests.get(test_id)
-        if found is None:
-            found = self.piece.tests[test_id] = TestUsage()
-        return found
-
-    def note_start(self, test_id: str, passed_through: int) -> None:
-        self._passthrough_at_start[test_id] = passed_through
-
-    def note_report(self, test_id: str, when: str, outcome: str) -> None:
-        if when in ("setup", "call", "teardown"):
-            setattr(self._test(test_id), when, outcome)
-
-    def note_finish(self, test_id: str, passed_through: int, mode: Mode) -> None:
-        test = self._test(test_id)
-        test.mode = mode.value
-        start = self._passthrough_at_start.pop(test_id, passed_through)
-        test.passthrough = test.passthrough or passed_through > start or not mode.intercepts
-
-    def add_files(self, usage: Mapping[str | None, Iterable[Path]], root: Path) -> None:
-        """Take the engine's `Session.usage` (test id → files it used). The engine's paths
-        are resolved already (the store resolves its directories once), so names come from
-        string operations against the resolved root, not a `resolve` per file."""
-        prefix = str(root.resolve()) + os.sep
-        cut = len(prefix)
-
-        def name(path: Path) -> str:
-            text = str(path)
-            if text.startswith(prefix):
-                return text[cut:].replace(os.sep, "/")
-            return relative(path, root)
-
-        for test_id, paths in usage.items():
-            names = {name(p) for p in paths}
-            if test_id is None or test_id not in self.piece.tests:
-                # Outside any test, or a test id a server received that pytest did not run
-                # here: nobody's unused files, so always counted as used.
-                self.piece.outside_tests = sorted({*self.piece.outside_tests, *names})
-            else:
-                test = self.piece.tests[test_id]
-                test.files = sorted({*test.files, *names})
-
-    def merge_worker(self, data: Any) -> None:
-        """Add what a pytest-xdist worker sent (`UsagePiece.model_dump()`)."""
-        try:
-            self.piece.merge(UsagePiece.model_validate(data))
-        except ValidationError:
-            self.note("a worker sent an unreadable usage report")
-
-    def finish(self, *, root: Path, mode: Mode, reasons: Iterable[str]) -> RunUsage:
-        """The run as a whole; `reasons` are what the plugin found partial in the options.
-
-        `collected` of the result holds every test that exists (selected or deselected).
-        """
-        piece = self.piece
-        why = [*reasons, *piece.notes]
-        if piece.deselected:
-            why.append(f"deselected: {_tests(len(piece.deselected))}")
-        if piece.collection_errors:
-            why.append(f"collection errors: {piece.collection_errors}")
-        if not piece.collected:
-            why.append("no tests collected")
-        not_run = [t for t in piece.collected if not _ran(piece, t)]
-        if not_run:
-            why.append(f"did not run: {_tests(len(not_run))} (stopped early, or a worker crashed)")
-        return RunUsage(
-            **piece.model_dump(exclude={"tests", "collected"}),
-            collected=sorted({*piece.collected, *piece.deselected}),
-            # shallow copies (their one list copied): a deep copy of every test cost ~20 µs
-            # a test at the end of a run
-            tests={
-                k: v.model_copy(update={"files": list(v.files)}) for k, v in piece.tests.items()
-            },
-            root=str(root),
-            finished=time.time(),
-            mode=mode.value,
-            full_suite=not why,
-            partial_reasons=why,
-        )
-
-
-def _tests(count: int) -> str:
-    return f"{count} test" if count == 1 else f"{count} tests"
-
-
-def _ran(piece: UsagePiece, test_id: str) -> bool:
-    test = piece.tests.get(test_id)
-    return test is not None and test.setup is not None
-
-
 # --- the log file ---------------------------------------------------------------------------
-
-
-def usage_path(root: Path) -> Path:
-    return root / STATE_DIRNAME / USAGE_FILENAME
-
-
-def ensure_state_dir(root: Path) -> Path:
-    """`.hashreplay/` with its own `.gitignore` (`*`), so git never shows what is in it."""
-    state = root / STATE_DIRNAME
-    gitignore = state / ".gitignore"
-    try:
-        current = gitignore.read_bytes()
-    except OSError:
-        current = None
-    if current != GITIGNORE_CONTENT:
-        write_bytes_atomic(gitignore, GITIGNORE_CONTENT)
-    return state
 
 
 def write_usage(run: RunUsage, root: Path, secrets: SecretValues = NO_SECRETS) -> Path:
     """Write the usage log; `secrets` (credential values seen in requests) are scrubbed
     from every test id in it."""
-    ensure_state_dir(root)
-    path = usage_path(root)
-    write_bytes_atomic(path, dumps(secrets.value(run.model_dump(mode="json"))))
-    return path
+    return write_usage_json(run.model_dump(mode="json"), root, secrets)
 
 
 def read_usage(root: Path) -> RunUsage:

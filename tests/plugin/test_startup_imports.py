@@ -1,0 +1,67 @@
+"""Issue 17 item 4: a run loads only what it uses. The plugin's import and its activation
+leave the CLI, the proxy server, the maintenance tools, the usage log's pydantic models and
+every HTTP client library unloaded until something needs them (benchmarks/startup.py times
+it; nothing here is timed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+#: Never loaded by `import hashreplay.plugin`, nor by activating it in a replay run of a
+#: project that uses no client.
+NOT_AT_START_UP = (
+    "hashreplay.cli",
+    "hashreplay.server",
+    "hashreplay.maintenance",
+    "hashreplay.engine.usage_log",
+    "hashreplay.adapters.callables",
+    "httpx",
+    "httpx2",
+    "aiohttp",
+    "requests",
+    "urllib3",
+)
+
+LOADED = (
+    "import sys\n"
+    f"heavy = {NOT_AT_START_UP!r}\n"
+    "print(sorted(m for m in sys.modules if m in heavy or m.startswith(tuple(h + '.' for h in heavy))))\n"
+)
+
+
+def test_importing_the_plugin_loads_no_cli_server_maintenance_or_client() -> None:
+    code = "import hashreplay.plugin\n" + LOADED
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_check_sees_a_module_that_is_loaded() -> None:
+    """The check above is not vacuous: a loaded module on the list is reported."""
+    code = "import hashreplay.plugin, hashreplay.engine.usage_log\n" + LOADED
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['hashreplay.engine.usage_log']"
+
+
+def test_an_active_replay_run_that_uses_no_client_loads_none_of_them(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # only this plugin: another one installed here (vcrpy's) may import a client itself
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makepyfile(
+        test_plain=f"""
+import sys
+
+def test_modules_after_activation():
+    heavy = {NOT_AT_START_UP!r}
+    prefixes = tuple(h + "." for h in heavy)
+    assert sorted(m for m in sys.modules if m in heavy or m.startswith(prefixes)) == []
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "hashreplay.plugin", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["hashreplay: 0 replayed, 0 recorded, 0 missed (replay)"])
