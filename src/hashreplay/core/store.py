@@ -18,8 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import aiofiles
-import aiofiles.os
 import orjson
 from pydantic import ValidationError
 
@@ -151,6 +149,8 @@ def read_recording(path: Path, blobs: BlobReader | None = None) -> Recording:
 async def aread_recording(
     path: Path, blobs: BlobReader | None = None, max_bytes: int = DEFAULT_MAX_BODY_BYTES
 ) -> Recording:
+    import aiofiles  # only event-loop front ends read this way: not loaded at start-up
+
     try:
         async with aiofiles.open(path, "rb") as f:
             content = await f.read()
@@ -216,6 +216,9 @@ def write_bytes_atomic(path: Path, content: bytes, temp_dir: Path | None = None)
 
 
 async def awrite_bytes_atomic(path: Path, content: bytes, temp_dir: Path | None = None) -> None:
+    import aiofiles  # only event-loop front ends write this way: not loaded at start-up
+    import aiofiles.os
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _temp_in(temp_dir or path.parent, path)
     os.close(fd)

@@ -23,7 +23,6 @@ from hashreplay.core.constants import (
     TEST_ID_HEADER,
 )
 from hashreplay.core.context import current_conversation
-from hashreplay.core.diff import request_difference
 from hashreplay.core.errors import HashReplayWarning
 from hashreplay.core.key import MODEL_LIST_SUFFIXES, endpoint_of, is_model_list, request_hash
 from hashreplay.core.mode import Mode
@@ -216,6 +215,8 @@ def check_name(path: Path, recording: Recording, prep: Prepared) -> None:
     elif recording.test_id != prep.test_id:
         problem = f"it stores test id {recording.test_id!r}, not {prep.test_id!r}"
     else:
+        from hashreplay.core.diff import request_difference  # only a mismatch needs it
+
         diff = request_difference(stored, prep.request)
         if diff is None:
             return

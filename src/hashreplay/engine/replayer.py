@@ -19,7 +19,6 @@ from hashreplay.engine.decision import Miss, Replay
 from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.http import IncomingRequest
 from hashreplay.engine.keying import Prepared
-from hashreplay.engine.miss_report import miss_report
 from hashreplay.engine.model_lists import merge_model_lists
 from hashreplay.engine.scenario import Scenario, check_pace, templated
 from hashreplay.engine.sequences import sequence_for
@@ -80,6 +79,8 @@ class Replayer:
 
     def miss(self, prep: Prepared, problem: RecordingError | None = None) -> ReplayMiss:
         """Note a replay miss (the test will fail) and return it; never raises it."""
+        from hashreplay.engine.miss_report import miss_report  # only a miss needs it
+
         recorded = self.tests.recorded_count(prep.test_id, prep.hash)
         report = miss_report(self.store, self.root, prep, problem=problem, recorded_count=recorded)
         report = prep.secrets.text(self.redactor.text(report))
