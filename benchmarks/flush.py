@@ -10,7 +10,8 @@ test. Reported per tree: the time from the last submit to the end of the flush (
 waits for after its last test), the whole time from the first submit, and the CPU time of
 the process (every thread). Each measurement is a fresh interpreter with `PYTHONPATH` set to
 the tree, the trees interleaved round by round; every file is checked afterwards (content,
-no temp file left). The files go under `--dir` (default: `.hashreplay/` of this checkout,
+no temp file left). The last column is the floor no writer avoids: creating as many empty
+files in a fresh directory beside them (one new inode each). The files go under `--dir` (default: `.hashreplay/` of this checkout,
 on the project's disk; on the machine of docs/benchmarks.md, creating a file under `/tmp`
 costs up to 20 times as much CPU as on the same disk elsewhere).
 """
@@ -35,6 +36,17 @@ HERE = Path(__file__).resolve()
 def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def create_floor(directory: Path, files: int) -> float:
+    """Seconds to create (and close) `files` empty files in `directory`: the kernel's part
+    that no writer avoids, one new inode per file (it varies tenfold between directories of
+    one disk on the machine of docs/benchmarks.md)."""
+    directory.mkdir()
+    start = time.perf_counter()
+    for i in range(files):
+        os.close(os.open(directory / f"{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    return time.perf_counter() - start
 
 
 def measure(files: int, size: int, dirs: int, base: Path) -> dict[str, float]:
@@ -66,6 +78,7 @@ def measure(files: int, size: int, dirs: int, base: Path) -> dict[str, float]:
             "after_last_ms": (t2 - t1) * 1e3,
             "total_ms": (t2 - t0) * 1e3,
             "cpu_ms": (cpu1 - cpu0) * 1e3,
+            "create_ms": create_floor(root / "floor", files) * 1e3,
         }
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -122,11 +135,14 @@ def main() -> None:
         f"{args.files} files of ~{args.size} bytes in {args.dirs} directories, {args.rounds} rounds; median (min–max)"
     )
     print()
-    print("| tree | flush after the last submit, ms | first submit to flushed, ms | CPU, ms |")
-    print("| --- | --- | --- | --- |")
+    print(
+        "| tree | flush after the last submit, ms | first submit to flushed, ms | CPU, ms "
+        "| creating as many empty files there, ms |"
+    )
+    print("| --- | --- | --- | --- | --- |")
     for name, runs in results.items():
         cells = [name]
-        for key in ("after_last_ms", "total_ms", "cpu_ms"):
+        for key in ("after_last_ms", "total_ms", "cpu_ms", "create_ms"):
             values = [run[key] for run in runs]
             cells.append(f"{statistics.median(values):.0f} ({min(values):.0f}–{max(values):.0f})")
         print("| " + " | ".join(cells) + " |")

@@ -6,31 +6,52 @@ place, each directory that received one is fsynced once, so its new entries surv
 crash too. A file counts as written only after all of that.
 
 Writing one file after another costs one full fsync wait each (0.1 to 5 ms here: a
-2,500-file flush took a second). The system calls release the GIL, so the batch is split
-over a small pool of threads, whose fsyncs the file system commits together; the Python
-between the calls is all that holds the GIL. A batch of one file is written on the
-calling thread.
+2,500-file flush took seconds). So a batch goes in phases, up to `GROUP` files at a time:
+every temp file created and written (on the calling thread: creates in one directory wait
+on its lock, and threads contending for it only burn CPU), then all of them fsynced by a
+small pool of threads (fsync releases the GIL; the file system commits concurrent fsyncs
+together, and with every new entry already made, one journal commit carries them all),
+then each renamed over its target; then the directories, from the pool again. A batch of
+one file is written on the calling thread alone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from hashreplay.core.temp_files import create_temp
 
-__all__ = ["DEFAULT_THREADS", "DurableWrites"]
+__all__ = ["DEFAULT_THREADS", "GROUP", "DurableWrites"]
 
-#: Threads that write and fsync at once: fsync waits on the disk, not on the cores (2,500
-#: files: 8 threads 226-307 ms of fsyncs and renames, 16 threads 167-221 ms, 32 no better).
+#: Threads that fsync at once: fsync waits on the disk, not on the cores (2,500 files on
+#: the machine of docs/benchmarks.md: 16 threads 125-143 ms of fsyncs, 32 to 128 no better).
 DEFAULT_THREADS = 16
+#: Files whose temp files are open at once (file descriptors are a limited resource).
+GROUP = 256
 #: Directories can be opened (to fsync them) on POSIX systems only.
 _SYNC_DIRECTORIES = os.name == "posix"
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+_T = TypeVar("_T")
+
+
+@dataclass
+class _Temp:
+    """A file on its way: its temp file, open until it is synced."""
+
+    path: Path
+    content: bytes
+    tmp: Path | None = None
+    fd: int = -1
+    error: OSError | None = None
 
 
 class DurableWrites:
@@ -49,17 +70,13 @@ class DurableWrites:
         """Write every `(path, content)` (paths distinct); returns the failures by path.
         A file that failed keeps its previous content, and leaves no temp file behind."""
         failures: dict[Path, OSError] = {}
-        chunks = [files[i :: self.threads] for i in range(min(self.threads, len(files)))]
-        if len(chunks) <= 1:
-            results = [self._write_chunk(chunk) for chunk in chunks]
-        else:
-            results = list(self._executor().map(self._write_chunk, chunks))
-        for failed in results:
-            failures.update(failed)
         directories: dict[Path, list[Path]] = {}
-        for path, _content in files:
-            if path not in failures:
-                directories.setdefault(path.parent, []).append(path)
+        for start in range(0, len(files), GROUP):
+            for item in self._write_group(files[start : start + GROUP]):
+                if item.error is not None:
+                    failures[item.path] = item.error
+                else:
+                    directories.setdefault(item.path.parent, []).append(item.path)
         for directory, error in self._sync_directories(list(directories)).items():
             for path in directories[directory]:
                 failures[path] = error
@@ -70,54 +87,107 @@ class DurableWrites:
         if pool is not None:
             pool.shutdown(wait=True)
 
-    # --- one file ------------------------------------------------------------------------
+    # --- the phases ----------------------------------------------------------------------
 
-    def _write_chunk(self, chunk: Sequence[tuple[Path, bytes]]) -> dict[Path, OSError]:
-        failures: dict[Path, OSError] = {}
-        for path, content in chunk:
-            try:
-                self._write_one(path, content)
-            except OSError as exc:
-                failures[path] = exc
-        return failures
+    def _write_group(self, files: Sequence[tuple[Path, bytes]]) -> list[_Temp]:
+        items = [_Temp(path, content) for path, content in files]
+        for item in items:  # on this thread: creates in one directory queue on its lock
+            self._open_and_write(item)
+        self._each(_sync, [item for item in items if item.error is None])
+        for item in items:
+            self._put_in_place(item)
+        return items
 
-    def _write_one(self, path: Path, content: bytes) -> None:
-        parent = path.parent
-        if parent not in self._made:
-            parent.mkdir(parents=True, exist_ok=True)
-            self._made.add(parent)
-        temp_dir = self.temp_dir
-        tmp = _synced_temp(temp_dir or parent, path, content)
+    def _open_and_write(self, item: _Temp) -> None:
+        parent = item.path.parent
         try:
-            tmp.replace(path)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            if exc.errno == errno.EXDEV and temp_dir is not None:
-                self.temp_dir = None  # another file system: temp files beside the targets
-            elif exc.errno == errno.ENOENT and not parent.is_dir():
-                self._made.discard(parent)  # the directory was removed since
+            if parent not in self._made:
                 parent.mkdir(parents=True, exist_ok=True)
-            else:
-                raise
-            _synced_temp(self.temp_dir or parent, path, content).replace(path)
+                self._made.add(parent)
+            item.fd, item.tmp = create_temp(self.temp_dir or parent, item.path)
+            view = memoryview(item.content)
+            while view:
+                view = view[os.write(item.fd, view) :]
+        except OSError as exc:
+            item.error = exc
 
-    # --- directories ---------------------------------------------------------------------
+    def _put_in_place(self, item: _Temp) -> None:
+        """Close the temp file and rename it over the target (or remove it: failed)."""
+        if item.fd >= 0:
+            os.close(item.fd)
+            item.fd = -1
+        tmp = item.tmp
+        if tmp is None:
+            return
+        if item.error is None:
+            try:
+                tmp.replace(item.path)
+                return
+            except OSError as exc:
+                item.error = exc
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if item.error is not None and self._recoverable(item.error, item.path.parent):
+            try:
+                _synced_temp(self.temp_dir or item.path.parent, item.path, item.content).replace(
+                    item.path
+                )
+                item.error = None
+            except OSError as exc:
+                item.error = exc
+
+    def _recoverable(self, error: OSError, parent: Path) -> bool:
+        """A rename that fails because the temp directory is on another file system (temp
+        files go beside the targets from then on) or the target directory was removed
+        since (made again); the file is then written once more, on its own."""
+        if error.errno == errno.EXDEV and self.temp_dir is not None:
+            self.temp_dir = None
+            return True
+        if error.errno == errno.ENOENT and not parent.is_dir():
+            self._made.discard(parent)
+            with contextlib.suppress(OSError):
+                parent.mkdir(parents=True, exist_ok=True)
+                self._made.add(parent)
+            return True
+        return False
 
     def _sync_directories(self, directories: list[Path]) -> dict[Path, OSError]:
-        if not _SYNC_DIRECTORIES or not directories:
+        if not _SYNC_DIRECTORIES:
             return {}
-        if len(directories) == 1:
-            results = [_sync_directory(directories[0])]
-        else:
-            results = list(self._executor().map(_sync_directory, directories))
-        pairs = zip(directories, results, strict=True)
-        return {directory: error for directory, error in pairs if error is not None}
+        errors: dict[Path, OSError] = {}
 
-    def _executor(self) -> ThreadPoolExecutor:
+        def sync(directory: Path) -> None:
+            error = _sync_directory(directory)
+            if error is not None:
+                errors[directory] = error
+
+        self._each(sync, directories)
+        return errors
+
+    def _each(self, work: Callable[[_T], None], items: Sequence[_T]) -> None:
+        """`work` on every item: on this thread for one item, else split over the pool
+        (one chunk per thread, so `threads` calls are under way at once)."""
+        if len(items) <= 1:
+            for item in items:
+                work(item)
+            return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="hashreplay-fsync")
-        return self._pool
+        chunks = [items[i :: self.threads] for i in range(min(self.threads, len(items)))]
+        for _ in self._pool.map(functools.partial(_each_of, work), chunks):
+            pass
+
+
+def _each_of(work: Callable[[_T], None], chunk: Sequence[_T]) -> None:
+    for item in chunk:
+        work(item)
+
+
+def _sync(item: _Temp) -> None:
+    try:
+        os.fsync(item.fd)
+    except OSError as exc:
+        item.error = exc
 
 
 def _synced_temp(directory: Path, target: Path, content: bytes) -> Path:
