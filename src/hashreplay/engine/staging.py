@@ -5,7 +5,9 @@ A live HTTP exchange (`LiveExchange`) is turned into its stored form; a response
 call layer (`RecordedResponse`) is redacted again here, so no caller can write a secret by
 passing an unredacted value. The sequence of the request's hash then gets the normalised
 response appended (record mode first drops what it re-records), and the whole file's new
-content is returned for the store view to write.
+content is returned for the store view to write. All of that happens on the caller's thread,
+in call order; on a write-behind session, building the file's JSON, the scrub of credential
+values and the dump are left to the writer thread (`recording_bytes`).
 """
 
 from __future__ import annotations
@@ -13,26 +15,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from hashreplay.core.bodies import BodyEncoding, encode_body
 from hashreplay.core.mode import Mode
-from hashreplay.core.normalise import filter_headers, new_id_registry
+from hashreplay.core.normalise import filter_headers
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.recording import (
     Ended,
     EndState,
     RecordedException,
     RecordedResponse,
-    Recording,
     Timing,
-    new_recording,
 )
 from hashreplay.core.redact import Redactor
 from hashreplay.core.streams import parse_stream, stream_format_for
+from hashreplay.core.writer import Content
 from hashreplay.engine.http import LiveExchange, header_value
 from hashreplay.engine.keying import Prepared
 from hashreplay.engine.model_lists import model_list_path
+from hashreplay.engine.recording_bytes import content_of, model_list_content
 from hashreplay.engine.sequences import sequence_for
 from hashreplay.engine.state import Tests
 from hashreplay.engine.view import StoreView
@@ -147,16 +147,19 @@ class Recorder:
         self.redactor = redactor
         self.kept_headers = kept_headers
 
-    def stage(self, prep: Prepared, outcome: Outcome) -> tuple[Path, bytes | None]:
-        """The file this outcome goes to and its new bytes (None: nothing to write)."""
+    def stage(self, prep: Prepared, outcome: Outcome) -> tuple[Path, Content | None]:
+        """The file this outcome goes to and its new content (None: nothing to write): the
+        bytes, or on a write-behind session the stage that serialises them on the writer
+        thread (`recording_bytes`)."""
         tests = self.tests
+        later = self.view.writer is not None
         with tests.lock:
             state = tests.state(prep.test_id)
             timed = state.options.timing
         timed = self.record_timing if timed is None else timed
         response = stored_response(outcome, self.redactor, self.kept_headers, timed=timed)
         if prep.shared:
-            return self._stage_model_list(prep, response)
+            return self._stage_model_list(prep, response, later=later)
         with tests.lock:
             seq = sequence_for(tests, self.view, prep)
             index = min(seq.calls, len(seq.responses))
@@ -167,21 +170,15 @@ class Recorder:
                 # recorded, which is replaced in place
                 del seq.responses[index:]
             where = "response.body" if index == 0 else f"later_responses[{index - 1}].body"
+            # the test's next request is hashed with the ids this registers: in call order
             normalised = normalise_response(response, seq.ids, where=where, known_ids=state.id_map)
             responses = list(seq.responses)
             if replaces:
                 responses[index] = normalised
             else:
                 responses.append(normalised)
-            recording = new_recording(
-                test_id=prep.test_id,
-                request=prep.request,
-                responses=responses,
-                id_mapping=seq.ids.facts,
-            )
-            # the request's own credential values leave every string; large values go to
-            # blobs; a body over max_body_bytes raises BodyTooLarge, the sequence unchanged
-            content = self._dump(recording, prep)
+            # a body over max_body_bytes raises BodyTooLarge here, the sequence unchanged
+            content = content_of(self.view.store, prep, responses, dict(seq.ids.facts), later=later)
             seq.responses[:] = responses
             seq.calls += 1
             state.id_map.update(seq.ids.stable)
@@ -190,23 +187,12 @@ class Recorder:
             return seq.path, content
 
     def _stage_model_list(
-        self, prep: Prepared, response: RecordedResponse
-    ) -> tuple[Path, bytes | None]:
+        self, prep: Prepared, response: RecordedResponse, *, later: bool
+    ) -> tuple[Path, Content | None]:
         path = model_list_path(self.view.store, prep.hash, response)
         with self.tests.lock:
             self.tests.stats.recorded += 1
             self.tests.use(prep.test_id, path)
         if self.view.exists(path):
             return path, None  # the same model set is stored already
-        normalised = normalise_response(response, new_id_registry(prep.hash), model_list=True)
-        recording = new_recording(test_id=None, request=prep.request, responses=[normalised])
-        return path, self._dump(recording, prep)
-
-    def _dump(self, recording: Recording, prep: Prepared) -> bytes:
-        """The file's bytes, with the request's own credential values scrubbed from every
-        string (only walked when one occurs: most recordings never echo a key)."""
-        data = recording.to_json_dict()
-        secrets = prep.secrets
-        if secrets and secrets.mentioned_in(orjson.dumps(data)):
-            data = secrets.value(data)
-        return self.view.store.dump_data(data)
+        return path, model_list_content(self.view.store, prep, response, later=later)

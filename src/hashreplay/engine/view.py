@@ -1,7 +1,9 @@
 """The store as the engine sees it: files on disk plus writes still queued behind.
 
-A write-behind session (the pytest plugin's) hands finished bytes to a writer thread; until
-they are on disk, every read here sees them, through the writer's own interface.
+A write-behind session (the pytest plugin's) hands each file's content to a writer thread,
+as bytes or as the stage that serialises them; until they are on disk, every read here sees
+them, through the writer's own interface (a read of a version not serialised yet serialises
+it on the reading thread).
 """
 
 from __future__ import annotations
@@ -10,13 +12,8 @@ from pathlib import Path
 
 from hashreplay.core.names import model_list_name_prefix, recording_name
 from hashreplay.core.recording import Recording
-from hashreplay.core.store import (
-    Found,
-    Store,
-    awrite_bytes_atomic,
-    write_bytes_atomic,
-)
-from hashreplay.core.writer import BackgroundWriter
+from hashreplay.core.store import Found, Store, awrite_bytes_atomic, write_bytes_atomic
+from hashreplay.core.writer import BackgroundWriter, Content
 
 
 class StoreView:
@@ -47,21 +44,19 @@ class StoreView:
         return self.store.parse(content, path) if content is not None else self.store.read(path)
 
     def exists(self, path: Path) -> bool:
-        return (self.writer is not None and self.writer.pending(path) is not None) or (
-            path.exists()
-        )
+        return (self.writer is not None and self.writer.is_pending(path)) or path.exists()
 
-    def write(self, path: Path, content: bytes) -> None:
+    def write(self, path: Path, content: Content) -> None:
         if self.writer is not None:
             self.writer.submit(path, content)
         else:
-            write_bytes_atomic(path, content, self.store.temp_dir)
+            write_bytes_atomic(path, _bytes(content), self.store.temp_dir)
 
-    async def awrite(self, path: Path, content: bytes) -> None:
+    async def awrite(self, path: Path, content: Content) -> None:
         if self.writer is not None:
             self.writer.submit(path, content)
         else:
-            await awrite_bytes_atomic(path, content, self.store.temp_dir)
+            await awrite_bytes_atomic(path, _bytes(content), self.store.temp_dir)
 
     def flush(self) -> None:
         """Wait until every queued write is on disk; a RecordingError for one that failed."""
@@ -71,3 +66,7 @@ class StoreView:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def _bytes(content: Content) -> bytes:
+    return content if isinstance(content, bytes) else content()
