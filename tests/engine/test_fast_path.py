@@ -187,3 +187,27 @@ def test_a_plain_sse_event_renders_as_the_general_path_does(data: Any, name: str
 def test_headers_decoded_once_equal_multi_items(headers: list[tuple[str, Any]]) -> None:
     h = httpx2.Headers(headers)
     assert _header_items(h) == h.multi_items()
+
+
+def _redacted_as_before(redactor: Redactor, value: Any) -> Any:
+    """The redaction walk as it was written before issue 17 (isinstance at every node)."""
+    if isinstance(value, str):
+        return redactor.text(value)
+    if isinstance(value, dict):
+        return {
+            key: SECRET_PLACEHOLDER
+            if redactor.hides(key, item, value)
+            else _redacted_as_before(redactor, item)
+            for key, item in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [_redacted_as_before(redactor, item) for item in value]
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(tree=json_tree)
+def test_the_typed_redaction_walk_equals_the_general_one(tree: Any) -> None:
+    redactor = Redactor(["trace"])
+    assert redactor.value(tree) == _redacted_as_before(redactor, tree)
+    assert redactor.value((tree, [tree])) == _redacted_as_before(redactor, (tree, [tree]))

@@ -335,22 +335,49 @@ def normalise_response_values(
 def _collect_ids(
     value: Any, ids: IdRegistry, where: str, known: Mapping[str, str] | None = None
 ) -> None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            here = f"{where}.{key}"
-            if (
-                key in RESPONSE_ID_KEYS
-                and isinstance(item, str)
-                and item
-                and not item.startswith(STABLE_ID_PREFIX)
-                and not (known is not None and item in known)
-            ):
-                ids.assign(item, here)
-            else:
-                _collect_ids(item, ids, here, known)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _collect_ids(item, ids, f"{where}[{index}]", known)
+    _Collector(ids, where, known).walk(value)
+
+
+class _Collector:
+    """One pass registering the ids of a response value; a field's label (`where`) is only
+    written out for the fields that hold an id, not for every field walked past."""
+
+    def __init__(self, ids: IdRegistry, where: str, known: Mapping[str, str] | None) -> None:
+        self.ids = ids
+        self.where = where
+        self.known = known
+        self.path: list[str | int] = []
+
+    def label(self) -> str:
+        return self.where + "".join(
+            f"[{step}]" if type(step) is int else f".{step}" for step in self.path
+        )
+
+    def walk(self, value: Any) -> None:
+        path = self.path
+        if isinstance(value, dict):
+            known = self.known
+            for key, item in value.items():
+                if (
+                    key in RESPONSE_ID_KEYS
+                    and isinstance(item, str)
+                    and item
+                    and not item.startswith(STABLE_ID_PREFIX)
+                    and not (known is not None and item in known)
+                ):
+                    path.append(key)
+                    self.ids.assign(item, self.label())
+                    path.pop()
+                elif isinstance(item, (dict, list)):
+                    path.append(key)
+                    self.walk(item)
+                    path.pop()
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, (dict, list)):
+                    path.append(index)
+                    self.walk(item)
+                    path.pop()
 
 
 def _rewrite(value: Any, id_map: Mapping[str, str], times: bool) -> Any:
@@ -359,16 +386,20 @@ def _rewrite(value: Any, id_map: Mapping[str, str], times: bool) -> Any:
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
-            if item is not None and times:
+            if times and item is not None and key in _FIXED_KEYS:
                 replaced = _fixed_value(key, item)
                 if replaced is not _KEEP:
                     out[key] = replaced
                     continue
-            out[key] = _rewrite(item, id_map, times)
+            out[key] = item if type(item) in _PLAIN else _rewrite(item, id_map, times)
         return out
     if isinstance(value, list):
-        return [_rewrite(item, id_map, times) for item in value]
+        return [item if type(item) in _PLAIN else _rewrite(item, id_map, times) for item in value]
     return value
+
+
+#: Values `_rewrite` returns as they are (exact types).
+_PLAIN = frozenset({int, float, bool, type(None)})
 
 
 _KEEP = object()
@@ -382,6 +413,10 @@ def _fixed_value(key: str, value: Any) -> Any:
     if key in RESPONSE_CLEARED_KEYS and not isinstance(value, (dict, list)):
         return RESPONSE_CLEARED_KEYS[key]
     return _KEEP
+
+
+#: Every key `_fixed_value` may replace: a set lookup spares the call for the others.
+_FIXED_KEYS = RESPONSE_TIME_KEYS | RESPONSE_DURATION_KEYS | frozenset(RESPONSE_CLEARED_KEYS)
 
 
 # --- headers -------------------------------------------------------------------------------

@@ -68,6 +68,10 @@ _MEMO_MIN = 8
 _KEY_CACHE_MAX = 65536
 
 
+#: Values redaction leaves as they are (exact types: subclasses take the general path).
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
 def _fold(key: str) -> str:
     return key.lower().replace("-", "_")
 
@@ -187,19 +191,37 @@ class Redactor:
 
     def value(self, value: Any) -> Any:
         """A copy of a JSON-like value with secrets removed, by key and by shape."""
+        kind = type(value)
+        if kind is str:
+            return self.text(value)
+        if kind is dict:
+            return self._mapping(value)
+        if kind is list:
+            return [item if type(item) in _SCALARS else self.value(item) for item in value]
+        if kind in _SCALARS:
+            return value
+        # subclasses and other containers, by the same rules
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, Mapping):
-            out: dict[Any, Any] = {}
-            for key, item in value.items():
-                if self.hides(key, item, value):
-                    out[key] = SECRET_PLACEHOLDER
-                else:
-                    out[key] = self.value(item)
-            return out
+            return self._mapping(value)
         if isinstance(value, (list, tuple)):
             return [self.value(item) for item in value]
         return value
+
+    def _mapping(self, value: Mapping[Any, Any]) -> dict[Any, Any]:
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            if type(item) in _SCALARS:  # numbers, booleans, null: nothing to remove
+                if item is not None and self.hides(key, item, value):
+                    out[key] = SECRET_PLACEHOLDER
+                else:
+                    out[key] = item
+            elif self.hides(key, item, value):
+                out[key] = SECRET_PLACEHOLDER
+            else:
+                out[key] = self.value(item)
+        return out
 
     def request_body(self, body: Any, encoding: str) -> Any:
         """A parsed request body with secrets removed; multipart parts whose field name is a
