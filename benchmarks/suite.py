@@ -147,6 +147,12 @@ def make_project(where: Path, scenario: Scenario, tests: int) -> Path:
     return where
 
 
+#: Bytecode is cached as on a user's machine (in a private folder): with
+#: PYTHONDONTWRITEBYTECODE set, as on some CI images, every run would compile every module of
+#: a plugin's package again (pytest rewrites them), which is not what a suite pays.
+BASE_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def pytest_run(project: Path, env: dict[str, str], *args: str, expect: int) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of one whole pytest process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -154,7 +160,7 @@ def pytest_run(project: Path, env: dict[str, str], *args: str, expect: int) -> t
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "tests", *args],
         cwd=project,
-        env={**os.environ, **env},
+        env={**BASE_ENV, "PYTHONPYCACHEPREFIX": str(project.parent / "pycache"), **env},
         capture_output=True,
         text=True,
         check=False,
