@@ -24,13 +24,15 @@ import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent))
+
+from _trees import add_tree_option, interleaved, parse_trees, run_child
 
 
 def cpu_seconds() -> float:
@@ -84,23 +86,13 @@ def measure(files: int, size: int, dirs: int, base: Path) -> dict[str, float]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def run_child(src: str, args: argparse.Namespace) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": src}
-    cmd = [
-        sys.executable,
-        str(HERE),
-        "--child",
-        "--files",
-        str(args.files),
-        "--size",
-        str(args.size),
-        "--dirs",
-        str(args.dirs),
-        "--dir",
-        str(args.dir),
-    ]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+def run_one(src: str, args: argparse.Namespace) -> dict[str, float]:
+    result: dict[str, float] = run_child(
+        HERE,
+        src,
+        *("--files", str(args.files), "--size", str(args.size)),
+        *("--dirs", str(args.dirs), "--dir", str(args.dir)),
+    )
     return result
 
 
@@ -113,24 +105,18 @@ def main() -> None:
     parser.add_argument("--dirs", type=int, default=25)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
-        "--tree", action="append", default=[], help="NAME=SRC_DIR (repeatable); default: this tree"
-    )
-    parser.add_argument(
         "--dir", type=Path, default=HERE.parent.parent / ".hashreplay", help="where the files go"
     )
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    add_tree_option(parser)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(measure(args.files, args.size, args.dirs, args.dir)))
         return
-    trees = dict(t.split("=", 1) for t in args.tree) or {
-        "this tree": str(HERE.parent.parent / "src")
-    }
+    trees = parse_trees(args.tree, HERE.parent.parent / "src")
     results: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     names = list(trees)
-    for r in range(args.rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            results[name].append(run_child(trees[name], args))
+    for _, name in interleaved(names, args.rounds):
+        results[name].append(run_one(trees[name], args))
     print(
         f"{args.files} files of ~{args.size} bytes in {args.dirs} directories, {args.rounds} rounds; median (min–max)"
     )

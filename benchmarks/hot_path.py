@@ -28,7 +28,6 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import openai
+from _trees import add_tree_option, interleaved, parse_trees, run_child
 
 
 def tid(i: int) -> str:
@@ -179,38 +179,21 @@ def child(calls: int) -> None:
     print(json.dumps(result))
 
 
-def run_tree(tree: Path, calls: int) -> dict[str, dict[str, float]]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", "--calls", str(calls)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"the run with {tree} failed:\n{done.stderr[-3000:]}")
-    result: dict[str, dict[str, float]] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tree", action="append", default=[], help="label=path to a src dir")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    add_tree_option(parser)
     args = parser.parse_args()
     if args.child:
         child(args.calls)
         return
-    trees = dict(t.split("=", 1) for t in args.tree) or {"this tree": str(HERE.parent / "src")}
+    trees = parse_trees(args.tree, HERE.parent / "src")
     results: dict[str, list[dict[str, dict[str, float]]]] = {label: [] for label in trees}
     labels = list(trees)
-    for r in range(args.rounds):
-        for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
-            results[label].append(run_tree(Path(trees[label]).resolve(), args.calls))
-            print(f"round {r + 1}/{args.rounds}: {label} done", file=sys.stderr)
+    for r, label in interleaved(labels, args.rounds):
+        results[label].append(run_child(Path(__file__), trees[label], "--calls", str(args.calls)))
+        print(f"round {r + 1}/{args.rounds}: {label} done", file=sys.stderr)
     print(f"Calls: {args.calls} per stage per process, {args.rounds} rounds; µs per call")
     for kind in ("plain", "streamed"):
         print(f"\n### Replay, {kind} chat completion\n")

@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +34,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent))
+
+from _trees import add_tree_option, interleaved, parse_trees, run_child
+
 MODEL = "gpt-fake-1"
 FILLER = (
     "You are a meticulous assistant for a logistics company. Answer with the shipment "
@@ -146,23 +148,14 @@ def measure(calls: int, stream: bool, wait: float, base: Path) -> dict[str, floa
         shutil.rmtree(root, ignore_errors=True)
 
 
-def run_child(src: str, stream: bool, args: argparse.Namespace) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": src}
-    cmd = [
-        sys.executable,
-        str(HERE),
-        "--child",
-        "--calls",
-        str(args.calls),
-        "--wait-ms",
-        str(args.wait_ms),
-        "--dir",
-        str(args.dir),
-    ]
-    if stream:
-        cmd.append("--stream")
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+def run_one(src: str, stream: bool, args: argparse.Namespace) -> dict[str, float]:
+    extra = ("--stream",) if stream else ()
+    result: dict[str, float] = run_child(
+        HERE,
+        src,
+        *("--calls", str(args.calls), "--wait-ms", str(args.wait_ms), "--dir", str(args.dir)),
+        *extra,
+    )
     return result
 
 
@@ -175,26 +168,22 @@ def main() -> None:
     parser.add_argument(
         "--wait-ms", type=float, default=1.5, help="the live call's wait between records"
     )
-    parser.add_argument(
-        "--tree", action="append", default=[], help="NAME=SRC_DIR (repeatable); default: this tree"
-    )
     parser.add_argument("--dir", type=Path, default=ROOT / ".hashreplay", help="where the files go")
     parser.add_argument("--stream", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    add_tree_option(parser)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(measure(args.calls, args.stream, args.wait_ms / 1e3, args.dir)))
         return
-    trees = dict(t.split("=", 1) for t in args.tree) or {"this tree": str(ROOT / "src")}
+    trees = parse_trees(args.tree, ROOT / "src")
     names = list(trees)
     print(
         f"{args.calls} recorded calls per run, {args.wait_ms} ms live wait between them, {args.rounds} rounds; median (min–max)"
     )
     for stream in (False, True):
         results: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-        for r in range(args.rounds):
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                results[name].append(run_child(trees[name], stream, args))
+        for _, name in interleaved(names, args.rounds):
+            results[name].append(run_one(trees[name], stream, args))
         print()
         print(f"### {'streamed (52 SSE events)' if stream else 'plain'}")
         print()
