@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.sdks import sdk
+
 from .upstream import FakeUpstream, Scripted
 
 KEY = "sk-test-key-0123456789"
@@ -22,9 +24,9 @@ TOOLS_OPENAI = [
     }
 ]
 
-mistral_client = pytest.importorskip("mistralai.client")
-cohere = pytest.importorskip("cohere")
-groq = pytest.importorskip("groq")
+mistral_client = sdk("mistralai.client")
+cohere = sdk("cohere")
+groq = sdk("groq")
 
 
 @pytest.fixture(scope="module")

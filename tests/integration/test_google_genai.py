@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
+from tests.sdks import sdk
 
-genai = pytest.importorskip("google.genai", reason="the `sdks` extra is not installed")
-types = pytest.importorskip("google.genai.types")
+genai = sdk("google.genai")
+types = sdk("google.genai.types")
 
 from tests.aiohttp_harness import AioRecorder, aio_recorder, three_phases  # noqa: E402
 

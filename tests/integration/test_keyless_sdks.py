@@ -10,13 +10,14 @@ import pytest
 
 from hashreplay.core.replay_env import DEFAULT_REPLAY_ENV
 from tests.fakes.upstream import FakeUpstream
+from tests.sdks import sdk
 
 # Imported here so pytester's in-process runs find them already loaded (see tests/conftest.py).
-openai = pytest.importorskip("openai")
-anthropic = pytest.importorskip("anthropic")
-cohere = pytest.importorskip("cohere")
-groq = pytest.importorskip("groq")
-mistral_client = pytest.importorskip("mistralai.client")
+openai = sdk("openai")
+anthropic = sdk("anthropic")
+cohere = sdk("cohere")
+groq = sdk("groq")
+mistral_client = sdk("mistralai.client")
 
 pytest_plugins = ["pytester"]
 

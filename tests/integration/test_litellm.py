@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from tests.sdks import sdk
+
 # litellm fetches its model cost map from the internet at import time unless told not to.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-litellm = pytest.importorskip("litellm", reason="the `sdks` extra is not installed")
+litellm = sdk("litellm")
 
 from tests.aiohttp_harness import AioRecorder, aio_recorder, three_phases  # noqa: E402
 

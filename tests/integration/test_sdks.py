@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import Recorder
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.phases import three_phases
+from tests.sdks import sdk
 
 KEY = "sk-abcdefghijklmnopqrstuvwxyz0123456789"
 
@@ -21,7 +22,7 @@ def stored_bodies(phases: Any) -> list[Any]:
 
 
 def test_mistralai_chat_and_stream(upstream: FakeUpstream, recorder: Recorder) -> None:
-    pytest.importorskip("mistralai")
+    sdk("mistralai")
     from mistralai.client import Mistral
 
     def run(url: str) -> dict[str, Any]:
@@ -49,7 +50,7 @@ def test_mistralai_chat_and_stream(upstream: FakeUpstream, recorder: Recorder) -
 
 
 def test_mistralai_async(upstream: FakeUpstream, recorder: Recorder) -> None:
-    pytest.importorskip("mistralai")
+    sdk("mistralai")
     from mistralai.client import Mistral
 
     def run(url: str) -> tuple[str, list[str]]:
@@ -72,7 +73,7 @@ def test_mistralai_async(upstream: FakeUpstream, recorder: Recorder) -> None:
 
 
 def test_cohere_v2_chat_and_chat_stream(upstream: FakeUpstream, recorder: Recorder) -> None:
-    cohere = pytest.importorskip("cohere")
+    cohere = sdk("cohere")
 
     def run(url: str) -> dict[str, Any]:
         client = cohere.ClientV2(api_key=KEY, base_url=url)
@@ -103,7 +104,7 @@ def test_cohere_v2_chat_and_chat_stream(upstream: FakeUpstream, recorder: Record
 
 
 def test_cohere_v2_async_stream(upstream: FakeUpstream, recorder: Recorder) -> None:
-    cohere = pytest.importorskip("cohere")
+    cohere = sdk("cohere")
 
     def run(url: str) -> list[str]:
         async def go() -> list[str]:
@@ -120,7 +121,7 @@ def test_cohere_v2_async_stream(upstream: FakeUpstream, recorder: Recorder) -> N
 
 
 def test_groq_chat_and_stream(upstream: FakeUpstream, recorder: Recorder) -> None:
-    groq = pytest.importorskip("groq")
+    groq = sdk("groq")
 
     def run(url: str) -> dict[str, Any]:
         client = groq.Groq(api_key=KEY, base_url=url, max_retries=0)
@@ -150,7 +151,7 @@ def test_groq_chat_and_stream(upstream: FakeUpstream, recorder: Recorder) -> Non
 
 
 def test_ollama_chat_stream_and_generate(upstream: FakeUpstream, recorder: Recorder) -> None:
-    ollama = pytest.importorskip("ollama")
+    ollama = sdk("ollama")
 
     def run(url: str) -> dict[str, Any]:
         client = ollama.Client(host=url)
@@ -186,7 +187,7 @@ def test_ollama_chat_stream_and_generate(upstream: FakeUpstream, recorder: Recor
 
 
 def test_ollama_async_stream(upstream: FakeUpstream, recorder: Recorder) -> None:
-    ollama = pytest.importorskip("ollama")
+    ollama = sdk("ollama")
 
     def run(url: str) -> list[str]:
         async def go() -> list[str]:
@@ -205,7 +206,7 @@ def test_ollama_async_stream(upstream: FakeUpstream, recorder: Recorder) -> None
 
 
 def test_langchain_openai_invoke_and_stream(upstream: FakeUpstream, recorder: Recorder) -> None:
-    pytest.importorskip("langchain_openai")
+    sdk("langchain_openai")
     from langchain_openai import ChatOpenAI
 
     def run(url: str) -> dict[str, Any]:
@@ -271,7 +272,7 @@ def _ollama_error(url: str) -> None:
 def test_error_statuses_replay_as_the_sdks_own_exceptions(
     package: str, path: str, call: Any, status: int, upstream: FakeUpstream, recorder: Recorder
 ) -> None:
-    pytest.importorskip(package)
+    sdk(package)
     from tests.fakes.upstream import Scripted
 
     upstream.script("POST", path, Scripted(status=status))
