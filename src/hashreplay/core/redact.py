@@ -212,25 +212,18 @@ class Redactor:
     def _mapping(self, value: Mapping[Any, Any]) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
         for key, item in value.items():
-            if type(item) in _SCALARS:  # numbers, booleans, null: nothing to remove
-                if item is not None and self.hides(key, item, value):
-                    out[key] = SECRET_PLACEHOLDER
-                else:
-                    out[key] = item
-            elif self.hides(key, item, value):
+            if self.hides(key, item, value):
                 out[key] = SECRET_PLACEHOLDER
+            elif type(item) in _SCALARS:  # numbers, booleans, null: nothing to remove
+                out[key] = item
             else:
                 out[key] = self.value(item)
         return out
 
-    def request_body(self, body: Any, encoding: str) -> Any:
-        """A parsed request body with secrets removed; multipart parts whose field name is a
-        secret (`name="api_key"`) lose their data, which `value` alone cannot see."""
-        return self.value(self.multipart_parts(body, encoding))
-
     def multipart_parts(self, body: Any, encoding: str) -> Any:
-        """A multipart body with the data of secret-named parts removed; other bodies as
-        they are (the rest of the redaction is `value`'s)."""
+        """A multipart body with the data of secret-named parts (`name="api_key"`) removed,
+        which `value` alone cannot see; other bodies as they are (the rest of the redaction
+        is `value`'s)."""
         if encoding == "multipart" and isinstance(body, list):
             return [self._multipart_part(part) for part in body]
         return body

@@ -7,6 +7,7 @@ rule is applied, to live requests here and to stored ones by `hashreplay verify`
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,8 +47,8 @@ from hashreplay.core.urls import stored_url
 from hashreplay.core.volatile import compile_patterns
 from hashreplay.engine.http import IncomingRequest
 
-#: Entries of each keying memo (URLs, credential sets) before it starts afresh: a suite
-#: uses a few dozen; a proxy may see unbounded ones.
+#: Entries of each keying memo (URLs, credential sets): a suite uses a few dozen; a proxy
+#: may see unbounded ones.
 _MEMO_MAX = 1024
 
 
@@ -85,8 +86,10 @@ class Keyer:
             CONVERSATION_HEADER.lower(),
             FAULT_HEADER.lower(),
         }
-        self._urls: dict[str, tuple[str, str]] = {}
-        self._secret_memo: dict[tuple[str, tuple[tuple[str, str], ...]], SecretValues] = {}
+        # memoised as the redactor memoises long texts: a suite calls a handful of URLs,
+        # with the same key on nearly every request
+        self._url = functools.lru_cache(maxsize=_MEMO_MAX)(self._url_forms)
+        self._secrets = functools.lru_cache(maxsize=_MEMO_MAX)(self._credentials)
 
     def request(
         self, incoming: IncomingRequest, id_map: Mapping[str, str] | None
@@ -120,29 +123,14 @@ class Keyer:
             request = scrub_request(request, secrets)
         return request, secrets
 
-    def _url(self, url: str) -> tuple[str, str]:
+    def _url_forms(self, url: str) -> tuple[str, str]:
         """A request URL's endpoint (hashed) and stored form (redacted, loopback host
-        generic); memoised, since a suite calls a handful of URLs over and over."""
-        found = self._urls.get(url)
-        if found is None:
-            if len(self._urls) >= _MEMO_MAX:
-                self._urls.clear()
-            found = self._urls[url] = (
-                endpoint_of(url, self.redactor.is_query_secret),
-                stored_url(self.redactor.url(url)),
-            )
-        return found
+        generic)."""
+        return endpoint_of(url, self.redactor.is_query_secret), stored_url(self.redactor.url(url))
 
-    def _secrets(self, url: str, headers: tuple[tuple[str, str], ...]) -> SecretValues:
-        """The credential values of a request's URL and secret headers (`request_secrets`),
-        memoised: the same key travels with nearly every request of a suite."""
-        memo_key = (url, headers)
-        found = self._secret_memo.get(memo_key)
-        if found is None:
-            if len(self._secret_memo) >= _MEMO_MAX:
-                self._secret_memo.clear()
-            found = self._secret_memo[memo_key] = request_secrets(self.redactor, url, headers)
-        return found
+    def _credentials(self, url: str, headers: tuple[tuple[str, str], ...]) -> SecretValues:
+        """The credential values of a request's URL and secret headers."""
+        return request_secrets(self.redactor, url, headers)
 
     def call(
         self,
