@@ -170,5 +170,5 @@ def test_templates_fill_stream_events_and_ndjson_lines_alike() -> None:
 def test_a_response_knows_whether_its_body_holds_markers() -> None:
     plain = RecordedResponse(status=200, body={"a": "b"})
     assert not plain.has_templates()
-    assert plain.model_copy(update={"body": {"a": "{{request:url}}"}}).has_templates()
+    assert plain.replace(body={"a": "{{request:url}}"}).has_templates()
     assert not plain.has_templates()

@@ -248,9 +248,7 @@ def test_round_trip_with_streams_exceptions_and_later_responses(tmp_path: Path) 
         exception=RecordedException(type="httpx.ReadTimeout", message="timed out", args=["t"]),
     )
     binary = RecordedResponse(status=200, body="AAEC", body_encoding=BodyEncoding.BASE64)
-    recording = make_recording().model_copy(
-        update={"response": stream, "later_responses": [failure, binary]}
-    )
+    recording = make_recording().replace(response=stream, later_responses=[failure, binary])
     path = tmp_path / f"{HASH}.json"
     PLAIN.write(path, recording)
     back = PLAIN.read(path)

@@ -203,7 +203,7 @@ def show(run: Run) -> int:
         run.report_unreadable(path, exc)
         return EXIT_PROBLEMS
     # large values are shown as their blob reference (digest, size, type), not their bytes
-    _render(run, replace(item, recording=Recording.model_validate(item.raw)))
+    _render(run, replace(item, recording=Recording.from_json(item.raw)))
     return EXIT_OK
 
 

@@ -45,4 +45,4 @@ def normalise_response(
         )[0]
     else:
         body = response.body
-    return response.model_copy(update={"body": body})
+    return response.replace(body=body)

@@ -219,10 +219,10 @@ def scrub_request(request: RecordedRequest, secrets: SecretValues) -> RecordedRe
     stays what `hashreplay verify` recomputes from the file)."""
     if not secrets:
         return request
-    data = request.model_dump(mode="json")
+    data = request.to_json_dict()
     if not secrets.mentioned_in(orjson.dumps(data)):
         return request  # the common case: the key travels only where redaction removed it
-    return RecordedRequest.model_validate(secrets.value(data))
+    return RecordedRequest.from_json(secrets.value(data))
 
 
 def scrub_recording(recording: Recording, secrets: SecretValues) -> Recording:
@@ -230,4 +230,4 @@ def scrub_recording(recording: Recording, secrets: SecretValues) -> Recording:
     stream chunks, exception messages, the test id."""
     if not secrets:
         return recording
-    return Recording.model_validate(secrets.value(recording.to_json_dict()))
+    return Recording.from_json(secrets.value(recording.to_json_dict()))

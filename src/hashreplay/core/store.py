@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
-from pydantic import ValidationError
 
 from hashreplay.core.blobs import BlobRef, blob_digest, body_sizes, join_blobs, split_blobs
 from hashreplay.core.body_checks import check_bodies
@@ -33,7 +32,7 @@ from hashreplay.core.constants import (
 )
 from hashreplay.core.errors import BodyTooLarge, RecordingError
 from hashreplay.core.names import model_list_glob, recording_name
-from hashreplay.core.recording import Recording
+from hashreplay.core.recording import FormatError, Recording
 from hashreplay.core.store_paths import read_contained, recordings_dir_for
 from hashreplay.core.temp_files import (
     TEMP_DIRNAME,
@@ -77,11 +76,12 @@ def parse_recording(
             "max_body_bytes in [tool.hashreplay] to read it"
         )
         raise RecordingError(path, msg)
-    if not content.strip():
-        raise RecordingError(path, "the file is empty (an interrupted write?); re-record it")
     try:
         data = orjson.loads(content)
     except orjson.JSONDecodeError as exc:
+        if not content.strip():  # looked for only here: it copies the whole file
+            msg = "the file is empty (an interrupted write?); re-record it"
+            raise RecordingError(path, msg) from None
         hint = (
             "the file looks truncated"
             if exc.pos >= len(content.rstrip())
@@ -106,12 +106,9 @@ def parse_recording(
             raise RecordingError(path, msg)
         data = join_blobs(data, lambda ref: blobs(ref, path))
     try:
-        recording = Recording.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg'].lower()}" for e in exc.errors()
-        )
-        raise RecordingError(path, f"invalid recording: {problems}") from None
+        recording = Recording.from_json(data)
+    except FormatError as exc:
+        raise RecordingError(path, f"invalid recording: {exc}") from None
     check_bodies(recording, path)
     return recording
 

@@ -103,6 +103,10 @@ class BackgroundWriter:
         job = self._pending.get(path)
         return None if job is None else job.content()
 
+    def has_pending(self) -> bool:
+        """Whether any write is queued (none, in a run that only replays)."""
+        return bool(self._pending)
+
     def is_pending(self, path: Path) -> bool:
         """Whether a version of `path` is queued (without making its bytes)."""
         return path in self._pending

@@ -34,4 +34,4 @@ def merge_model_lists(responses: Sequence[RecordedResponse]) -> RecordedResponse
                 if ident is not None and ident not in seen:
                     seen[ident] = item
         body[key] = list(seen.values())
-    return first.model_copy(update={"body": body})
+    return first.replace(body=body)

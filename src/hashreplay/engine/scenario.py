@@ -120,7 +120,7 @@ def templated(
         if exc.syntax:
             raise RecordingError(path, str(exc)) from None
         raise
-    return response.model_copy(update={"body": body})
+    return response.replace(body=body)
 
 
 def check_pace(pace: Pace | None, response: RecordedResponse, path: Any) -> str | None:

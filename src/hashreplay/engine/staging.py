@@ -55,7 +55,7 @@ def stored_response(
         update["ended"] = Ended(state=state, after_chunks=_chunk_count(response))
     if timed:
         update["timing"] = timing_of(outcome)
-    return response.model_copy(update=update) if update else response
+    return response.replace(**update) if update else response
 
 
 def _chunk_count(response: RecordedResponse) -> int:
@@ -117,15 +117,11 @@ def _redacted(
 ) -> RecordedResponse:
     exc = response.exception
     if exc is not None:
-        exc = exc.model_copy(
-            update={"message": redactor.text(exc.message), "args": redactor.value(exc.args)}
-        )
-    return response.model_copy(
-        update={
-            "headers": filter_headers(response.headers.items(), kept_headers, redactor.header),
-            "body": redactor.value(response.body),
-            "exception": exc,
-        }
+        exc = exc.replace(message=redactor.text(exc.message), args=redactor.value(exc.args))
+    return response.replace(
+        headers=filter_headers(response.headers.items(), kept_headers, redactor.header),
+        body=redactor.value(response.body),
+        exception=exc,
     )
 
 

@@ -24,7 +24,7 @@ class StoreView:
     def read_first(self, test_id: str | None, hash_hex: str) -> Found | None:
         """Like `Store.read_first`, but sees writes still queued."""
         writer = self.writer
-        if writer is not None:
+        if writer is not None and writer.has_pending():
             for directory in self.store.search_dirs(test_id):
                 path = directory / recording_name(hash_hex)
                 content = writer.pending(path)

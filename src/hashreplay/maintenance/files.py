@@ -205,7 +205,7 @@ class Rules:
 
     def request_hash(self, recording: Recording, body: Any) -> str:
         """The hash the engine names this recording's request by, with `body` as its body."""
-        request = recording.request.model_copy(update={"body": body})
+        request = recording.request.replace(body=body)
         return self.engine.key_of(request, recording.test_id)[0]
 
     def file_name(self, recording: Recording, body: Any) -> str:

@@ -169,7 +169,7 @@ def _record(session: Session, entry: Entry) -> Path:
         with test_context(entry.test_id):
             prep = session.prepare_call(entry.call.name, [], entry.call.kwargs)
         response = entry.call.response
-        redacted = response.model_copy(update={"body": session.redactor.value(response.body)})
+        redacted = response.replace(body=session.redactor.value(response.body))
         return session.record(prep, redacted)
     if entry.request is None or entry.exchange is None:  # pragma: no cover - readers' duty
         msg = f"{entry.source}: an entry with neither a request nor a call"

@@ -36,8 +36,8 @@ def plan_rekey(loaded: Loaded, rules: Rules) -> Rekey | None:
     recording = loaded.recording
     body = rules.renormalised_body(recording)
     url = stored_url(recording.request.url)
-    request = recording.request.model_copy(update={"body": body, "url": url})
-    updated = recording.model_copy(update={"key_version": KEY_VERSION, "request": request})
+    request = recording.request.replace(body=body, url=url)
+    updated = recording.replace(key_version=KEY_VERSION, request=request)
     content = rules.store.dump(updated)
     target = loaded.path.with_name(rules.file_name(recording, body))
     if target == loaded.path and content == loaded.content:
