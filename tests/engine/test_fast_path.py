@@ -211,3 +211,62 @@ def test_the_typed_redaction_walk_equals_the_general_one(tree: Any) -> None:
     redactor = Redactor(["trace"])
     assert redactor.value(tree) == _redacted_as_before(redactor, tree)
     assert redactor.value((tree, [tree])) == _redacted_as_before(redactor, (tree, [tree]))
+
+
+#: texts that look like the layout the index relies on (escaped in JSON, so they never are)
+_tricky_text = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(['\n  "test_id": "x"\n}', '\n  "later_responses": [', "}\n", '"']),
+)
+_plain_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | _tricky_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_tricky_text, inner, max_size=3),
+    max_leaves=12,
+)
+_test_ids = st.one_of(st.none(), _tricky_text, st.text(max_size=40))
+_extra_fields = st.dictionaries(
+    st.sampled_from(["annotation", "zz_note", "notes", "test_id_old"]), _plain_json, max_size=2
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    test_id=_test_ids,
+    body=_plain_json,
+    later=st.integers(min_value=0, max_value=2),
+    extra=_extra_fields,
+    layout=st.sampled_from(["canonical", "compact", "unsorted"]),
+)
+def test_the_unconsumed_index_reads_a_file_as_a_full_parse_does(
+    tmp_path_factory: pytest.TempPathFactory,
+    test_id: str | None,
+    body: Any,
+    later: int,
+    extra: dict[str, Any],
+    layout: str,
+) -> None:
+    from hashreplay.core.recording import RecordedRequest, RecordedResponse, new_recording
+    from hashreplay.core.store import Store
+    from hashreplay.engine.unconsumed import FileIndex, _canonical_summary
+
+    answer = RecordedResponse(status=200, body=body)
+    request = RecordedRequest(method="POST", url=URL, endpoint="/v1/x", body=body)
+    recording = new_recording(test_id=test_id, request=request, responses=[answer] * (1 + later))
+    data = {**recording.to_json_dict(), **extra}
+    if layout == "canonical":
+        content = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+    elif layout == "compact":
+        content = orjson.dumps(data)
+    else:
+        content = orjson.dumps(dict(reversed(data.items())), option=orjson.OPT_INDENT_2)
+    root = tmp_path_factory.mktemp("index")
+    path = root / "recordings" / "0123.json"
+    path.parent.mkdir()
+    path.write_bytes(content)
+    summary = FileIndex(Store(root, root / "recordings"))._summary(path)
+    assert summary == (test_id, 1 + later)
+    fast = _canonical_summary(content)
+    if layout == "canonical" and not later and not extra:
+        assert fast == (test_id, 1)  # the files hashreplay writes take the short way
+    elif fast is not None:
+        assert fast == summary
