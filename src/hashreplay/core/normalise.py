@@ -21,7 +21,6 @@ from hashreplay.core.constants import FIXED_EPOCH, SECRET_PLACEHOLDER, STABLE_ID
 from hashreplay.core.volatile import Placeholders, VolatilePatterns
 
 FLOAT_DIGITS = 5
-_DECIMAL_IN_TEXT = re.compile(r"-?\d+\.\d{4,}")
 _QUANTUM = Decimal(1).scaleb(-FLOAT_DIGITS)
 _INT64 = 2**63
 
@@ -136,8 +135,13 @@ def _nfc(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
+@functools.cache  # compiled on first use, not at import (start-up: docs/benchmarks.md)
+def _decimal_in_text() -> re.Pattern[str]:
+    return re.compile(r"-?\d+\.\d{4,}")
+
+
 def _decimals(text: str) -> str:
-    return _DECIMAL_IN_TEXT.sub(_render_decimal, text) if "." in text else text
+    return _decimal_in_text().sub(_render_decimal, text) if "." in text else text
 
 
 #: Strings at least this long have their (pure) normalisation memoised: long prompts recur
