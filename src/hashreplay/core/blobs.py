@@ -14,8 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import xxhash
@@ -39,8 +38,8 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 
 
-@dataclass(frozen=True)
-class BlobRef:
+# A NamedTuple, not a dataclass: creating a dataclass costs ~1 ms of start-up (docs/benchmarks.md).
+class BlobRef(NamedTuple):
     """What a recording holds in place of a large value."""
 
     digest: str

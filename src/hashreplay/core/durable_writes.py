@@ -23,7 +23,6 @@ import functools
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -43,15 +42,18 @@ _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXE
 _T = TypeVar("_T")
 
 
-@dataclass
 class _Temp:
     """A file on its way: its temp file, open until it is synced."""
 
-    path: Path
-    content: bytes
-    tmp: Path | None = None
-    fd: int = -1
-    error: OSError | None = None
+    # a plain class, not a dataclass: creating one costs ~1 ms of start-up (docs/benchmarks.md)
+    __slots__ = ("content", "error", "fd", "path", "tmp")
+
+    def __init__(self, path: Path, content: bytes) -> None:
+        self.path = path
+        self.content = content
+        self.tmp: Path | None = None
+        self.fd = -1
+        self.error: OSError | None = None
 
 
 class DurableWrites:

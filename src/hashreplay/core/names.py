@@ -17,7 +17,8 @@ from hashreplay.core.key import digest
 
 #: The suffix of every recording file.
 SUFFIX = ".json"
-_HASH = re.compile(r"[0-9a-f]{32}")
+#: compiled on first use (the `re` module's cache), not at import: start-up time
+_HASH = r"[0-9a-f]{32}"
 
 
 def recording_name(hash_hex: str) -> str:
@@ -43,7 +44,7 @@ def hash_of_name(name: str) -> str | None:
     stem = name.removesuffix(SUFFIX)
     if stem.startswith(MODEL_LIST_PREFIX):
         stem = stem[len(MODEL_LIST_PREFIX) :].split("-", 1)[0]
-    return stem if _HASH.fullmatch(stem) else None
+    return stem if re.fullmatch(_HASH, stem) else None
 
 
 def model_ids(body: Any) -> list[str]:

@@ -13,7 +13,6 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from typing import Any, Protocol
 
@@ -21,7 +20,6 @@ from hashreplay.core.constants import FIXED_EPOCH, SECRET_PLACEHOLDER, STABLE_ID
 from hashreplay.core.volatile import Placeholders, VolatilePatterns
 
 FLOAT_DIGITS = 5
-_DECIMAL_IN_TEXT = re.compile(r"-?\d+\.\d{4,}")
 _QUANTUM = Decimal(1).scaleb(-FLOAT_DIGITS)
 _INT64 = 2**63
 
@@ -74,15 +72,19 @@ KEPT_REQUEST_HEADERS: frozenset[str] = frozenset(
 # --- request normalisation -----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class RequestRules:
     """What the request normaliser needs besides the value itself."""
 
-    #: Key names dropped at any depth (`request_id`) or dotted paths from the root
-    #: (`metadata.trace_id`).
-    ignore_body_keys: tuple[str, ...] = ()
-    #: Patterns of volatile values replaced by numbered placeholders (`<uuid:1>`).
-    volatile: VolatilePatterns = field(default_factory=VolatilePatterns)
+    # Plain classes, not dataclasses: creating a dataclass costs ~1 ms of start-up
+    # (docs/benchmarks.md). No __slots__ here: the cached properties need the instance dict.
+    def __init__(
+        self, ignore_body_keys: tuple[str, ...] = (), volatile: VolatilePatterns | None = None
+    ) -> None:
+        #: Key names dropped at any depth (`request_id`) or dotted paths from the root
+        #: (`metadata.trace_id`).
+        self.ignore_body_keys = ignore_body_keys
+        #: Patterns of volatile values replaced by numbered placeholders (`<uuid:1>`).
+        self.volatile = volatile if volatile is not None else VolatilePatterns()
 
     @functools.cached_property
     def ignored_names(self) -> frozenset[str]:
@@ -136,8 +138,13 @@ def _nfc(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
+@functools.cache  # compiled on first use, not at import (start-up: docs/benchmarks.md)
+def _decimal_in_text() -> re.Pattern[str]:
+    return re.compile(r"-?\d+\.\d{4,}")
+
+
 def _decimals(text: str) -> str:
-    return _DECIMAL_IN_TEXT.sub(_render_decimal, text) if "." in text else text
+    return _decimal_in_text().sub(_render_decimal, text) if "." in text else text
 
 
 #: Strings at least this long have their (pure) normalisation memoised: long prompts recur
@@ -274,7 +281,6 @@ class _RequestNormaliser:
 # --- response normalisation ----------------------------------------------------------------
 
 
-@dataclass
 class IdRegistry:
     """Original → stable ids for one recording file.
 
@@ -282,9 +288,12 @@ class IdRegistry:
     which stable id replaced the value at which field.
     """
 
-    base: str
-    stable: dict[str, str] = field(default_factory=dict)
-    facts: dict[str, str] = field(default_factory=dict)
+    __slots__ = ("base", "facts", "stable")
+
+    def __init__(self, base: str, facts: dict[str, str] | None = None) -> None:
+        self.base = base
+        self.stable: dict[str, str] = {}
+        self.facts: dict[str, str] = {} if facts is None else facts
 
     def assign(self, original: str, where: str) -> str:
         found = self.stable.get(original)

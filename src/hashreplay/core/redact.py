@@ -57,10 +57,20 @@ SECRET_SHAPES: tuple[str, ...] = (
     r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
     r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
 )
-_SHAPES = re.compile("|".join(f"(?:{s})" for s in SECRET_SHAPES))
-_QUERY_IN_TEXT = re.compile(
-    r"([?&])([A-Za-z0-9_\-]+)=(" + re.escape(SECRET_PLACEHOLDER) + r"|[^&#\s\"'<>]+)"
-)
+
+
+# Patterns are compiled on first use, not at import: compiling them cost milliseconds of
+# every run's start-up (docs/benchmarks.md).
+@functools.cache
+def _shapes() -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{s})" for s in SECRET_SHAPES))
+
+
+@functools.cache
+def _query_in_text() -> re.Pattern[str]:
+    return re.compile(
+        r"([?&])([A-Za-z0-9_\-]+)=(" + re.escape(SECRET_PLACEHOLDER) + r"|[^&#\s\"'<>]+)"
+    )
 
 
 #: Strings at least this long have their redaction memoised.
@@ -76,8 +86,12 @@ def _fold(key: str) -> str:
     return key.lower().replace("-", "_")
 
 
-#: Words of a key name: `apiToken` → api, token; `X-Amz-Security-Token` → x, amz, security, token.
-_WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+@functools.cache
+def _words() -> re.Pattern[str]:
+    """Words of a key name: `apiToken` → api, token; `X-Amz-Security-Token` → x, amz,
+    security, token."""
+    return re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
 
 #: A key whose last word is one of these is a secret whatever comes before it
 #: (`db_password`, `passwd`, `clientSecret`, `aws_credentials`).
@@ -109,7 +123,7 @@ def is_compound_secret(key: str) -> bool:
     """Whether a key name is a secret by its words: `auth_token`, `apiToken`, `private_key`,
     `passwd`, `aws_secret_access_key`, `x-amz-security-token` are; `max_tokens`,
     `prompt_tokens`, `key_version`, `tokens`, `eos_token`, `cache_key` are not."""
-    words = [w.lower() for w in _WORDS.findall(key)]
+    words = [w.lower() for w in _words().findall(key)]
     if not words:
         return False
     last = words[-1]
@@ -178,10 +192,11 @@ class Redactor:
         return self._scan(text)
 
     def _scan(self, text: str) -> str:
-        if _SHAPES.search(text) is not None:
-            text = _SHAPES.sub(SECRET_PLACEHOLDER, text)
+        shapes = _shapes()
+        if shapes.search(text) is not None:
+            text = shapes.sub(SECRET_PLACEHOLDER, text)
         if "=" in text and ("?" in text or "&" in text):
-            text = _QUERY_IN_TEXT.sub(self._query_match, text)
+            text = _query_in_text().sub(self._query_match, text)
         return text
 
     def _query_match(self, match: re.Match[str]) -> str:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from hashreplay.core.constants import ROOT_ENV
 from hashreplay.core.errors import ConfigError
@@ -21,8 +21,8 @@ from hashreplay.core.errors import ConfigError
 PYPROJECT = "pyproject.toml"
 
 
-@dataclass(frozen=True)
-class Found:
+# A NamedTuple, not a dataclass: creating a dataclass costs ~1 ms of start-up (docs/benchmarks.md).
+class Found(NamedTuple):
     """A project root and why it is the root."""
 
     path: Path

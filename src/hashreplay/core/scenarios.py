@@ -6,16 +6,16 @@ source names itself and lists the valid forms the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from hashreplay.core.errors import ConfigError
 
 PACE_FORMS = '"instant", "recorded" or "fixed:<ms>" (e.g. "fixed:50")'
 
 
-@dataclass(frozen=True)
-class Pace:
+# A NamedTuple, not a dataclass: creating a dataclass costs ~1 ms of start-up (docs/benchmarks.md).
+class Pace(NamedTuple):
     """How replay spaces a response out in time."""
 
     #: "instant" (no waiting), "recorded" (the stored offsets) or "fixed" (`fixed_ms`).

@@ -39,7 +39,8 @@ __all__ = [
 #: would destroy ordinary text. Such values are still removed by key where they travel.
 MIN_SECRET_LENGTH = 8
 _SCHEMES = ("bearer", "basic", "token", "apikey", "key", "digest")
-_AWS_PART = re.compile(r"\b(Credential|Signature)=([^,\s/]+)")
+#: compiled on first use (the `re` module's cache), not at import: start-up time
+_AWS_PART = r"\b(Credential|Signature)=([^,\s/]+)"
 
 
 class SecretValues:
@@ -143,7 +144,7 @@ def _authorization_values(value: str) -> list[str]:
             if sep and not password:
                 found.append(user)
     # AWS SigV4: the access key id of `Credential=` and the signature
-    found.extend(part for _, part in _AWS_PART.findall(value))
+    found.extend(part for _, part in re.findall(_AWS_PART, value))
     return found
 
 

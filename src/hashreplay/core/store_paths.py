@@ -20,7 +20,8 @@ from hashreplay.core.errors import RecordingError
 
 __all__ = ["outside_root", "read_contained", "recordings_dir_for"]
 
-_SEPARATORS = re.compile(r"[\\/]")
+#: compiled on first use (the `re` module's cache), not at import: start-up time
+_SEPARATORS = r"[\\/]"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -34,7 +35,7 @@ def _safe_parts(file_part: str) -> list[str] | None:
         return None
     if PurePosixPath(file_part).is_absolute() or PureWindowsPath(file_part).is_absolute():
         return None
-    parts = _SEPARATORS.split(file_part)
+    parts = re.split(_SEPARATORS, file_part)
     for part in parts:
         if part in ("", ".", ".."):
             continue

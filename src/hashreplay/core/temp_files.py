@@ -34,8 +34,9 @@ __all__ = [
 TEMP_DIRNAME = "tmp"
 #: A temp file older than this (seconds) is stale even if its writer's pid is alive again.
 STALE_AFTER = 3600.0
-#: `.<target>.<pid>.<random>.tmp` (and `.<target>.<random>.tmp`, the pattern before pids).
-_TEMP = re.compile(r"^\.(?P<target>.+?)\.(?:(?P<pid>\d+)\.)?[a-z0-9_]{8}\.tmp$")
+#: `.<target>.<pid>.<random>.tmp` (and `.<target>.<random>.tmp`, the pattern before pids);
+#: compiled on first use (the `re` module's cache), not at import: start-up time
+_TEMP = r"^\.(?P<target>.+?)\.(?:(?P<pid>\d+)\.)?[a-z0-9_]{8}\.tmp$"
 _GITIGNORE = b"*\n"
 _GRACE = 10.0
 _OLD_PATTERN_AGE = 60.0
@@ -79,7 +80,7 @@ def create_temp(directory: Path, target: Path) -> tuple[int, Path]:
 
 
 def is_temp_name(name: str) -> bool:
-    return _TEMP.match(name) is not None
+    return re.match(_TEMP, name) is not None
 
 
 def state_temp_dir(root: Path) -> Path:
@@ -108,7 +109,7 @@ def _alive(pid: int) -> bool:
 
 
 def _stale(path: Path, now: float) -> bool:
-    match = _TEMP.match(path.name)
+    match = re.match(_TEMP, path.name)
     if match is None:
         return False
     try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from functools import partial
 
 #: Built-in pattern names and what they match.
@@ -28,11 +27,15 @@ BUILTIN_PATTERNS: Mapping[str, str] = {
 CUSTOM_LABEL = "volatile"
 
 
-@dataclass(frozen=True)
 class VolatilePatterns:
     """Compiled patterns, in the order they are applied."""
 
-    patterns: tuple[tuple[str, re.Pattern[str]], ...] = ()
+    # Plain classes, not dataclasses: creating a dataclass costs ~1 ms of start-up
+    # (docs/benchmarks.md). Not a NamedTuple either: its truth is whether it has patterns.
+    __slots__ = ("patterns",)
+
+    def __init__(self, patterns: tuple[tuple[str, re.Pattern[str]], ...] = ()) -> None:
+        self.patterns = patterns
 
     def __bool__(self) -> bool:
         return bool(self.patterns)
@@ -61,12 +64,14 @@ def compile_patterns(entries: Iterable[str]) -> VolatilePatterns:
     return VolatilePatterns(tuple(compiled))
 
 
-@dataclass
 class Placeholders:
     """Numbering for one request: value → placeholder, per label, in order of appearance."""
 
-    seen: dict[tuple[str, str], str] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
+    __slots__ = ("counts", "seen")
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, str], str] = {}
+        self.counts: dict[str, int] = {}
 
     def replace(self, text: str, patterns: VolatilePatterns) -> str:
         for label, pattern in patterns.patterns:

@@ -4,7 +4,7 @@ nothing goes unrecorded in silence."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from hashreplay.core.config import Config
 from hashreplay.core.errors import NetworkBlocked
@@ -13,8 +13,8 @@ from hashreplay.core.network import NetworkRules
 from hashreplay.engine.state import Tests
 
 
-@dataclass(frozen=True)
-class Connection:
+# A NamedTuple, not a dataclass: creating a dataclass costs ~1 ms of start-up (docs/benchmarks.md).
+class Connection(NamedTuple):
     """One connection as the guard saw it."""
 
     address: str

@@ -17,8 +17,8 @@ carry it out (I/O):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from hashreplay.core.errors import ReplayMiss
 from hashreplay.core.recording import RecordedResponse
@@ -28,20 +28,21 @@ from hashreplay.engine.miss import miss_plan
 from hashreplay.engine.scenario import Scenario
 
 
-@dataclass(frozen=True)
-class Passthrough:
+# NamedTuples and a plain class, not dataclasses: creating a dataclass costs ~1 ms of
+# start-up (docs/benchmarks.md), and these are made once per request.
+class Passthrough(NamedTuple):
     """Not intercepted: a `passthrough` URL. `headers` carry the test id to the server."""
 
     headers: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(frozen=True)
 class Live:
     """Not intercepted: the test runs in `live` mode."""
 
+    __slots__ = ()  # not an empty NamedTuple: that would be false
 
-@dataclass(frozen=True)
-class Replay:
+
+class Replay(NamedTuple):
     prep: Prepared
     response: RecordedResponse
     path: Path
@@ -54,8 +55,7 @@ class Replay:
         return plan if self.scenario is None else self.scenario.shape(plan, self.response)
 
 
-@dataclass(frozen=True)
-class Miss:
+class Miss(NamedTuple):
     """The test will fail with `error` (noted already); the client gets `plan()`."""
 
     prep: Prepared
@@ -65,8 +65,7 @@ class Miss:
         return miss_plan(self.error, hint=hint)
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
     """Go to the network; hand the outcome to `Session.record(prep, ...)`."""
 
     prep: Prepared

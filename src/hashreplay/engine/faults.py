@@ -9,8 +9,7 @@ raise their own client's exceptions for the plan's `error_kind`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -39,8 +38,9 @@ FORMS = (
 )
 
 
-@dataclass(frozen=True)
-class FaultSpec:
+# A NamedTuple and a plain class, not dataclasses: creating a dataclass costs ~1 ms of
+# start-up (docs/benchmarks.md).
+class FaultSpec(NamedTuple):
     """One fault: a response (`status`), a broken exchange (`error`) or a hang."""
 
     status: int | None = None
@@ -146,13 +146,15 @@ def _bad(source: str, problem: str) -> None:
     raise ConfigError(msg)
 
 
-@dataclass
 class ActiveFault:
     """A fault within one test, with the requests it matched so far."""
 
-    spec: FaultSpec
-    matched: int = 0
-    applied: int = 0
+    __slots__ = ("applied", "matched", "spec")
+
+    def __init__(self, spec: FaultSpec) -> None:
+        self.spec = spec
+        self.matched = 0
+        self.applied = 0
 
     def take(self, path: str) -> bool:
         """Whether this request (its URL path) gets the fault; counts it."""

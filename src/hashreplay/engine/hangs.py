@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import dataclass, field
 
 from hashreplay.core.errors import HashReplayError
 
@@ -15,13 +14,16 @@ class HangTimeout(HashReplayError, TimeoutError):
     """`wait_hanging(timeout)` saw no hanging request in time."""
 
 
-@dataclass
 class Hangs:
     """Requests that hang, per test: `wait_hanging` watches them, the test's end frees them."""
 
-    cond: threading.Condition = field(default_factory=threading.Condition)
-    in_flight: dict[str | None, int] = field(default_factory=dict)
-    released: dict[str | None, threading.Event] = field(default_factory=dict)
+    # a plain class, not a dataclass: creating one costs ~1 ms of start-up (docs/benchmarks.md)
+    __slots__ = ("cond", "in_flight", "released")
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.in_flight: dict[str | None, int] = {}
+        self.released: dict[str | None, threading.Event] = {}
 
     def hang(self, test_id: str | None) -> Hang:
         with self.cond:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from hashreplay.core.bodies import decode_body
 from hashreplay.core.content_coding import decoder_for
@@ -23,14 +22,18 @@ if TYPE_CHECKING:
     from hashreplay.engine.hangs import Hang
 
 
-@dataclass(frozen=True)
 class IncomingRequest:
     """What an adapter knows of a request, before any redaction."""
 
-    method: str
-    url: str
-    headers: Sequence[tuple[str, str]]
-    content: bytes
+    # Plain classes and a NamedTuple, not dataclasses: creating a dataclass costs ~1 ms of
+    # start-up (docs/benchmarks.md). No __slots__ here: `_by_name` is cached in the dict.
+    def __init__(
+        self, method: str, url: str, headers: Sequence[tuple[str, str]], content: bytes
+    ) -> None:
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.content = content
 
     def header(self, name: str) -> str | None:
         """The first value of a header, by case-insensitive name."""
@@ -42,21 +45,45 @@ class IncomingRequest:
         return {key.lower(): value for key, value in reversed(self.headers)}
 
 
-@dataclass
 class LiveExchange:
     """A finished live exchange as the client saw it (body already content-decoded)."""
 
-    status: int | None
-    headers: Sequence[tuple[str, str]]
-    chunks: list[bytes]
-    chunked: bool = False
-    exception: BaseException | None = None
-    #: the client stopped reading before the body ended (closed early, disconnected)
-    abandoned: bool = False
-    #: `time.monotonic()` when the request was sent, the head arrived, each chunk arrived
-    started: float | None = None
-    head_at: float | None = None
-    chunk_at: list[float] = field(default_factory=list)
+    __slots__ = (
+        "abandoned",
+        "chunk_at",
+        "chunked",
+        "chunks",
+        "exception",
+        "head_at",
+        "headers",
+        "started",
+        "status",
+    )
+
+    def __init__(
+        self,
+        status: int | None,
+        headers: Sequence[tuple[str, str]],
+        chunks: list[bytes],
+        chunked: bool = False,
+        exception: BaseException | None = None,
+        *,
+        abandoned: bool = False,
+        started: float | None = None,
+        head_at: float | None = None,
+        chunk_at: list[float] | None = None,
+    ) -> None:
+        self.status = status
+        self.headers = headers
+        self.chunks = chunks
+        self.chunked = chunked
+        self.exception = exception
+        #: the client stopped reading before the body ended (closed early, disconnected)
+        self.abandoned = abandoned
+        #: `time.monotonic()` when the request was sent, the head arrived, each chunk arrived
+        self.started = started
+        self.head_at = head_at
+        self.chunk_at: list[float] = [] if chunk_at is None else chunk_at
 
 
 class BreakKind:
@@ -77,8 +104,7 @@ ABANDONED_MESSAGE = (
 )
 
 
-@dataclass(frozen=True)
-class ReplayPlan:
+class ReplayPlan(NamedTuple):
     """How an adapter answers a request from a recording (what each field asks of an
     adapter: docs/design.md §11)."""
 

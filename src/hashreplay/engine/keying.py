@@ -10,9 +10,8 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hashreplay.core.config import Config
 from hashreplay.core.constants import (
@@ -52,8 +51,8 @@ from hashreplay.engine.http import IncomingRequest
 _MEMO_MAX = 1024
 
 
-@dataclass(frozen=True)
-class Prepared:
+# A NamedTuple, not a dataclass: creating a dataclass costs ~1 ms of start-up (docs/benchmarks.md).
+class Prepared(NamedTuple):
     """A request after redaction and normalisation, with its hash and where it belongs."""
 
     test_id: str | None

@@ -3,19 +3,25 @@ fault header): None means the session's configuration."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from hashreplay.core.scenarios import Pace, Unconsumed
 from hashreplay.engine.faults import ActiveFault
 
 
-@dataclass
 class TestOptions:
     __test__ = False  # not a pytest test class
+    # a plain class, not a dataclass: creating one costs ~1 ms of start-up (docs/benchmarks.md)
+    __slots__ = ("faults", "header_faults", "pace", "timing", "unconsumed")
 
-    timing: bool | None = None
-    pace: Pace | None = None
-    unconsumed: Unconsumed | None = None
-    faults: list[ActiveFault] = field(default_factory=list)
-    #: proxy fault headers seen, by value, so repeats (an SDK's retries) share counters
-    header_faults: dict[str, ActiveFault] = field(default_factory=dict)
+    def __init__(
+        self,
+        timing: bool | None = None,
+        pace: Pace | None = None,
+        unconsumed: Unconsumed | None = None,
+        faults: list[ActiveFault] | None = None,
+    ) -> None:
+        self.timing = timing
+        self.pace = pace
+        self.unconsumed = unconsumed
+        self.faults: list[ActiveFault] = [] if faults is None else faults
+        #: proxy fault headers seen, by value, so repeats (an SDK's retries) share counters
+        self.header_faults: dict[str, ActiveFault] = {}

@@ -10,8 +10,7 @@ The result is an ordinary `Replay` (or `Miss`) whose plan carries the instructio
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import orjson
@@ -37,8 +36,8 @@ NO_TIMING = (
 )
 
 
-@dataclass(frozen=True)
-class Scenario:
+# A NamedTuple, not a dataclass: creating a dataclass costs ~1 ms of start-up (docs/benchmarks.md).
+class Scenario(NamedTuple):
     """What replay adds to a recorded response's plan."""
 
     pace: Pace | None = None
@@ -48,8 +47,7 @@ class Scenario:
     def shape(self, plan: ReplayPlan, response: RecordedResponse) -> ReplayPlan:
         fault = self.fault
         if self.hang is not None:
-            return replace(
-                plan,
+            return plan._replace(
                 status=None,
                 error_kind=BreakKind.READ_TIMEOUT,
                 exception_message=HANG_MESSAGE,
@@ -58,14 +56,14 @@ class Scenario:
         if fault is not None and fault.error is not None:
             message = FAULT_MESSAGE.format(kind=fault.error, spec=fault.describe())
             if fault.after_chunks is None:
-                return replace(plan, status=None, error_kind=fault.error, exception_message=message)
+                return plan._replace(status=None, error_kind=fault.error, exception_message=message)
             chunks = plan.chunks[: fault.after_chunks]
-            plan = replace(plan, chunks=chunks, error_kind=fault.error, exception_message=message)
+            plan = plan._replace(chunks=chunks, error_kind=fault.error, exception_message=message)
             if not plan.is_streaming:  # a whole body cut short: no length to promise
                 headers = [(k, v) for k, v in plan.headers if k.lower() != "content-length"]
-                plan = replace(plan, headers=headers, is_streaming=True)
+                plan = plan._replace(headers=headers, is_streaming=True)
         if self.pace is not None and not self.pace.instant:
-            plan = replace(plan, delays=delays_for(response, self.pace, len(plan.chunks)))
+            plan = plan._replace(delays=delays_for(response, self.pace, len(plan.chunks)))
         return plan
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from hashreplay.core.errors import ReplayFailure
@@ -18,12 +17,18 @@ from hashreplay.core.recording import RecordedResponse
 from hashreplay.engine.options import TestOptions
 
 
-@dataclass
+# Plain classes, not dataclasses: creating a dataclass costs ~1 ms of start-up
+# (docs/benchmarks.md).
 class Stats:
-    replayed: int = 0
-    recorded: int = 0
-    missed: int = 0
-    passed_through: int = 0
+    __slots__ = ("missed", "passed_through", "recorded", "replayed")
+
+    def __init__(
+        self, replayed: int = 0, recorded: int = 0, missed: int = 0, passed_through: int = 0
+    ) -> None:
+        self.replayed = replayed
+        self.recorded = recorded
+        self.missed = missed
+        self.passed_through = passed_through
 
     def merge(self, other: Stats) -> None:
         self.replayed += other.replayed
@@ -40,29 +45,33 @@ class Stats:
         }
 
 
-@dataclass
 class RecordedSequence:
     """The responses of one hash within one test run, and their id registry."""
 
-    responses: list[RecordedResponse]
-    ids: IdRegistry
-    path: Path
-    calls: int = 0
+    __slots__ = ("calls", "ids", "path", "responses")
+
+    def __init__(self, responses: list[RecordedResponse], ids: IdRegistry, path: Path) -> None:
+        self.responses = responses
+        self.ids = ids
+        self.path = path
+        self.calls = 0
 
 
-@dataclass
 class TestState:
-    mode: Mode | None = None
-    #: identifies this execution of the test (sent to servers under test)
-    run_id: str | None = None  # made on first use: most tests never call a server
-    sequences: dict[str, RecordedSequence] = field(default_factory=dict)
-    #: original → stable ids this test received while recording (never written).
-    id_map: dict[str, str] = field(default_factory=dict)
-    misses: list[ReplayFailure] = field(default_factory=list)
-    #: scenario options of this test (markers, fault headers)
-    options: TestOptions = field(default_factory=TestOptions)
-    #: it sent requests to a server under test, which replays this test's files itself
-    passed_through: bool = False
+    __slots__ = ("id_map", "misses", "mode", "options", "passed_through", "run_id", "sequences")
+
+    def __init__(self, mode: Mode | None = None, run_id: str | None = None) -> None:
+        self.mode = mode
+        #: identifies this execution of the test (sent to servers under test)
+        self.run_id = run_id  # made on first use: most tests never call a server
+        self.sequences: dict[str, RecordedSequence] = {}
+        #: original → stable ids this test received while recording (never written).
+        self.id_map: dict[str, str] = {}
+        self.misses: list[ReplayFailure] = []
+        #: scenario options of this test (markers, fault headers)
+        self.options = TestOptions()
+        #: it sent requests to a server under test, which replays this test's files itself
+        self.passed_through = False
 
 
 class Tests:

@@ -8,7 +8,6 @@ session (lazily, only when a test of it ends and `unconsumed` is not "ignore").
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -19,13 +18,17 @@ from hashreplay.core.store import Store, read_limited
 from hashreplay.engine.state import TestState
 
 
-@dataclass(frozen=True)
 class Unused:
-    path: Path
-    #: responses of the file the test did not use
-    count: int
-    #: how many the file holds
-    recorded: int
+    # a plain class, not a dataclass: creating one costs ~1 ms of start-up
+    # (docs/benchmarks.md); not a NamedTuple, whose `count` is tuple.count
+    __slots__ = ("count", "path", "recorded")
+
+    def __init__(self, path: Path, count: int, recorded: int) -> None:
+        self.path = path
+        #: responses of the file the test did not use
+        self.count = count
+        #: how many the file holds
+        self.recorded = recorded
 
     def describe(self, root: Path) -> str:
         try:

@@ -15,7 +15,6 @@ waits for in-flight responses) never loses a write.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -107,9 +106,7 @@ class Forwarder:
             await self._answer(request, plan, reply)
         elif isinstance(decision, Miss):
             # the report's next step is this proxy's, not pytest's
-            decision = dataclasses.replace(
-                decision, error=with_serve_next_step(decision.error, self.settings)
-            )
+            decision = decision._replace(error=with_serve_next_step(decision.error, self.settings))
             # The client gets the report now; nothing (no pytest) would collect it later.
             session.take_misses(decision.prep.test_id)
             logger.warning("%s", decision.error.report)
