@@ -15,8 +15,7 @@ import importlib
 import inspect
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from hashreplay.adapters import _state
 from hashreplay.adapters._iterators import (
@@ -44,8 +43,8 @@ from hashreplay.engine.session import Session
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@dataclass
-class _Patch:
+class _Patch(NamedTuple):
+    # a NamedTuple: creating a dataclass costs ~1 ms of activation (docs/benchmarks.md)
     owner: Any
     attr: str
     original: Any  # the attribute as stored (function, staticmethod, classmethod)

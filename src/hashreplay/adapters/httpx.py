@@ -16,9 +16,8 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from hashreplay.adapters import _state
 from hashreplay.adapters._post_import import when_imported
@@ -40,8 +39,8 @@ ERROR_CLASSES = {
 }
 
 
-@dataclass
-class _Patch:
+class _Patch(NamedTuple):
+    # a NamedTuple: creating a dataclass costs ~1 ms of activation (docs/benchmarks.md)
     module: ModuleType
     cls: type
     attr: str

@@ -29,7 +29,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from hashreplay.adapters import _state
@@ -88,24 +87,40 @@ def is_installed() -> bool:
     return bool(_originals)
 
 
-@dataclass
 class _Request:
     """A request held back until it is decided."""
 
-    method: str
-    url: str
-    skip_host: bool
-    skip_accept_encoding: bool
-    headers: list[tuple[Any, tuple[Any, ...]]] = field(default_factory=list)
-    body: list[bytes] = field(default_factory=list)
-    encode_chunked: bool = False
-    ended: bool = False
-    #: set once decided: a plan to answer from, or None when it went out live
-    decided: bool = False
-    plan: ReplayPlan | None = None
-    prep: Prepared | None = None
-    #: `time.monotonic()` when it was sent live
-    started: float | None = None
+    # a plain class: creating a dataclass costs ~1 ms of activation (docs/benchmarks.md)
+    __slots__ = (
+        "body",
+        "decided",
+        "encode_chunked",
+        "ended",
+        "headers",
+        "method",
+        "plan",
+        "prep",
+        "skip_accept_encoding",
+        "skip_host",
+        "started",
+        "url",
+    )
+
+    def __init__(self, method: str, url: str, skip_host: bool, skip_accept_encoding: bool) -> None:
+        self.method = method
+        self.url = url
+        self.skip_host = skip_host
+        self.skip_accept_encoding = skip_accept_encoding
+        self.headers: list[tuple[Any, tuple[Any, ...]]] = []
+        self.body: list[bytes] = []
+        self.encode_chunked = False
+        self.ended = False
+        #: set once decided: a plan to answer from, or None when it went out live
+        self.decided = False
+        self.plan: ReplayPlan | None = None
+        self.prep: Prepared | None = None
+        #: `time.monotonic()` when it was sent live
+        self.started: float | None = None
 
 
 def _intercepts(conn: Any) -> bool:
