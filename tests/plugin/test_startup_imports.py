@@ -22,6 +22,11 @@ NOT_AT_START_UP = (
     "hashreplay.adapters.callables",
     "hashreplay.engine.miss_report",
     "hashreplay.core.diff",
+    # the record path, built on the first recording
+    "hashreplay.engine.staging",
+    "hashreplay.engine.recording_bytes",
+    "hashreplay.core.normalise_response",
+    "hashreplay.engine.model_lists",
     "aiofiles",
     "httpx",
     "httpx2",

@@ -19,7 +19,6 @@ from hashreplay.engine.decision import Miss, Replay
 from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.http import IncomingRequest
 from hashreplay.engine.keying import Prepared
-from hashreplay.engine.model_lists import merge_model_lists
 from hashreplay.engine.scenario import Scenario, check_pace, templated
 from hashreplay.engine.sequences import sequence_for
 from hashreplay.engine.state import Tests
@@ -71,6 +70,8 @@ class Replayer:
         paths = self.view.model_list_paths(prep.hash, prep.test_id)
         if not paths:
             return None
+        from hashreplay.engine.model_lists import merge_model_lists  # only model lists
+
         merged = merge_model_lists([self.view.read(p).response for p in paths])
         with self.tests.lock:
             self.stats.replayed += 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hashreplay.core.config import Config
 from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
@@ -38,10 +38,12 @@ from hashreplay.engine.scenario import (
     fault_response,
     unmatched_faults,
 )
-from hashreplay.engine.staging import Outcome, Recorder
 from hashreplay.engine.state import Stats, Tests
 from hashreplay.engine.unconsumed import FileIndex, Unused, unused
 from hashreplay.engine.view import StoreView
+
+if TYPE_CHECKING:
+    from hashreplay.engine.staging import Outcome, Recorder
 
 __all__ = ["Prepared", "Session", "Stats"]
 
@@ -67,10 +69,7 @@ class Session:
         self.stats = self.tests.stats
         #: recording files each test id used (replayed or wrote), for `hashreplay prune`
         self.usage = self.tests.usage
-        kept = KEPT_RESPONSE_HEADERS | frozenset(config.keep_response_headers)
-        self.recorder = Recorder(
-            self.tests, self.view, self.redactor, kept, record_timing=config.record_timing
-        )
+        self._recorder: Recorder | None = None
         self.pace = Pace.parse(config.pace)
         self.replayer = Replayer(self.view, self.tests, self.redactor, config.root, self.pace)
         #: requests that hang (fault `hang=True`), for `wait_hanging`
@@ -79,6 +78,27 @@ class Session:
         #: connections that no adapter handled (the network guard reports them here)
         self.connections = Connections(config, self.tests)
         self._passthrough = tuple(config.passthrough)
+
+    @property
+    def recorder(self) -> Recorder:
+        """What stages recordings, built on the first one: a run that only replays never
+        loads the record path's modules (staging, file bytes, response normalisation)."""
+        recorder = self._recorder
+        if recorder is None:
+            from hashreplay.engine.staging import Recorder
+
+            kept = KEPT_RESPONSE_HEADERS | frozenset(self.config.keep_response_headers)
+            with self.tests.lock:
+                if self._recorder is None:
+                    self._recorder = Recorder(
+                        self.tests,
+                        self.view,
+                        self.redactor,
+                        kept,
+                        record_timing=self.config.record_timing,
+                    )
+                recorder = self._recorder
+        return recorder
 
     # --- tests ----------------------------------------------------------------------------
 
