@@ -1,6 +1,7 @@
 """What a user's suite pays (issue 17, item 1): whole pytest processes of generated suites.
 
     python benchmarks/suite.py [--tests 500] [--rounds 3] [--scenarios 1,5,1s] [--before SRC]
+                                [--replay-rounds N] [--no-record]
 
 Each scenario is a generated suite of N tests making K openai chat calls each (`1`, `5`;
 `1s` = one streamed call), run as a whole `pytest` process per variant:
@@ -186,14 +187,21 @@ def answers_file(project: Path, fake_url_answers: dict[str, tuple[bytes, str]]) 
 
 
 def run_scenario(
-    scenario: Scenario, tests: int, rounds: int, work: Path, before: str | None = None
+    scenario: Scenario,
+    tests: int,
+    rounds: int,
+    work: Path,
+    before: str | None = None,
+    *,
+    replay_rounds: int | None = None,
+    record: bool = True,
 ) -> tuple[dict[str, Runs], dict[str, Runs]]:
     project = make_project(
         work / f"s{scenario.calls}{'s' if scenario.stream else ''}", scenario, tests
     )
     total = tests * scenario.calls
     replay: dict[str, Runs] = {}
-    record: dict[str, Runs] = {}
+    record_runs: dict[str, Runs] = {}
     with fake_upstream() as fake:
         env = {"BENCH_URL": fake.url, "INFERENCE_MODE": "record"}
         answers_file(project, capture_bodies(fake, total, stream=scenario.stream))
@@ -229,14 +237,14 @@ def run_scenario(
                 {"INFERENCE_MODE": "record", "PYTHONPATH": before},
                 only("hashreplay"),
             )
-        for r in range(rounds):
+        for r in range(rounds if record else 0):
             names = list(recorders)
             order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
                 prepare, extra, args = recorders[name]
                 prepare()
                 cpu, wall = pytest_run(project, {**env, **extra}, *args, expect=tests)
-                runs = record.setdefault(name, Runs())
+                runs = record_runs.setdefault(name, Runs())
                 runs.cpu.append(cpu)
                 runs.wall.append(wall)
 
@@ -269,7 +277,7 @@ def run_scenario(
             *only("hashreplay"),
             expect=tests,
         )
-    for r in range(rounds):
+    for r in range(rounds if replay_rounds is None else replay_rounds):
         names = list(variants)
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
@@ -281,7 +289,7 @@ def run_scenario(
             runs = replay.setdefault(name, Runs())
             runs.cpu.append(cpu)
             runs.wall.append(wall)
-    return replay, record
+    return replay, record_runs
 
 
 def table(results: dict[str, Runs], reference: str, tests: int) -> list[str]:
@@ -322,6 +330,13 @@ def main() -> None:
     parser.add_argument(
         "--before", help="another hashreplay src tree, measured beside this one (PYTHONPATH)"
     )
+    parser.add_argument(
+        "--replay-rounds",
+        type=int,
+        help="rounds of the replay variants (default: --rounds); they are cheap, and this VM "
+        "needs many to give stable medians",
+    )
+    parser.add_argument("--no-record", action="store_true", help="measure the replay variants only")
     args = parser.parse_args()
     print(f"Machine: {machine()}")
     print(f"Suites of {args.tests} tests, {args.rounds} interleaved rounds per variant\n")
@@ -330,11 +345,20 @@ def main() -> None:
     try:
         for text in args.scenarios.split(","):
             scenario = Scenario.parse(text)
-            replay, record = run_scenario(scenario, args.tests, args.rounds, work, args.before)
+            replay, record = run_scenario(
+                scenario,
+                args.tests,
+                args.rounds,
+                work,
+                args.before,
+                replay_rounds=args.replay_rounds,
+                record=not args.no_record,
+            )
             print(f"### Replay, {scenario.label}")
             print("\n".join(table(replay, "floor (MockTransport)", args.tests)), "\n")
-            print(f"### Record, {scenario.label}")
-            print("\n".join(table(record, "live (no recorder)", args.tests)), "\n")
+            if record:
+                print(f"### Record, {scenario.label}")
+                print("\n".join(table(record, "live (no recorder)", args.tests)), "\n")
             sys.stdout.flush()
     finally:
         shutil.rmtree(work, ignore_errors=True)
