@@ -73,3 +73,22 @@ def test_modules_after_activation():
     result = pytester.runpytest_subprocess("-p", "hashreplay.plugin", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["hashreplay: 0 replayed, 0 recorded, 0 missed (replay)"])
+
+
+def test_importing_the_plugin_creates_no_dataclass() -> None:
+    """Classes on the import path are plain classes or NamedTuples (docs/design.md §11): a
+    `@dataclass` compiles its generated methods when its module loads, ~1 ms each."""
+    code = (
+        "import dataclasses, sys\n"
+        "import hashreplay.plugin\n"
+        "found = sorted(\n"
+        "    f'{name}.{value.__qualname__}'\n"
+        "    for name, module in list(sys.modules.items()) if name.startswith('hashreplay')\n"
+        "    for value in vars(module).values()\n"
+        "    if isinstance(value, type) and value.__module__ == name\n"
+        "    and dataclasses.is_dataclass(value)\n"
+        ")\n"
+        "print(found)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

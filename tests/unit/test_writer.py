@@ -56,7 +56,7 @@ class Fsyncs:
 @pytest.fixture
 def fsyncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fsyncs]:
     if not Path("/proc/self/fd").is_dir():
-        pytest.skip("names fsynced files through /proc")
+        pytest.skip("the fsync spy names each file through /proc/self/fd (Linux only)")
     spy = Fsyncs()
     monkeypatch.setattr(os, "fsync", spy)
     yield spy

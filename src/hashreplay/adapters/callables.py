@@ -44,7 +44,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _Patch(NamedTuple):
-    # a NamedTuple: creating a dataclass costs ~1 ms of activation (docs/benchmarks.md)
     owner: Any
     attr: str
     original: Any  # the attribute as stored (function, staticmethod, classmethod)

@@ -40,7 +40,6 @@ ERROR_CLASSES = {
 
 
 class _Patch(NamedTuple):
-    # a NamedTuple: creating a dataclass costs ~1 ms of activation (docs/benchmarks.md)
     module: ModuleType
     cls: type
     attr: str

@@ -90,7 +90,6 @@ def is_installed() -> bool:
 class _Request:
     """A request held back until it is decided."""
 
-    # a plain class: creating a dataclass costs ~1 ms of activation (docs/benchmarks.md)
     __slots__ = (
         "body",
         "decided",

@@ -38,7 +38,6 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 
 
-# A NamedTuple, not a dataclass: creating a dataclass costs ~1 ms of start-up (docs/benchmarks.md).
 class BlobRef(NamedTuple):
     """What a recording holds in place of a large value."""
 

@@ -45,7 +45,6 @@ _T = TypeVar("_T")
 class _Temp:
     """A file on its way: its temp file, open until it is synced."""
 
-    # a plain class, not a dataclass: creating one costs ~1 ms of start-up (docs/benchmarks.md)
     __slots__ = ("content", "error", "fd", "path", "tmp")
 
     def __init__(self, path: Path, content: bytes) -> None:

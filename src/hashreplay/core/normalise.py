@@ -75,8 +75,7 @@ KEPT_REQUEST_HEADERS: frozenset[str] = frozenset(
 class RequestRules:
     """What the request normaliser needs besides the value itself."""
 
-    # Plain classes, not dataclasses: creating a dataclass costs ~1 ms of start-up
-    # (docs/benchmarks.md). No __slots__ here: the cached properties need the instance dict.
+    # no __slots__: the cached properties need the instance dict
     def __init__(
         self, ignore_body_keys: tuple[str, ...] = (), volatile: VolatilePatterns | None = None
     ) -> None:

@@ -40,7 +40,11 @@ class FormatError(ValueError):
 
 
 class _Record:
-    """Fields in `__slots__`, unknown JSON fields in `extra`; compared and shown by field."""
+    """Fields in `__slots__`, unknown JSON fields in `extra`; compared and shown by field.
+
+    `from_json` sets the slots itself rather than calling `__init__`: its values are checked
+    already, and skipping the keyword call and the enum lookups again is ~1 µs a class on
+    the replay path."""
 
     __slots__ = ("extra",)
     #: the format's own fields, in the order they are shown

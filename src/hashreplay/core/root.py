@@ -21,7 +21,6 @@ from hashreplay.core.errors import ConfigError
 PYPROJECT = "pyproject.toml"
 
 
-# A NamedTuple, not a dataclass: creating a dataclass costs ~1 ms of start-up (docs/benchmarks.md).
 class Found(NamedTuple):
     """A project root and why it is the root."""
 

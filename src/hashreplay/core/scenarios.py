@@ -14,7 +14,6 @@ from hashreplay.core.errors import ConfigError
 PACE_FORMS = '"instant", "recorded" or "fixed:<ms>" (e.g. "fixed:50")'
 
 
-# A NamedTuple, not a dataclass: creating a dataclass costs ~1 ms of start-up (docs/benchmarks.md).
 class Pace(NamedTuple):
     """How replay spaces a response out in time."""
 

@@ -30,8 +30,7 @@ CUSTOM_LABEL = "volatile"
 class VolatilePatterns:
     """Compiled patterns, in the order they are applied."""
 
-    # Plain classes, not dataclasses: creating a dataclass costs ~1 ms of start-up
-    # (docs/benchmarks.md). Not a NamedTuple either: its truth is whether it has patterns.
+    # not a NamedTuple: its truth is whether it has patterns
     __slots__ = ("patterns",)
 
     def __init__(self, patterns: tuple[tuple[str, re.Pattern[str]], ...] = ()) -> None:

@@ -13,7 +13,6 @@ from hashreplay.core.network import NetworkRules
 from hashreplay.engine.state import Tests
 
 
-# A NamedTuple, not a dataclass: creating a dataclass costs ~1 ms of start-up (docs/benchmarks.md).
 class Connection(NamedTuple):
     """One connection as the guard saw it."""
 

@@ -28,8 +28,6 @@ from hashreplay.engine.miss import miss_plan
 from hashreplay.engine.scenario import Scenario
 
 
-# NamedTuples and a plain class, not dataclasses: creating a dataclass costs ~1 ms of
-# start-up (docs/benchmarks.md), and these are made once per request.
 class Passthrough(NamedTuple):
     """Not intercepted: a `passthrough` URL. `headers` carry the test id to the server."""
 

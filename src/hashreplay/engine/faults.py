@@ -38,8 +38,6 @@ FORMS = (
 )
 
 
-# A NamedTuple and a plain class, not dataclasses: creating a dataclass costs ~1 ms of
-# start-up (docs/benchmarks.md).
 class FaultSpec(NamedTuple):
     """One fault: a response (`status`), a broken exchange (`error`) or a hang."""
 

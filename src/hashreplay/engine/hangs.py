@@ -17,7 +17,6 @@ class HangTimeout(HashReplayError, TimeoutError):
 class Hangs:
     """Requests that hang, per test: `wait_hanging` watches them, the test's end frees them."""
 
-    # a plain class, not a dataclass: creating one costs ~1 ms of start-up (docs/benchmarks.md)
     __slots__ = ("cond", "in_flight", "released")
 
     def __init__(self) -> None:

@@ -25,8 +25,7 @@ if TYPE_CHECKING:
 class IncomingRequest:
     """What an adapter knows of a request, before any redaction."""
 
-    # Plain classes and a NamedTuple, not dataclasses: creating a dataclass costs ~1 ms of
-    # start-up (docs/benchmarks.md). No __slots__ here: `_by_name` is cached in the dict.
+    # no __slots__: `_by_name` is cached in the instance dict
     def __init__(
         self, method: str, url: str, headers: Sequence[tuple[str, str]], content: bytes
     ) -> None:

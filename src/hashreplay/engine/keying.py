@@ -51,7 +51,6 @@ from hashreplay.engine.http import IncomingRequest
 _MEMO_MAX = 1024
 
 
-# A NamedTuple, not a dataclass: creating a dataclass costs ~1 ms of start-up (docs/benchmarks.md).
 class Prepared(NamedTuple):
     """A request after redaction and normalisation, with its hash and where it belongs."""
 

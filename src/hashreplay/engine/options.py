@@ -9,7 +9,6 @@ from hashreplay.engine.faults import ActiveFault
 
 class TestOptions:
     __test__ = False  # not a pytest test class
-    # a plain class, not a dataclass: creating one costs ~1 ms of start-up (docs/benchmarks.md)
     __slots__ = ("faults", "header_faults", "pace", "timing", "unconsumed")
 
     def __init__(

@@ -25,7 +25,7 @@ from hashreplay.core.normalise import new_id_registry
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.recording import RecordedResponse, new_recording
 from hashreplay.core.store import Store
-from hashreplay.core.writer import Content
+from hashreplay.core.writer import Content, Stage
 from hashreplay.engine.keying import Prepared
 
 __all__ = ["content_of", "model_list_content"]
@@ -43,9 +43,7 @@ def content_of(
     registry's facts, a copy), or with `later` when no body can be too large, the stage
     that makes them. A body over `max_body_bytes` raises BodyTooLarge here."""
     stage = functools.partial(_file_bytes, store, prep, prep.test_id, responses, facts)
-    if later and _surely_within_limit(store, prep, responses):
-        return stage
-    return stage()
+    return _now_or_later(stage, store, prep, responses, later=later)
 
 
 def model_list_content(
@@ -53,7 +51,14 @@ def model_list_content(
 ) -> Content:
     """`content_of` for a shared model list: normalised on its own (no test state)."""
     stage = functools.partial(_model_list_bytes, store, prep, response)
-    if later and _surely_within_limit(store, prep, [response]):
+    return _now_or_later(stage, store, prep, [response], later=later)
+
+
+def _now_or_later(
+    stage: Stage, store: Store, prep: Prepared, responses: list[RecordedResponse], *, later: bool
+) -> Content:
+    """The stage itself when it may run later (no body can be too large), else its bytes."""
+    if later and _surely_within_limit(store, prep, responses):
         return stage
     return stage()
 

@@ -36,7 +36,6 @@ NO_TIMING = (
 )
 
 
-# A NamedTuple, not a dataclass: creating a dataclass costs ~1 ms of start-up (docs/benchmarks.md).
 class Scenario(NamedTuple):
     """What replay adds to a recorded response's plan."""
 

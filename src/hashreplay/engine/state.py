@@ -17,8 +17,6 @@ from hashreplay.core.recording import RecordedResponse
 from hashreplay.engine.options import TestOptions
 
 
-# Plain classes, not dataclasses: creating a dataclass costs ~1 ms of start-up
-# (docs/benchmarks.md).
 class Stats:
     __slots__ = ("missed", "passed_through", "recorded", "replayed")
 

@@ -19,8 +19,7 @@ from hashreplay.engine.state import TestState
 
 
 class Unused:
-    # a plain class, not a dataclass: creating one costs ~1 ms of start-up
-    # (docs/benchmarks.md); not a NamedTuple, whose `count` is tuple.count
+    # not a NamedTuple: its `count` would be tuple.count
     __slots__ = ("count", "path", "recorded")
 
     def __init__(self, path: Path, count: int, recorded: int) -> None:
