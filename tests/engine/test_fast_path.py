@@ -252,7 +252,7 @@ def test_the_unconsumed_index_reads_a_file_as_a_full_parse_does(
     answer = RecordedResponse(status=200, body=body)
     request = RecordedRequest(method="POST", url=URL, endpoint="/v1/x", body=body)
     recording = new_recording(test_id=test_id, request=request, responses=[answer] * (1 + later))
-    data = {**recording.to_json_dict(), **extra}
+    data = {**recording.model_dump(mode="json"), **extra}
     if layout == "canonical":
         content = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
     elif layout == "compact":

@@ -19,7 +19,7 @@ from hashreplay.core.constants import MODE_ENV
 from hashreplay.core.conversation import Tokens, conversation, payloads, reply, response_tokens
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.names import hash_of_name
-from hashreplay.core.recording import RecordedResponse, Recording
+from hashreplay.core.recording import RecordedResponse, recording_from_json
 from hashreplay.maintenance.files import (
     Loaded,
     Rules,
@@ -203,7 +203,7 @@ def show(run: Run) -> int:
         run.report_unreadable(path, exc)
         return EXIT_PROBLEMS
     # large values are shown as their blob reference (digest, size, type), not their bytes
-    _render(run, replace(item, recording=Recording.from_json(item.raw)))
+    _render(run, replace(item, recording=recording_from_json(item.raw)))
     return EXIT_OK
 
 

@@ -22,7 +22,12 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 import orjson
 
 from hashreplay.core.constants import SECRET_PLACEHOLDER
-from hashreplay.core.recording import RecordedRequest, Recording
+from hashreplay.core.recording import (
+    RecordedRequest,
+    Recording,
+    recording_from_json,
+    request_from_json,
+)
 from hashreplay.core.redact import Redactor
 
 __all__ = [
@@ -220,10 +225,10 @@ def scrub_request(request: RecordedRequest, secrets: SecretValues) -> RecordedRe
     stays what `hashreplay verify` recomputes from the file)."""
     if not secrets:
         return request
-    data = request.to_json_dict()
+    data = request.model_dump(mode="json")
     if not secrets.mentioned_in(orjson.dumps(data)):
         return request  # the common case: the key travels only where redaction removed it
-    return RecordedRequest.from_json(secrets.value(data))
+    return request_from_json(secrets.value(data))
 
 
 def scrub_recording(recording: Recording, secrets: SecretValues) -> Recording:
@@ -231,4 +236,4 @@ def scrub_recording(recording: Recording, secrets: SecretValues) -> Recording:
     stream chunks, exception messages, the test id."""
     if not secrets:
         return recording
-    return Recording.from_json(secrets.value(recording.to_json_dict()))
+    return recording_from_json(secrets.value(recording.model_dump(mode="json")))

@@ -32,7 +32,7 @@ from hashreplay.core.constants import (
 )
 from hashreplay.core.errors import BodyTooLarge, RecordingError
 from hashreplay.core.names import model_list_glob, recording_name
-from hashreplay.core.recording import FormatError, Recording
+from hashreplay.core.recording import FormatError, Recording, recording_from_json
 from hashreplay.core.store_paths import read_contained, recordings_dir_for
 from hashreplay.core.temp_files import (
     TEMP_DIRNAME,
@@ -58,7 +58,7 @@ def dumps(data: Any) -> bytes:
 
 
 def dump_recording(recording: Recording) -> bytes:
-    return dumps(recording.to_json_dict())
+    return dumps(recording.model_dump(mode="json"))
 
 
 def parse_recording(
@@ -106,7 +106,7 @@ def parse_recording(
             raise RecordingError(path, msg)
         data = join_blobs(data, lambda ref: blobs(ref, path))
     try:
-        recording = Recording.from_json(data)
+        recording = recording_from_json(data)
     except FormatError as exc:
         raise RecordingError(path, f"invalid recording: {exc}") from None
     check_bodies(recording, path)
@@ -320,7 +320,7 @@ class Store:
                 )
 
     def dump(self, recording: Recording) -> bytes:
-        return self.dump_data(recording.to_json_dict())
+        return self.dump_data(recording.model_dump(mode="json"))
 
     def parse(self, content: bytes, path: Path | str | None) -> Recording:
         return parse_recording(content, path, self.read_blob, max_bytes=self.max_body_bytes)

@@ -153,7 +153,7 @@ def _other_body(response: RecordedResponse) -> list[str]:
 
 
 def _end(response: RecordedResponse) -> str:
-    extra = response.extra
+    extra = response.model_extra or {}
     recorded_end = extra.get("end")
     if isinstance(recorded_end, (str, dict)):
         return _compact(recorded_end)

@@ -83,7 +83,7 @@ def _file_bytes(
         responses=responses,
         id_mapping=facts,
     )
-    data = recording.to_json_dict()
+    data = recording.model_dump(mode="json")
     secrets = prep.secrets
     if secrets and secrets.mentioned_in(orjson.dumps(data)):
         data = secrets.value(data)

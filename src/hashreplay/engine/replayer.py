@@ -120,7 +120,7 @@ class Replayer:
         """The live request in the stored layout, redacted but not normalised: what
         `{{request:<path>}}` templates are filled from."""
         if request is None:  # the call layer
-            return prep.request.to_json_dict()
+            return prep.request.model_dump(mode="json")
         raw, _ = encode_request_body(request.content, request.header("content-type"))
         return {
             "method": prep.request.method,

@@ -340,14 +340,14 @@ def renormalised(loaded: Loaded, rules: Rules) -> dict[str, Any] | None:
     base = hash_of_name(loaded.path.name) or rules.request_hash(recording, recording.request.body)
     ids = new_id_registry(base, recording.id_normalization_mapping)
     _seed_known_ids(ids, loaded.raw)
-    before = [r.to_json_dict() for r in recording.responses]
+    before = [r.model_dump(mode="json") for r in recording.responses]
     after = [
         normalise_response(
             response,
             ids,
             model_list=loaded.is_model_list_file,
             where="response.body" if index == 0 else f"later_responses[{index - 1}].body",
-        ).to_json_dict()
+        ).model_dump(mode="json")
         for index, response in enumerate(recording.responses)
     ]
     if dumps(after) == dumps(before) and ids.facts == recording.id_normalization_mapping:
