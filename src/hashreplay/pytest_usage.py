@@ -4,16 +4,14 @@ workers, written once by the controller (or the only process)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from hashreplay.engine.session import Session
 from hashreplay.engine.usage_collector import UsageCollector
-from hashreplay.engine.usage_format import relative, write_usage_json
-
-if TYPE_CHECKING:
-    from hashreplay.engine.usage_log import RunUsage
+from hashreplay.engine.usage_format import relative
+from hashreplay.engine.usage_log import RunUsage, write_usage
 
 
 class UsageTracker:
@@ -119,19 +117,14 @@ def finish_usage(
         piece = collector.piece_json()
         workeroutput["hashreplay_usage"] = engine.seen_secrets.scrubber.value(piece)
         return
-    # written from its JSON form: the log's pydantic models load only to prune
-    run = collector.finish_json(
-        root=root, mode=engine.config.mode, reasons=_partial_reasons(session)
-    )
+    run = collector.finish(root=root, mode=engine.config.mode, reasons=_partial_reasons(session))
     lines: list[str] = []
     try:
-        write_usage_json(run, root, engine.seen_secrets.scrubber)
+        write_usage(run, root, engine.seen_secrets.scrubber)
     except OSError as exc:
         lines.append(f"hashreplay: could not write the usage log under {root}: {exc}")
     if config.getoption("hashreplay_prune"):
-        from hashreplay.engine.usage_log import RunUsage
-
-        lines.extend(_prune(engine, RunUsage.model_validate(run)))
+        lines.extend(_prune(engine, run))
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and lines:
         reporter.ensure_newline()

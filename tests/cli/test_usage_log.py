@@ -11,8 +11,7 @@ import pytest
 from hashreplay import Mode
 from hashreplay.core.recording import RecordedRequest, RecordedResponse, new_recording
 from hashreplay.engine.usage_collector import UsageCollector
-from hashreplay.engine.usage_format import write_usage_json
-from hashreplay.engine.usage_log import RunUsage, TestUsage, read_usage
+from hashreplay.engine.usage_log import RunUsage, TestUsage, read_usage, write_usage
 from hashreplay.maintenance.prune import REASON_GONE, REASON_UNUSED, plan_prune
 from hashreplay.plugin import USAGE_KEY
 from hashreplay.pytest_usage import merge_worker_usage
@@ -155,9 +154,9 @@ def test_a_finished_run_shares_no_state_with_the_collector(tmp_path: Path) -> No
     ).model_dump(mode="json")
 
 
-def test_the_log_a_run_writes_is_what_the_pydantic_models_read_back(tmp_path: Path) -> None:
-    """A run writes the log without pydantic (`finish_json`); it must be exactly the dump of
-    the `RunUsage` that reading it gives, computed fields and all."""
+def test_the_log_a_run_writes_is_what_its_models_read_back(tmp_path: Path) -> None:
+    """A run writes the log from the models it fills; reading it back gives the same
+    `RunUsage`, computed fields and all."""
     collector = _collector(["t::a", "t::b", "t::c"], ["t::a", "t::b"])
     collector.note_report("t::b", "call", "failed")
     collector.note_finish("t::b", 1, Mode.LIVE)
@@ -168,7 +167,8 @@ def test_the_log_a_run_writes_is_what_the_pydantic_models_read_back(tmp_path: Pa
     collector.add_files(
         {"t::a": [tmp_path / "r" / "1.json"], None: [tmp_path / "r" / "2.json"]}, tmp_path
     )
-    written = collector.finish_json(root=tmp_path, mode=Mode.REPLAY, reasons=["-k 'a'"])
+    run = collector.finish(root=tmp_path, mode=Mode.REPLAY, reasons=["-k 'a'"])
+    written = run.model_dump(mode="json")
     read = RunUsage.model_validate(written)
     assert read.model_dump(mode="json") == written
     assert written["tests"]["t::b"]["outcome"] == "failed"
@@ -179,6 +179,6 @@ def test_the_log_a_run_writes_is_what_the_pydantic_models_read_back(tmp_path: Pa
         "deselected: 1 test",
         "did not run: 1 test (stopped early, or a worker crashed)",
     ]
-    path = write_usage_json(written, tmp_path)
+    path = write_usage(run, tmp_path)
     assert read_usage(tmp_path).model_dump(mode="json") == written
     assert path == tmp_path / ".hashreplay" / "usage.json"

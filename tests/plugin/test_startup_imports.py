@@ -1,7 +1,7 @@
-"""Issue 17 item 4: a run loads only what it uses. The plugin's import and its activation
-leave the CLI, the proxy server, the maintenance tools, the usage log's pydantic models and
-every HTTP client library unloaded until something needs them (benchmarks/startup.py times
-it; nothing here is timed)."""
+"""A run loads only what it uses (docs/design.md §11, the replay path). The plugin's import
+and its activation leave the CLI, the proxy server, the maintenance tools, the record path
+and every HTTP client library unloaded until something needs them (benchmarks/startup.py
+times it; nothing here is timed)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ NOT_AT_START_UP = (
     "hashreplay.cli",
     "hashreplay.server",
     "hashreplay.maintenance",
-    "hashreplay.engine.usage_log",
     "hashreplay.adapters.callables",
     "hashreplay.engine.miss_report",
     "hashreplay.core.diff",
@@ -50,9 +49,9 @@ def test_importing_the_plugin_loads_no_cli_server_maintenance_or_client() -> Non
 
 def test_the_check_sees_a_module_that_is_loaded() -> None:
     """The check above is not vacuous: a loaded module on the list is reported."""
-    code = "import hashreplay.plugin, hashreplay.engine.usage_log\n" + LOADED
+    code = "import hashreplay.plugin, hashreplay.engine.miss_report\n" + LOADED
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['hashreplay.engine.usage_log']"
+    assert out.stdout.strip() == "['hashreplay.engine.miss_report']"
 
 
 def test_an_active_replay_run_that_uses_no_client_loads_none_of_them(

@@ -1,10 +1,10 @@
-"""One process's view of a pytest run for the usage log, kept without pydantic.
+"""One process's view of a pytest run for the usage log, collected into its pydantic models.
 
-Every run feeds a `UsageCollector` and writes `.hashreplay/usage.json` at its end, so this
-module is on every run's path: plain classes, the log written as the JSON dict that
-`hashreplay.engine.usage_log.RunUsage` reads back (its pydantic models, which cost a run
-several milliseconds to build, load only to read a log, to merge an xdist worker's report
-or to prune).
+Every run feeds a `UsageCollector` and writes `.hashreplay/usage.json` at its end. The
+collector fills the log's own models (`hashreplay.engine.usage_log`: `UsagePiece`,
+`TestUsage`, `RunUsage`), so the log has one definition; a test's entry is made with
+`model_construct` (its values come from pytest's hooks, not from a file), which keeps the
+per-test cost to setting a few attributes.
 """
 
 from __future__ import annotations
@@ -13,108 +13,49 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from pydantic import ValidationError
 
 from hashreplay.core.mode import Mode
-from hashreplay.engine.usage_format import (
-    PHASES,
-    USAGE_VERSION,
-    completed,
-    outcome,
-    relative,
-)
-
-if TYPE_CHECKING:
-    from hashreplay.engine.usage_log import RunUsage, TestUsage, UsagePiece
-
-
-class TestRecord:
-    """One test as the collector sees it (the fields of `usage_log.TestUsage`)."""
-
-    __test__ = False  # not a pytest test class
-    __slots__ = ("call", "files", "mode", "passthrough", "setup", "teardown")
-
-    def __init__(self) -> None:
-        self.setup: str | None = None
-        self.call: str | None = None
-        self.teardown: str | None = None
-        self.mode: str | None = None
-        self.passthrough = False
-        self.files: list[str] = []
-
-    @classmethod
-    def of(cls, test: TestUsage) -> TestRecord:
-        record = cls()
-        record.setup, record.call, record.teardown = test.setup, test.call, test.teardown
-        record.mode, record.passthrough, record.files = test.mode, test.passthrough, [*test.files]
-        return record
-
-    def as_json(self) -> dict[str, Any]:
-        """What `TestUsage.model_dump(mode="json")` gives, computed fields included."""
-        return {
-            "setup": self.setup,
-            "call": self.call,
-            "teardown": self.teardown,
-            "mode": self.mode,
-            "passthrough": self.passthrough,
-            "files": [*self.files],
-            "completed": completed(self.setup, self.call, self.teardown),
-            "outcome": outcome(self.setup, self.call, self.teardown),
-        }
+from hashreplay.engine.usage_format import PHASES, relative
+from hashreplay.engine.usage_log import RunUsage, TestUsage, UsagePiece
 
 
 class UsageCollector:
     """Collects one process's view of a run; fed by the pytest plugin's hooks."""
 
     def __init__(self) -> None:
-        self.started = time.time()
-        #: Tests selected to run (the finished log adds the deselected ones).
-        self.collected: list[str] = []
-        self.deselected: list[str] = []
-        self.collection_errors = 0
-        self.tests: dict[str, TestRecord] = {}
-        #: Files used by requests made outside any test (session start-up, threads).
-        self.outside_tests: list[str] = []
-        #: Why this run may not be the full suite, beyond what the options say.
-        self.notes: list[str] = []
+        #: This process's view; `collected` holds the tests selected to run (the finished
+        #: log adds the deselected ones).
+        self.piece = UsagePiece()
         self._passthrough_at_start: dict[str, int] = {}
 
     @property
-    def piece(self) -> UsagePiece:
-        """This process's view as the pydantic model an xdist worker's report is read into."""
-        from hashreplay.engine.usage_log import UsagePiece
-
-        return UsagePiece.model_validate(self.piece_json())
+    def tests(self) -> dict[str, TestUsage]:
+        return self.piece.tests
 
     def piece_json(self) -> dict[str, Any]:
-        """What `UsagePiece.model_dump(mode="json")` gives: an xdist worker's report."""
-        return {
-            "started": self.started,
-            "collected": [*self.collected],
-            "deselected": [*self.deselected],
-            "collection_errors": self.collection_errors,
-            "tests": {test_id: test.as_json() for test_id, test in self.tests.items()},
-            "outside_tests": [*self.outside_tests],
-            "notes": [*self.notes],
-        }
+        """An xdist worker's report: its piece as JSON."""
+        return self.piece.model_dump(mode="json")
 
     def note_collected(self, test_ids: Iterable[str]) -> None:
-        self.collected = sorted({*self.collected, *test_ids})
+        self.piece.collected = sorted({*self.piece.collected, *test_ids})
 
     def note_deselected(self, test_ids: Iterable[str]) -> None:
-        self.deselected = sorted({*self.deselected, *test_ids})
+        self.piece.deselected = sorted({*self.piece.deselected, *test_ids})
 
     def note_collection_errors(self, count: int) -> None:
-        self.collection_errors += count
+        self.piece.collection_errors += count
 
     def note(self, reason: str) -> None:
-        if reason not in self.notes:
-            self.notes.append(reason)
+        if reason not in self.piece.notes:
+            self.piece.notes.append(reason)
 
-    def _test(self, test_id: str) -> TestRecord:
-        found = self.tests.get(test_id)
+    def _test(self, test_id: str) -> TestUsage:
+        found = self.piece.tests.get(test_id)
         if found is None:
-            found = self.tests[test_id] = TestRecord()
+            found = self.piece.tests[test_id] = TestUsage.model_construct(files=[])
         return found
 
     def note_start(self, test_id: str, passed_through: int) -> None:
@@ -148,68 +89,56 @@ class UsageCollector:
             if test_id is None or test_id not in self.tests:
                 # Outside any test, or a test id a server received that pytest did not run
                 # here: nobody's unused files, so always counted as used.
-                self.outside_tests = sorted({*self.outside_tests, *names})
+                self.piece.outside_tests = sorted({*self.piece.outside_tests, *names})
             else:
                 test = self.tests[test_id]
                 test.files = sorted({*test.files, *names})
 
     def merge_worker(self, data: Any) -> None:
         """Add what a pytest-xdist worker sent (`piece_json()`)."""
-        from pydantic import ValidationError
-
-        from hashreplay.engine.usage_log import UsagePiece
-
         try:
             other = UsagePiece.model_validate(data)
         except ValidationError:
             self.note("a worker sent an unreadable usage report")
             return
-        self._merge(other)
+        self.piece.merge(other)
 
-    def _merge(self, other: UsagePiece) -> None:
-        """`UsagePiece.merge`'s rules (one place for them), then its result taken back."""
-        merged = self.piece
-        merged.merge(other)
-        self.started, self.collection_errors = merged.started, merged.collection_errors
-        self.collected, self.deselected = merged.collected, merged.deselected
-        self.tests = {test_id: TestRecord.of(test) for test_id, test in merged.tests.items()}
-        self.outside_tests, self.notes = merged.outside_tests, merged.notes
-
-    def finish_json(self, *, root: Path, mode: Mode, reasons: Iterable[str]) -> dict[str, Any]:
-        """The run as a whole, as `RunUsage.model_dump(mode="json")` gives it; `reasons` are
-        what the plugin found partial in the options.
+    def finish(self, *, root: Path, mode: Mode, reasons: Iterable[str]) -> RunUsage:
+        """The run as a whole; `reasons` are what the plugin found partial in the options.
 
         `collected` of the result holds every test that exists (selected or deselected).
         """
-        why = [*reasons, *self.notes]
-        if self.deselected:
-            why.append(f"deselected: {_tests(len(self.deselected))}")
-        if self.collection_errors:
-            why.append(f"collection errors: {self.collection_errors}")
-        if not self.collected:
+        piece = self.piece
+        why = [*reasons, *piece.notes]
+        if piece.deselected:
+            why.append(f"deselected: {_tests(len(piece.deselected))}")
+        if piece.collection_errors:
+            why.append(f"collection errors: {piece.collection_errors}")
+        if not piece.collected:
             why.append("no tests collected")
-        not_run = [t for t in self.collected if not self._ran(t)]
+        not_run = [t for t in piece.collected if not self._ran(t)]
         if not_run:
             why.append(f"did not run: {_tests(len(not_run))} (stopped early, or a worker crashed)")
-        return {
-            **self.piece_json(),
-            "collected": sorted({*self.collected, *self.deselected}),
-            "version": USAGE_VERSION,
-            "root": str(root),
-            "finished": time.time(),
-            "mode": mode.value,
-            "full_suite": not why,
-            "partial_reasons": why,
-        }
-
-    def finish(self, *, root: Path, mode: Mode, reasons: Iterable[str]) -> RunUsage:
-        """`finish_json` as the pydantic model that pruning reads."""
-        from hashreplay.engine.usage_log import RunUsage
-
-        return RunUsage.model_validate(self.finish_json(root=root, mode=mode, reasons=reasons))
+        # the run shares no state with the collector (a later `finish` starts afresh)
+        fields: dict[str, Any] = {name: getattr(piece, name) for name in UsagePiece.model_fields}
+        fields.update(
+            collected=sorted({*piece.collected, *piece.deselected}),
+            deselected=[*piece.deselected],
+            tests={test_id: test.copied() for test_id, test in piece.tests.items()},
+            outside_tests=[*piece.outside_tests],
+            notes=[*piece.notes],
+        )
+        return RunUsage(
+            **fields,
+            root=str(root),
+            finished=time.time(),
+            mode=mode.value,
+            full_suite=not why,
+            partial_reasons=why,
+        )
 
     def _ran(self, test_id: str) -> bool:
-        test = self.tests.get(test_id)
+        test = self.piece.tests.get(test_id)
         return test is not None and test.setup is not None
 
 

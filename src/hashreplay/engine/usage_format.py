@@ -1,19 +1,13 @@
-"""The usage log's format without pydantic: its file, its version, a test's outcome.
-
-Shared by the collector a run feeds (`hashreplay.engine.usage_collector`) and the pydantic
-models that read a log back (`hashreplay.engine.usage_log`).
-"""
+"""The usage log's file, its version and a test's outcome, for its models
+(`hashreplay.engine.usage_log`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from hashreplay.core.constants import STATE_DIRNAME
 from hashreplay.core.mode import Mode
-from hashreplay.core.secret_values import NO_SECRETS, SecretValues
-from hashreplay.core.store import dumps, write_bytes_atomic
+from hashreplay.core.store import write_bytes_atomic
 
 USAGE_VERSION = 1
 USAGE_FILENAME = "usage.json"
@@ -62,14 +56,3 @@ def ensure_state_dir(root: Path) -> Path:
     if current != GITIGNORE_CONTENT:
         write_bytes_atomic(gitignore, GITIGNORE_CONTENT)
     return state
-
-
-def write_usage_json(
-    run: Mapping[str, Any], root: Path, secrets: SecretValues = NO_SECRETS
-) -> Path:
-    """Write the usage log from its JSON form; `secrets` (credential values seen in
-    requests) are scrubbed from every test id in it."""
-    ensure_state_dir(root)
-    path = usage_path(root)
-    write_bytes_atomic(path, dumps(secrets.value(dict(run))))
-    return path

@@ -4,9 +4,8 @@ The pytest plugin feeds a `UsageCollector` per process (the outcome of each test
 the files each test replayed or wrote); pytest-xdist workers hand theirs to the controller as
 a plain dict, and the controller (or the only process) writes one `RunUsage` at the project
 root, in a folder whose own `.gitignore` keeps it out of `git status`. `_prune` decides from
-it which recordings are unused. This module holds the log's pydantic models, for reading it;
-a run collects and writes it without them (`hashreplay.engine.usage_collector`,
-`hashreplay.engine.usage_format`).
+it which recordings are unused. This module holds the log's pydantic models: the one
+definition a run writes (`hashreplay.engine.usage_collector` fills them) and reads back.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_fie
 from hashreplay.core.errors import UsageError
 from hashreplay.core.mode import Mode
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues
+from hashreplay.core.store import dumps, write_bytes_atomic
 from hashreplay.engine.usage_format import (
     GITIGNORE_CONTENT,
     INTERCEPTING,
@@ -28,7 +28,6 @@ from hashreplay.engine.usage_format import (
     ensure_state_dir,
     relative,
     usage_path,
-    write_usage_json,
 )
 from hashreplay.engine.usage_format import completed as _completed
 from hashreplay.engine.usage_format import outcome as _outcome
@@ -53,7 +52,7 @@ class TestUsage(BaseModel):
     """One test of a run: the outcome of each phase and the recordings it used."""
 
     __test__ = False  # not a pytest test class
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     setup: str | None = None
     call: str | None = None
@@ -91,7 +90,7 @@ class TestUsage(BaseModel):
 class UsagePiece(BaseModel):
     """What one process saw; xdist workers send theirs to the controller."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     started: float = Field(default_factory=time.time)
     #: Tests selected to run (a `RunUsage` adds the deselected ones: every test that exists).
@@ -158,7 +157,10 @@ class RunUsage(UsagePiece):
 def write_usage(run: RunUsage, root: Path, secrets: SecretValues = NO_SECRETS) -> Path:
     """Write the usage log; `secrets` (credential values seen in requests) are scrubbed
     from every test id in it."""
-    return write_usage_json(run.model_dump(mode="json"), root, secrets)
+    ensure_state_dir(root)
+    path = usage_path(root)
+    write_bytes_atomic(path, dumps(secrets.value(run.model_dump(mode="json"))))
+    return path
 
 
 def read_usage(root: Path) -> RunUsage:
