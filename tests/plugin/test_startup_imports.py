@@ -49,9 +49,9 @@ def test_importing_the_plugin_loads_no_cli_server_maintenance_or_client() -> Non
 
 def test_the_check_sees_a_module_that_is_loaded() -> None:
     """The check above is not vacuous: a loaded module on the list is reported."""
-    code = "import hashreplay.plugin, hashreplay.engine.miss_report\n" + LOADED
+    code = "import hashreplay.plugin, hashreplay.engine.model_lists\n" + LOADED
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['hashreplay.engine.miss_report']"
+    assert out.stdout.strip() == "['hashreplay.engine.model_lists']"
 
 
 def test_an_active_replay_run_that_uses_no_client_loads_none_of_them(
