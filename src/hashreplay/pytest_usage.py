@@ -10,7 +10,7 @@ import pytest
 
 from hashreplay.engine.session import Session
 from hashreplay.engine.usage_collector import UsageCollector
-from hashreplay.engine.usage_format import relative, write_usage_json
+from hashreplay.engine.usage_format import relative, scrubbed_usage, write_usage_json
 
 if TYPE_CHECKING:
     from hashreplay.engine.usage_log import RunUsage
@@ -123,9 +123,11 @@ def finish_usage(
     run = collector.finish_json(
         root=root, mode=engine.config.mode, reasons=_partial_reasons(session)
     )
+    # test ids as recordings store them (docs/design.md §7): written, and pruned with
+    run = scrubbed_usage(run, engine.seen_secrets.scrubber, engine.redactor.text)
     lines: list[str] = []
     try:
-        write_usage_json(run, root, engine.seen_secrets.scrubber)
+        write_usage_json(run, root)
     except OSError as exc:
         lines.append(f"hashreplay: could not write the usage log under {root}: {exc}")
     if config.getoption("hashreplay_prune"):

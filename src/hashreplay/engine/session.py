@@ -277,8 +277,10 @@ class Session:
         self, request: RecordedRequest, test_id: str | None, secrets: SecretValues = NO_SECRETS
     ) -> Prepared:
         # a key that appears in the test id (a parametrised test) leaves its hash too
-        hash_hex, shared = self.keyer.key_of(request, secrets.optional_text(test_id))
-        return Prepared(test_id, self.mode_for(test_id), hash_hex, shared, request, secrets)
+        shown = self.keyer.test_id(test_id, secrets)
+        hash_hex, shared = self.keyer.key_of(request, shown)
+        mode = self.mode_for(test_id)
+        return Prepared(test_id, mode, hash_hex, shared, request, secrets, shown)
 
     def key_of(self, request: RecordedRequest, test_id: str | None) -> tuple[str, bool]:
         return self.keyer.key_of(request, test_id)

@@ -6,7 +6,7 @@ models that read a log back (`hashreplay.engine.usage_log`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +65,38 @@ def ensure_state_dir(root: Path) -> Path:
 
 
 def write_usage_json(
-    run: Mapping[str, Any], root: Path, secrets: SecretValues = NO_SECRETS
+    run: Mapping[str, Any],
+    root: Path,
+    secrets: SecretValues = NO_SECRETS,
+    redact: Callable[[str], str] | None = None,
 ) -> Path:
     """Write the usage log from its JSON form; `secrets` (credential values seen in
-    requests) are scrubbed from every test id in it."""
+    requests) are scrubbed from every test id in it, and `redact` (`Redactor.text`) is
+    applied to every id and name: the ids are then the ones recordings store
+    (docs/design.md §7, "Test ids"), which `prune` compares them with."""
     ensure_state_dir(root)
     path = usage_path(root)
-    write_bytes_atomic(path, dumps(secrets.value(dict(run))))
+    write_bytes_atomic(path, dumps(scrubbed_usage(run, secrets, redact)))
     return path
+
+
+def scrubbed_usage(
+    run: Mapping[str, Any], secrets: SecretValues, redact: Callable[[str], str] | None
+) -> dict[str, Any]:
+    """The usage log's JSON form with secrets removed from its test ids, as written; what a
+    pruning run must compare with the ids recordings store."""
+    data: dict[str, Any] = secrets.value(dict(run))
+    return data if redact is None else _texts(data, redact)
+
+
+def _texts(value: Any, redact: Callable[[str], str]) -> Any:
+    """`value` with `redact` applied to every string, dict keys included."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {
+            (redact(k) if isinstance(k, str) else k): _texts(v, redact) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_texts(v, redact) for v in value]
+    return value

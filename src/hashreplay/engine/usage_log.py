@@ -12,6 +12,7 @@ a run collects and writes it without them (`hashreplay.engine.usage_collector`,
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -155,10 +156,15 @@ class RunUsage(UsagePiece):
 # --- the log file ---------------------------------------------------------------------------
 
 
-def write_usage(run: RunUsage, root: Path, secrets: SecretValues = NO_SECRETS) -> Path:
-    """Write the usage log; `secrets` (credential values seen in requests) are scrubbed
-    from every test id in it."""
-    return write_usage_json(run.model_dump(mode="json"), root, secrets)
+def write_usage(
+    run: RunUsage,
+    root: Path,
+    secrets: SecretValues = NO_SECRETS,
+    redact: Callable[[str], str] | None = None,
+) -> Path:
+    """Write the usage log; `secrets` (credential values seen in requests) and, with
+    `redact`, secret shapes are removed from every test id in it."""
+    return write_usage_json(run.model_dump(mode="json"), root, secrets, redact)
 
 
 def read_usage(root: Path) -> RunUsage:
