@@ -249,3 +249,60 @@ def test_more_names_and_shapes_never_reach_the_file(
         assert kept in written, kept
     assert b"postgres://app:[secret removed]@db:5432/main" in written
     project.runpytest().assert_outcomes(passed=1)
+
+
+# --- the replay placeholder key never reaches a live upstream ----------------------------------
+
+PLACEHOLDER_APP = """
+import os
+import openai
+import pytest
+
+@pytest.fixture(scope="session")
+def client():
+    # made in the first test, a replay test: OPENAI_API_KEY is keyless replay's placeholder
+    return openai.OpenAI(base_url=os.environ["FAKE_URL"] + "/v1", max_retries=0)
+
+def test_replay_first(client):
+    assert client.api_key == "hashreplay-replay-placeholder"
+
+@pytest.mark.hashreplay(mode="MODE")
+def test_then_records(client):
+    client.chat.completions.create(model="gpt-fake-1", messages=[{"role": "user", "content": "hi"}])
+"""
+
+
+@pytest.mark.parametrize("mode", ["record", "record-if-missing", "live"])
+def test_a_session_client_made_in_replay_never_sends_the_placeholder_upstream(
+    project: pytest.Pytester, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    project.makepyfile(test_session_client=PLACEHOLDER_APP.replace("MODE", mode))
+    run = project.runpytest()
+    run.assert_outcomes(passed=1, failed=1)
+    run.stdout.re_match_lines(
+        [
+            r"hashreplay: test_session_client\.py::test_then_records: this request carries the "
+            r"replay placeholder 'hashreplay-replay-placeholder' as its credential and was not "
+            rf"sent to 127\.0\.0\.1 \({mode} mode\)\. .*Set the provider's key variable "
+            r"\(OPENAI_API_KEY, .*\) to a real key before pytest starts, or create the client "
+            r"inside the test, then run the test again"
+        ]
+    )
+    assert upstream.calls == []  # nothing reached the upstream
+    assert not list(project.path.rglob("recordings/*.json"))  # and nothing was recorded
+
+
+def test_the_placeholder_names_the_providers_own_variable() -> None:
+    from hashreplay.core.replay_env import placeholder_keys, placeholder_refusal
+
+    keys = placeholder_keys(True)
+    names = keys["hashreplay-replay-placeholder"]
+    assert "OPENAI_API_KEY" in names and "AWS_DEFAULT_REGION" not in names
+    assert keys["AKIAHASHREPLAYPLACEHOLDER"] == ("AWS_ACCESS_KEY_ID",)
+    assert "us-east-1" not in keys  # a region is no credential
+    why = placeholder_refusal(
+        "hashreplay-replay-placeholder", names, "https://api.anthropic.com/v1/messages", "record"
+    )
+    assert "Set ANTHROPIC_API_KEY to a real key" in why
+    assert "not sent to api.anthropic.com (record mode)" in why
