@@ -30,6 +30,7 @@ from hashreplay.core.recording import (
 from hashreplay.core.redact import Redactor, merge_spans
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues
 from hashreplay.core.streams import parse_stream, redact_across, stream_format_for
+from hashreplay.core.templates import escape
 from hashreplay.core.writer import Content
 from hashreplay.engine.http import LiveExchange, header_value
 from hashreplay.engine.keying import Prepared
@@ -56,8 +57,12 @@ def stored_response(
     stream's events or chunks is removed too (by shape, or as one of `secrets`, the
     request's own credential values)."""
     if isinstance(outcome, RecordedResponse):
-        return _across_pieces(_redacted(outcome, redactor, kept_headers), redactor, secrets)
-    response = _across_pieces(_from_exchange(outcome, redactor, kept_headers), redactor, secrets)
+        return _stored_text(
+            _across_pieces(_redacted(outcome, redactor, kept_headers), redactor, secrets)
+        )
+    response = _stored_text(
+        _across_pieces(_from_exchange(outcome, redactor, kept_headers), redactor, secrets)
+    )
     update: dict[str, Any] = {}
     if outcome.exception is not None or outcome.abandoned:
         state = EndState.ERROR if outcome.exception is not None else EndState.ABANDONED
@@ -65,6 +70,15 @@ def stored_response(
     if timed:
         update["timing"] = timing_of(outcome)
     return response.replace(**update) if update else response
+
+
+def _stored_text(response: RecordedResponse) -> RecordedResponse:
+    """The response with `{{` in its text escaped: what an upstream said is never a
+    `{{request:…}}` template on replay, which gives the exact text back
+    (`core.templates.escape`, docs/scenarios.md)."""
+    if not response.has_templates():
+        return response
+    return response.replace(body=escape(response.body))
 
 
 def _across_pieces(
