@@ -71,7 +71,7 @@ def placeholder_keys(setting: bool | Mapping[str, str]) -> dict[str, tuple[str, 
 
 def placeholder_refusal(value: str, names: tuple[str, ...], url: str, mode: str) -> str:
     """Why a request that carries a replay placeholder as its credential is not sent to
-    `url` (docs/design.md §11, "Keyless replay"): a client made while replaying (a
+    `url` (docs/design.md §7, "Keyless replay's placeholder"): a client made while replaying (a
     session-scoped fixture) keeps the placeholder into a test that records or runs live,
     and the upstream would answer 401 (or a recording would hold that answer)."""
     host = urlsplit(url).hostname or url

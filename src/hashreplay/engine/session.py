@@ -255,7 +255,7 @@ class Session:
 
     def _refuse_placeholder(self, prep: Prepared, url: str) -> Miss | None:
         """A request about to go to the network with keyless replay's placeholder as its
-        credential fails its test instead (docs/design.md §11, "Keyless replay")."""
+        credential fails its test instead (docs/design.md §7, "Keyless replay's placeholder")."""
         if not prep.secrets or not self._placeholders:
             return None
         for value in prep.secrets.values:
