@@ -11,7 +11,7 @@ import pytest
 from hashreplay.engine.session import Session
 from hashreplay.engine.usage_collector import UsageCollector
 from hashreplay.engine.usage_format import relative
-from hashreplay.engine.usage_log import RunUsage, write_usage
+from hashreplay.engine.usage_log import RunUsage, scrubbed_usage, write_usage
 
 
 class UsageTracker:
@@ -118,9 +118,11 @@ def finish_usage(
         workeroutput["hashreplay_usage"] = engine.seen_secrets.scrubber.value(piece)
         return
     run = collector.finish(root=root, mode=engine.config.mode, reasons=_partial_reasons(session))
+    # test ids as recordings store them (docs/design.md §7): written, and pruned with
+    run = scrubbed_usage(run, engine.seen_secrets.scrubber, engine.redactor.text)
     lines: list[str] = []
     try:
-        write_usage(run, root, engine.seen_secrets.scrubber)
+        write_usage(run, root)
     except OSError as exc:
         lines.append(f"hashreplay: could not write the usage log under {root}: {exc}")
     if config.getoption("hashreplay_prune"):

@@ -74,6 +74,9 @@ class Scripted:
     disconnect_after_chunks: int | None = None
     delay: float = 0.0
     close_without_response: bool = False
+    #: Send these bytes as the chunks of a chunked body, one chunk each (set
+    #: ``content-type`` in ``headers``).
+    frames: list[bytes] | None = None
 
 
 def _noise_headers() -> dict[str, str]:
@@ -164,9 +167,18 @@ class _Handler(BaseHTTPRequestHandler):
         if (
             scripted is not None
             and scripted.disconnect_after_chunks is None
-            and (scripted.json is not None or scripted.body is not None or scripted.status != 200)
+            and (
+                scripted.json is not None
+                or scripted.body is not None
+                or scripted.frames is not None
+                or scripted.status != 200
+            )
         ):
-            if scripted.body is not None:
+            if scripted.frames is not None:
+                reply = Reply(
+                    scripted.status, b"", "application/octet-stream", list(scripted.frames)
+                )
+            elif scripted.body is not None:
                 reply = Reply(scripted.status, scripted.body, "application/octet-stream")
             elif scripted.json is not None:
                 reply = Reply(scripted.status, _json_bytes(scripted.json))

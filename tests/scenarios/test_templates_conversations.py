@@ -64,22 +64,40 @@ def test_a_fresh_uuid_each_run_comes_back_in_the_replayed_answer(
         assert data["echo"] == {"role": "user", "content": "trace me"}
 
 
-def test_template_markers_survive_recording_and_a_missing_path_is_a_miss(
+def test_live_text_with_markers_is_stored_escaped_and_replays_exactly(
     upstream: FakeUpstream, recorder: Recorder
 ) -> None:
-    marker = "{{request:body.metadata.trace_id}}"
+    """What an upstream said is never a template (docs/scenarios.md, "Templates"): a model
+    that prints a marker is stored with `{{` written `{{{{`, and replay gives the exact
+    text back, whatever the request holds."""
+    marker = "{{request:body.metadata.trace_id}} {{{ {{x}}"
     recorder.start(Mode.RECORD)
     with test_context(TEST_ID):
         ask(upstream.url, marker)  # the fake echoes it: redaction and normalisation keep it
     (path,) = recorder.files()
-    assert content(json.loads(path.read_text())["response"]["body"]) == f"echo: {marker}"
+    stored = content(json.loads(path.read_text())["response"]["body"])
+    assert stored == "echo: {{{{request:body.metadata.trace_id}} {{{{{ {{{{x}}"
 
+    recorder.start(Mode.REPLAY)
+    upstream.stop()
+    with test_context(TEST_ID):
+        assert content(ask(upstream.url, marker)) == f"echo: {marker}"
+
+
+def test_a_template_whose_path_the_request_lacks_is_a_miss(
+    upstream: FakeUpstream, recorder: Recorder
+) -> None:
+    recorder.start(Mode.RECORD)
+    with test_context(TEST_ID):
+        ask(upstream.url, "hi")
+    (path,) = recorder.files()
+    edit(path, lambda d: d["response"]["body"].update(trace="{{request:body.metadata.trace_id}}"))
     session = recorder.start(Mode.REPLAY)
     upstream.stop()
     with test_context(TEST_ID):
         answer = httpx2.post(
             f"{upstream.url}/v1/chat/completions",
-            json={"model": "gpt-fake-1", "messages": [{"role": "user", "content": marker}]},
+            json={"model": "gpt-fake-1", "messages": [{"role": "user", "content": "hi"}]},
         )
     assert answer.status_code == 404
     (miss,) = session.take_misses(TEST_ID)

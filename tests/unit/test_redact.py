@@ -335,3 +335,120 @@ def test_redaction_without_secrets_changes_nothing_and_is_idempotent(tree: Any) 
     redactor = Redactor()
     once = redactor.value(tree)
     assert redactor.value(once) == once
+
+
+# --- more names and shapes: signatures, JWTs, lists of secrets, DSNs, OAuth codes ----------
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["signature", "X-Amz-Signature", "x_amz_signature", "jwt", "userJwt", "bearer", "secrets",
+     "client_secrets", "thoughtSignature", "db_passwords"],
+)  # fmt: skip
+def test_more_secret_key_names(key: str) -> None:
+    assert Redactor().value({key: "value-1234", "n": 1}) == {key: SECRET, "n": 1}
+
+
+def test_a_list_under_secrets_loses_every_element() -> None:
+    out = Redactor().value({"secrets": ["alpha-secret", "beta-secret"], "names": ["a", "b"]})
+    assert out == {"secrets": SECRET, "names": ["a", "b"]}
+    assert b"alpha-secret" not in orjson.dumps(out) and b"beta-secret" not in orjson.dumps(out)
+
+
+@pytest.mark.parametrize(
+    "key", ["max_tokens", "key_version", "tokens", "prompt_tokens", "signature_count", "code"]
+)
+def test_counts_versions_and_codes_stay(key: str) -> None:
+    assert Redactor().value({key: 7}) == {key: 7}
+    assert Redactor().value({key: "E42"}) == {key: "E42"}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("postgres://bob:hunter2pass@db:5432/app", f"postgres://bob:{SECRET}@db:5432/app"),
+        (
+            "connect redis://:s3cret@cache:6379 failed",
+            f"connect redis://:{SECRET}@cache:6379 failed",
+        ),
+        ("amqp+ssl://u:p%40ss@mq/vhost", f"amqp+ssl://u:{SECRET}@mq/vhost"),
+        ("see https://example.com:8080/a@b", "see https://example.com:8080/a@b"),
+        ("mailto user@example.com", "mailto user@example.com"),
+    ],
+)
+def test_dsn_passwords_anywhere_in_text(text: str, expected: str) -> None:
+    redactor = Redactor()
+    assert redactor.text(text) == expected
+    assert redactor.value({"note": text}) == {"note": expected}
+    assert redactor.text(expected) == expected  # idempotent
+
+
+def test_oauth_code_in_a_token_request_form_or_json() -> None:
+    redactor = Redactor()
+    form = {
+        "grant_type": "authorization_code",
+        "code": "SplxlOBeZQQYbYS6WxSbIA",
+        "code_verifier": "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk",
+        "redirect_uri": "https://client.example.com/cb",
+    }
+    assert redactor.value(form) == {
+        "grant_type": "authorization_code",
+        "code": SECRET,
+        "code_verifier": SECRET,
+        "redirect_uri": "https://client.example.com/cb",
+    }
+    # without a grant, `code` is an error code or a language's source, and stays
+    assert redactor.value({"error": {"code": "invalid_api_key"}}) == {
+        "error": {"code": "invalid_api_key"}
+    }
+
+
+def test_oauth_code_in_a_form_request_body_leaves_the_hash() -> None:
+    from hashreplay.core.bodies import encode_request_body
+    from hashreplay.core.normalise import normalise_request_body
+
+    redactor = Redactor()
+    bodies = []
+    for code in ("first-code-123456", "second-code-654321"):
+        raw, _ = encode_request_body(
+            f"grant_type=authorization_code&code={code}&client_id=app".encode(),
+            "application/x-www-form-urlencoded",
+        )
+        bodies.append(normalise_request_body(raw, None, None, redactor))
+    assert (
+        bodies[0]
+        == bodies[1]
+        == {
+            "grant_type": "authorization_code",
+            "code": SECRET,
+            "client_id": "app",
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://generativelanguage.googleapis.com/v1/x?key=AIza" + "b" * 80,
+        "error: invalid key=" + "A" * 300 + "== (check it)",
+        "api_key=" + "k" * 40 + "." + "t" * 200,
+        "see ?api_key=" + "x" * 50 + "%2F" + "y" * 400,
+        "token: " + "Zz9" * 100,
+        "AIza" + "c" * 120,
+    ],
+)
+def test_an_over_long_key_value_is_removed_to_its_last_character(text: str) -> None:
+    out = Redactor().text(text)
+    assert SECRET in out
+    for tail in ("b" * 10, "A" * 10, "t" * 10, "y" * 10, "Zz9" * 4, "c" * 10):
+        assert tail not in out, out
+    assert Redactor().text(out) == out
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["sort(key=len)", "max_tokens=1234567890123456789", "time: 2024-01-01T00:00:00.000Z",
+     "https://example.com/a/b/c/d/e/f/g/h", "key: short"],
+)  # fmt: skip
+def test_ordinary_assignments_in_text_stay(text: str) -> None:
+    assert Redactor().text(text) == text

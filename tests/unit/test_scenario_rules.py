@@ -172,3 +172,78 @@ def test_a_response_knows_whether_its_body_holds_markers() -> None:
     assert not plain.has_templates()
     assert plain.replace(body={"a": "{{request:url}}"}).has_templates()
     assert not plain.has_templates()
+
+
+# --- live text is never a template; templates never frame a stream ----------------------------
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from hashreplay.core.streams import render_stream  # noqa: E402
+from hashreplay.core.templates import escape, fill_stream  # noqa: E402
+
+STREAM_REQUEST = {
+    "body": {"model": "m-1", "note": "two\nlines", "cr": "a\rb", "n": 3},
+    "method": "POST",
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="{}request:body.model x\n", max_size=40))
+def test_escaped_live_text_fills_back_to_exactly_itself(text: str) -> None:
+    stored = escape({"content": text, "list": [text], "n": 1})
+    assert fill(stored, STREAM_REQUEST) == {"content": text, "list": [text], "n": 1}
+    assert escape(text).count("{{request:") == 0 or "{{{{request:" in escape(text)
+
+
+def test_escape_leaves_text_without_braces_and_keys_alone() -> None:
+    value = {"{{key}}": "plain", "n": None}
+    assert escape(value) == value
+    assert escape("a {{request:body.model}}") == "a {{{{request:body.model}}"
+
+
+def test_a_template_in_sse_json_data_is_json_escaped() -> None:
+    events = [{"data": {"text": "{{request:body.note}}"}}, {"data": "[DONE]"}]
+    filled = fill_stream("sse", events, STREAM_REQUEST)
+    assert filled[0]["data"] == {"text": "two\nlines"}
+    rendered = render_stream(StreamFormat.SSE, filled)
+    assert rendered[0] == b'data: {"text":"two\\nlines"}\n\n'
+
+
+def test_a_line_break_in_sse_data_text_stays_one_event() -> None:
+    (filled,) = fill_stream("sse", [{"data": "say {{request:body.note}}"}], STREAM_REQUEST)
+    (rendered,) = render_stream(StreamFormat.SSE, [filled])
+    assert rendered == b"data: say two\ndata: lines\n\n"  # SSE's own multi-line data
+
+
+@pytest.mark.parametrize(
+    ("fmt", "items", "where", "template"),
+    [
+        ("sse", [{"data": "ok"}, {"event": "{{request:body.note}}", "data": {}}],
+         "stream event 1, field 'event'", "{{request:body.note}}"),
+        ("sse", [{"id": "x-{{request:body.note}}", "data": "d"}], "stream event 0, field 'id'",
+         "{{request:body.note}}"),
+        ("sse", [{"comments": ["c {{request:body.note}}"], "data": "d"}],
+         "stream event 0, field 'comments'", "{{request:body.note}}"),
+        ("sse", [{"data": "x {{request:body.cr}}"}], "stream event 0, field 'data'",
+         "{{request:body.cr}}"),
+        ("ndjson", [{"done": False}, "text {{request:body.note}}"], "stream event 1 (a line)",
+         "{{request:body.note}}"),
+    ],
+)  # fmt: skip
+def test_a_template_cannot_put_framing_into_a_stream(
+    fmt: str, items: list[object], where: str, template: str
+) -> None:
+    with pytest.raises(TemplateError) as caught:
+        fill_stream(fmt, items, STREAM_REQUEST)
+    assert f"template {template} in {where} is refused" in str(caught.value)
+    assert "would break the stream's framing" in str(caught.value)
+    assert caught.value.syntax is False  # a failure of this test, not an unreadable file
+
+
+def test_ndjson_json_lines_and_raw_chunks_fill_as_before() -> None:
+    assert fill_stream("ndjson", [{"t": "{{request:body.note}}"}], STREAM_REQUEST) == [
+        {"t": "two\nlines"}
+    ]
+    assert fill_stream("chunks", ["{{request:body.model}}"], STREAM_REQUEST) == ["m-1"]

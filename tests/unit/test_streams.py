@@ -289,3 +289,53 @@ def test_binary_event_streams_are_raw_chunks_however_they_arrived() -> None:
     assert stream_format_for(media, chunked=True) is StreamFormat.CHUNKS
     frame = b"\x00\x00\x00\x10\x00\x00\x00\x00\xff\xfe\x80\x81\x01\x02\x03\x04"
     assert render_stream(StreamFormat.CHUNKS, parse_stream(StreamFormat.CHUNKS, [frame])) == [frame]
+
+
+# --- secrets split between pieces --------------------------------------------------------------
+
+from hashreplay.core.constants import SECRET_PLACEHOLDER  # noqa: E402
+from hashreplay.core.redact import Redactor  # noqa: E402
+from hashreplay.core.secret_values import SecretValues  # noqa: E402
+from hashreplay.core.streams import redact_across  # noqa: E402
+
+KEY = "sk-proj-" + "Ab1" * 8
+
+
+def _deltas(*texts: str) -> list[Any]:
+    return [{"data": {"choices": [{"delta": {"content": t}}]}} for t in texts]
+
+
+def _texts(events: list[Any]) -> list[str]:
+    return [e["data"]["choices"][0]["delta"]["content"] for e in events]
+
+
+@pytest.mark.parametrize("cut", [1, 5, 10, 20, len(KEY) - 1])
+def test_a_shaped_key_split_between_sse_events_is_cut_from_each(cut: int) -> None:
+    events = _deltas("key: " + KEY[:cut], KEY[cut:] + " ok", "more")
+    out = redact_across(StreamFormat.SSE, events, Redactor().spans, SECRET_PLACEHOLDER)
+    assert _texts(out) == ["key: " + SECRET_PLACEHOLDER, " ok", "more"]
+    assert _texts(events)[0] == "key: " + KEY[:cut]  # the input is not modified
+
+
+def test_a_value_split_over_three_raw_chunks_leaves_empty_pieces_in_place() -> None:
+    secrets = SecretValues(["acme-7f3k9q2w8e4r"])
+    chunks = ["a acme-7f", "3k9q", "2w8e4r b", {"base64": "AA=="}, "c"]
+    out = redact_across(StreamFormat.CHUNKS, chunks, secrets.spans, SECRET_PLACEHOLDER)
+    assert out == ["a " + SECRET_PLACEHOLDER, "", " b", {"base64": "AA=="}, "c"]
+
+
+def test_binary_chunks_end_a_run_and_other_fields_are_separate_runs() -> None:
+    secrets = SecretValues(["acme-7f3k9q2w8e4r"])
+    chunks = ["acme-7f3k", {"base64": "AA=="}, "9q2w8e4r"]
+    assert redact_across(StreamFormat.CHUNKS, chunks, secrets.spans, SECRET_PLACEHOLDER) == chunks
+    events = [{"data": {"a": "acme-7f3k", "b": "x"}}, {"data": {"a": "y", "b": "9q2w8e4r"}}]
+    out = redact_across(StreamFormat.SSE, events, secrets.spans, SECRET_PLACEHOLDER)
+    assert out == events  # `a` then `b` is not one text
+
+
+def test_ndjson_lines_and_whole_secrets_inside_one_piece() -> None:
+    lines = [{"message": {"content": "x " + KEY[:9]}}, {"message": {"content": KEY[9:]}}]
+    out = redact_across(StreamFormat.NDJSON, lines, Redactor().spans, SECRET_PLACEHOLDER)
+    assert [line["message"]["content"] for line in out] == ["x " + SECRET_PLACEHOLDER, ""]
+    single = _deltas("nothing here", "at all")
+    assert redact_across(StreamFormat.SSE, single, Redactor().spans, SECRET_PLACEHOLDER) is single

@@ -34,6 +34,11 @@ SECRET_KEYS: frozenset[str] = frozenset(
         "client_secret",
         "password",
         "session_key",
+        "secrets",
+        "signature",
+        "x_amz_signature",
+        "jwt",
+        "bearer",
     }
 )
 
@@ -46,11 +51,18 @@ SECRET_QUERY_KEYS: frozenset[str] = SECRET_KEYS | frozenset(
 #: and Ollama log-probabilities are `{"token": " Hello", "logprob": -0.1}`.
 NOT_SECRET_BESIDE: Mapping[str, frozenset[str]] = {"token": frozenset({"logprob", "logprobs"})}
 
+#: Keys that are secrets only inside an OAuth token request (a mapping, or a form body, that
+#: has a `grant_type`): the authorization `code` a client trades for a token, its PKCE
+#: verifier, a device code, a JWT assertion. Elsewhere `code` is an error code.
+SECRET_BESIDE_GRANT: frozenset[str] = frozenset(
+    {"code", "code_verifier", "device_code", "assertion", "client_assertion"}
+)
+
 #: Value shapes that are secrets wherever they appear (in text, URLs, exception messages).
 SECRET_SHAPES: tuple[str, ...] = (
     r"\b[Bb]earer\s+[A-Za-z0-9._~+/=\-]{8,}",
     r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_\-]{16,}",
-    r"\bAIza[0-9A-Za-z_\-]{35}",
+    r"\bAIza[0-9A-Za-z_\-]{35,}",
     r"\b(?:gsk|xai|pplx|ghp|gho|ghs|ghu|github_pat|glpat|nvapi|r8)_[A-Za-z0-9_\-]{16,}",
     r"\bhf_[A-Za-z0-9]{30,}",
     r"\bxox[abprs]-[A-Za-z0-9\-]{10,}",
@@ -68,10 +80,32 @@ def _shapes() -> re.Pattern[str]:
 
 @functools.cache
 def _query_in_text() -> re.Pattern[str]:
+    # the value runs to the parameter's end, even past a placeholder an earlier pass left
+    # in its first characters: a tail of a key is still a key
     return re.compile(
-        r"([?&])([A-Za-z0-9_\-]+)=(" + re.escape(SECRET_PLACEHOLDER) + r"|[^&#\s\"'<>]+)"
+        r"([?&])([A-Za-z0-9_\-]+)=((?:" + re.escape(SECRET_PLACEHOLDER) + r")?[^&#\s\"'<>]*)"
     )
 
+
+@functools.cache
+def _assignment_in_text() -> re.Pattern[str]:
+    """`api_key=…`, `key: …` in free text (a log line, an error message): a name, `=` or
+    `:`, and a token-like value of 16 or more characters, taken whole."""
+    return re.compile(
+        r"(?<![A-Za-z0-9_\-])([A-Za-z][A-Za-z0-9_\-]*)(\s*[=:]\s*)"
+        r"((?:" + re.escape(SECRET_PLACEHOLDER) + r")?[A-Za-z0-9._~+/%\-]{16,}=*)"
+    )
+
+
+@functools.cache
+def _dsn_password() -> re.Pattern[str]:
+    """The password of `scheme://user:password@host` anywhere in text (database DSNs,
+    broker URLs, `redis://:password@host`)."""
+    return re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@?#\[\]]*:)([^\s@/?#]+)@")
+
+
+#: The placeholder as text and as `Redactor.url` writes it into userinfo.
+_PLACEHOLDER_FORMS = frozenset({SECRET_PLACEHOLDER, quote(SECRET_PLACEHOLDER, safe="")})
 
 #: Strings at least this long have their redaction memoised.
 _MEMO_MIN = 8
@@ -94,10 +128,14 @@ def _words() -> re.Pattern[str]:
 
 
 #: A key whose last word is one of these is a secret whatever comes before it
-#: (`db_password`, `passwd`, `clientSecret`, `aws_credentials`).
+#: (`db_password`, `passwd`, `clientSecret`, `aws_credentials`, `x-amz-signature`,
+#: `userJwt`, `client_secrets`).
 SECRET_LAST_WORDS: frozenset[str] = frozenset(
-    {"password", "passwd", "passphrase", "pwd", "secret", "credential", "credentials", "apikey"}
-)
+    {
+        "password", "passwords", "passwd", "passphrase", "pwd", "secret", "secrets",
+        "credential", "credentials", "apikey", "signature", "jwt", "bearer",
+    }
+)  # fmt: skip
 #: `…_token` is a secret (`auth_token`, `apiToken`, `session_token`, `x-amz-security-token`)
 #: unless the word before names a tokenizer's or a paginator's token, which is ordinary data.
 NOT_SECRET_TOKENS: frozenset[str] = frozenset(
@@ -180,7 +218,7 @@ class Redactor:
         if secret is None:
             secret = self.is_secret_key(key)
         if not secret:
-            return False
+            return key in SECRET_BESIDE_GRANT and "grant_type" in siblings
         beside = NOT_SECRET_BESIDE.get(_fold(key))
         return beside is None or not (beside & siblings.keys())
 
@@ -192,17 +230,51 @@ class Redactor:
         return self._scan(text)
 
     def _scan(self, text: str) -> str:
-        shapes = _shapes()
-        if shapes.search(text) is not None:
-            text = shapes.sub(SECRET_PLACEHOLDER, text)
-        if "=" in text and ("?" in text or "&" in text):
-            text = _query_in_text().sub(self._query_match, text)
-        return text
+        return self._apply(text, self.spans(text))
 
-    def _query_match(self, match: re.Match[str]) -> str:
-        if _fold(match.group(2)) in self.query_keys and match.group(3) != SECRET_PLACEHOLDER:
-            return f"{match.group(1)}{match.group(2)}={SECRET_PLACEHOLDER}"
-        return match.group(0)
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Where secrets are in `text`: (start, end) pairs, sorted, not overlapping. What
+        `text` replaces, and what a stream's pieces are scanned with as one text, so a key
+        split between two events is still found (`core.streams.redact_across`)."""
+        found: list[tuple[int, int]] = []
+        for match in _shapes().finditer(text):
+            found.append(match.span())
+        if "=" in text and ("?" in text or "&" in text):
+            for match in _query_in_text().finditer(text):
+                if self._hidden_value(match.group(2), match.group(3)):
+                    found.append(match.span(3))
+        if "=" in text or ":" in text:
+            for match in _assignment_in_text().finditer(text):
+                if self._hidden_value(match.group(1), match.group(3), free=True):
+                    found.append(match.span(3))
+        if "://" in text:
+            for match in _dsn_password().finditer(text):
+                if match.group(2) not in _PLACEHOLDER_FORMS:
+                    found.append(match.span(2))
+        return merge_spans(found)
+
+    def _hidden_value(self, name: str, value: str, *, free: bool = False) -> bool:
+        """Whether the value of parameter `name` is removed (not when it is empty or the
+        placeholder already). In free text `code=`, `sig=` are too common to be secrets."""
+        if not value or value == SECRET_PLACEHOLDER:
+            return False
+        folded = _fold(name)
+        if free:
+            return folded in self.keys or folded == "key" or is_compound_secret(name)
+        return folded in self.query_keys
+
+    @staticmethod
+    def _apply(text: str, spans: list[tuple[int, int]]) -> str:
+        if not spans:
+            return text
+        out: list[str] = []
+        at = 0
+        for start, end in spans:
+            out.append(text[at:start])
+            out.append(SECRET_PLACEHOLDER)
+            at = end
+        out.append(text[at:])
+        return "".join(out)
 
     def value(self, value: Any) -> Any:
         """A copy of a JSON-like value with secrets removed, by key and by shape."""
@@ -285,3 +357,18 @@ class Redactor:
 
     def is_query_secret(self, key: str) -> bool:
         return _fold(key) in self.query_keys
+
+
+def merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted spans with overlapping or touching ones joined."""
+    if len(spans) < 2:
+        return spans
+    spans.sort()
+    merged = [spans[0]]
+    for start, end in spans[1:]:
+        last_start, last_end = merged[-1]
+        if start <= last_end:
+            merged[-1] = (last_start, max(last_end, end))
+        else:
+            merged.append((start, end))
+    return merged

@@ -5,6 +5,7 @@ record or live mode, where a real key must be the user's own."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 #: The value every placeholder key has: obviously not a key, in any log or error.
 PLACEHOLDER = "hashreplay-replay-placeholder"
@@ -50,3 +51,45 @@ def replay_env_values(setting: bool | Mapping[str, str]) -> dict[str, str]:
 def missing(values: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
     """The placeholders to set: only variables the environment does not have."""
     return {name: value for name, value in values.items() if not env.get(name)}
+
+
+#: Words of a variable name that say its value is a credential (not a region or a URL).
+_CREDENTIAL_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+#: Placeholders shorter than this are not looked for in requests (they would match by chance).
+_MIN_PLACEHOLDER = 8
+
+
+def placeholder_keys(setting: bool | Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """The placeholder values that stand for credentials, each with the variables that get
+    it in replay mode (`AWS_DEFAULT_REGION`'s `us-east-1` is not one)."""
+    found: dict[str, list[str]] = {}
+    for name, value in replay_env_values(setting).items():
+        if len(value) >= _MIN_PLACEHOLDER and any(w in name.upper() for w in _CREDENTIAL_WORDS):
+            found.setdefault(value, []).append(name)
+    return {value: tuple(names) for value, names in found.items()}
+
+
+def placeholder_refusal(value: str, names: tuple[str, ...], url: str, mode: str) -> str:
+    """Why a request that carries a replay placeholder as its credential is not sent to
+    `url` (docs/design.md §7, "Keyless replay's placeholder"): a client made while replaying (a
+    session-scoped fixture) keeps the placeholder into a test that records or runs live,
+    and the upstream would answer 401 (or a recording would hold that answer)."""
+    host = urlsplit(url).hostname or url
+    labels = host.lower().split(".")
+    own = [n for n in names if _provider_of(n.split("_", 1)[0].lower(), labels)]
+    variables = own or list(names)
+    shown = ", ".join(variables[:6]) + (", …" if len(variables) > 6 else "")
+    which = variables[0] if len(variables) == 1 else f"the provider's key variable ({shown})"
+    return (
+        f"this request carries the replay placeholder {value!r} as its credential and was "
+        f"not sent to {host} ({mode} mode). A client created while replaying (a "
+        "session-scoped fixture, a module-level client) keeps the placeholder key that "
+        f"keyless replay set. Set {which} to a real key before pytest starts, or create the "
+        "client inside the test, then run the test again"
+    )
+
+
+def _provider_of(word: str, labels: list[str]) -> bool:
+    """Whether a variable's first word names the host (`anthropic` in `api.anthropic.com`,
+    `google` in `googleapis`; a two-letter word only as a whole label)."""
+    return any(word == label or (len(word) > 2 and word in label) for label in labels)

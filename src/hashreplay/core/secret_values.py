@@ -28,7 +28,7 @@ from hashreplay.core.recording import (
     recording_from_json,
     request_from_json,
 )
-from hashreplay.core.redact import Redactor
+from hashreplay.core.redact import Redactor, merge_spans
 
 __all__ = [
     "MIN_SECRET_LENGTH",
@@ -80,6 +80,17 @@ class SecretValues:
             if value in text:
                 text = text.replace(value, SECRET_PLACEHOLDER)
         return text
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Where the values occur in `text` (sorted, joined where they overlap): what a
+        stream's joined pieces are scanned with (`core.streams.redact_across`)."""
+        found: list[tuple[int, int]] = []
+        for value in self.values:
+            at = text.find(value)
+            while at >= 0:
+                found.append((at, at + len(value)))
+                at = text.find(value, at + len(value))
+        return merge_spans(found)
 
     def optional_text(self, text: str | None) -> str | None:
         return None if text is None else self.text(text)

@@ -100,9 +100,18 @@ def fill(value: Any, request: Mapping[str, Any]) -> Any:
     return value
 
 
-def fill_text(text: str, request: Mapping[str, Any]) -> Any:
+def fill_text(text: str, request: Mapping[str, Any], *, framing: str = "", where: str = "") -> Any:
+    """`text` with its markers filled. With `framing` (the characters a stream's format
+    uses to frame it: CR, LF), a value that holds one of them is refused, naming the
+    template and `where` it is."""
+    if "{{" not in text:
+        return text
     if text.startswith(TEMPLATE_OPEN) and text.endswith("}}") and text.count("{{") == 1:
-        return resolve(text[len(TEMPLATE_OPEN) : -2], request)  # keeps its JSON type
+        path = text[len(TEMPLATE_OPEN) : -2]
+        value = resolve(path, request)  # keeps its JSON type
+        if framing and isinstance(value, str):
+            _check_framing(path, value, framing, where)
+        return value
     out: list[str] = []
     at = 0
     while True:
@@ -119,9 +128,96 @@ def fill_text(text: str, request: Mapping[str, Any]) -> Any:
             if end < 0:
                 msg = f"template {text[start : start + 60]!r} is not closed with }}}}; {PATH_FORMS}"
                 raise TemplateError(msg, syntax=True)
-            value = resolve(text[start + len(TEMPLATE_OPEN) : end], request)
-            out.append(value if isinstance(value, str) else orjson.dumps(value).decode())
+            path = text[start + len(TEMPLATE_OPEN) : end]
+            value = resolve(path, request)
+            filled = value if isinstance(value, str) else orjson.dumps(value).decode()
+            if framing:
+                _check_framing(path, filled, framing, where)
+            out.append(filled)
             at = end + 2
         else:
             out.append("{{")
             at = start + 2
+
+
+# --- live text is never a template ----------------------------------------------------------
+
+
+def escape(value: Any) -> Any:
+    """`value` with every `{{` in its strings written `{{{{`, so text that came from a live
+    upstream (a model asked to print `{{request:body.model}}`) is never a template on replay;
+    `fill` turns each `{{{{` back into `{{`, giving the exact original text (docs/scenarios.md,
+    "Templates"). Dict keys are never templates and are left as they are."""
+    if isinstance(value, str):
+        return value.replace("{{", "{{{{") if "{{" in value else value
+    if isinstance(value, dict):
+        return {k: escape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [escape(v) for v in value]
+    return value
+
+
+# --- templates inside streams ----------------------------------------------------------------
+
+#: What frames an SSE or NDJSON stream: a line break ends a field, a blank line an event.
+LINE_BREAKS = "\r\n"
+#: SSE `data` text is written one `data:` line per line of the value, which the client joins
+#: with LF again: only CR (which the client also reads as a line end) cannot go there.
+CARRIAGE_RETURN = "\r"
+_SSE_LINES = ("event", "id", "retry")
+
+
+def _check_framing(path: str, value: str, framing: str, where: str) -> None:
+    found = [repr(c) for c in framing if c in value]
+    if found:
+        msg = (
+            f"template {{{{request:{path}}}}} in {where} is refused: its value holds "
+            f"{' and '.join(found)}, which would break the stream's framing (a new field, line "
+            "or event the upstream never sent). In a stream a template can fill JSON data (its "
+            "strings are JSON-escaped) and the text of an SSE `data` field (CR excepted); move "
+            "the template into the event's JSON data, or match a request whose value has no "
+            "line break"
+        )
+        raise TemplateError(msg, syntax=False)
+
+
+def fill_stream(fmt: str | None, items: Any, request: Mapping[str, Any]) -> Any:
+    """A recorded stream (`fmt` its format: `sse`, `ndjson`, `chunks`, `values`) with its
+    markers filled, where no value can add framing: values inside JSON data are encoded by
+    JSON; a value that would put a line break into a text line of the stream is a
+    TemplateError naming the template and the field."""
+    if fmt not in ("sse", "ndjson") or not isinstance(items, list):
+        return fill(items, request)
+    out: list[Any] = []
+    for index, item in enumerate(items):
+        where = f"stream event {index}"
+        if fmt == "ndjson" and isinstance(item, str):
+            out.append(fill_text(item, request, framing=LINE_BREAKS, where=f"{where} (a line)"))
+        elif fmt == "sse" and isinstance(item, dict):
+            out.append(_fill_event(item, request, where))
+        else:
+            out.append(fill(item, request))
+    return out
+
+
+def _fill_event(event: dict[str, Any], request: Mapping[str, Any], where: str) -> dict[str, Any]:
+    filled: dict[str, Any] = {}
+    for key, value in event.items():
+        at = f"{where}, field {key!r}"
+        if key == "data" and isinstance(value, str):
+            filled[key] = fill_text(value, request, framing=CARRIAGE_RETURN, where=at)
+        elif key in _SSE_LINES and isinstance(value, str):
+            filled[key] = fill_text(value, request, framing=LINE_BREAKS, where=at)
+        elif key in ("comments", "fields"):
+            filled[key] = _fill_lines(value, request, at)
+        else:
+            filled[key] = fill(value, request)
+    return filled
+
+
+def _fill_lines(value: Any, request: Mapping[str, Any], where: str) -> Any:
+    if isinstance(value, str):
+        return fill_text(value, request, framing=LINE_BREAKS, where=where)
+    if isinstance(value, list):
+        return [_fill_lines(v, request, where) for v in value]
+    return value

@@ -62,6 +62,9 @@ class Prepared(NamedTuple):
     #: the credential values the live request carried: scrubbed from everything it writes
     #: or prints (docs/design.md §7)
     secrets: SecretValues = NO_SECRETS
+    #: the test id as hashed, written and printed: `test_id` with its secrets removed
+    #: (`Keyer.test_id`); `test_id` itself stays the key of the test's state
+    shown_test_id: str | None = None
 
 
 class Keyer:
@@ -156,6 +159,16 @@ class Keyer:
         received earlier mapped to their stable form."""
         return normalise_request_body(raw, self.rules, id_map, self.redactor)
 
+    def test_id(self, test_id: str | None, secrets: SecretValues = NO_SECRETS) -> str | None:
+        """A test id as it is hashed and written (docs/design.md §7, "Test ids"): the
+        request's own credential values and every secret shape removed
+        (`test_x[sk-…]` → `test_x[[secret removed]]`). The file name is the hash of this
+        id, so `hashreplay verify` recomputes it from the file, and replay, which removes
+        the same things from the same id, finds what record wrote."""
+        if test_id is None:
+            return None
+        return self.redactor.text(secrets.text(test_id))
+
     def key_of(self, request: RecordedRequest, test_id: str | None) -> tuple[str, bool]:
         """The hash that names the file of `request` made by `test_id`, and whether it is a
         shared model list."""
@@ -186,7 +199,7 @@ def check_name(path: Path, recording: Recording, prep: Prepared) -> None:
     stored = recording.request
     if (
         recording.key_version == KEY_VERSION
-        and recording.test_id == prep.test_id
+        and recording.test_id == prep.shown_test_id
         and stored.body == prep.request.body
         and stored.endpoint == prep.request.endpoint
         and stored.method == prep.request.method
@@ -198,8 +211,8 @@ def check_name(path: Path, recording: Recording, prep: Prepared) -> None:
             f"it was named by key_version {recording.key_version}, this hashreplay uses "
             f"{KEY_VERSION}; run `hashreplay rehash` to re-key the store"
         )
-    elif recording.test_id != prep.test_id:
-        problem = f"it stores test id {recording.test_id!r}, not {prep.test_id!r}"
+    elif recording.test_id != prep.shown_test_id:
+        problem = f"it stores test id {recording.test_id!r}, not {prep.shown_test_id!r}"
     else:
         from hashreplay.core.diff import request_difference  # only a mismatch needs it
 

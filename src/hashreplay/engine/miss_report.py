@@ -57,7 +57,7 @@ def _candidates(store: Store, prep: Prepared) -> tuple[list[_Candidate], int]:
                 recording = store.read(path)
             except (RecordingError, OSError):
                 continue
-            same_test = recording.test_id == prep.test_id
+            same_test = recording.test_id == prep.shown_test_id
             own += same_test
             req = recording.request
             same_endpoint = (
@@ -95,7 +95,7 @@ def miss_report(
     """The text that fails the test: what was asked, where we looked, what is nearest, and
     the command that records it."""
     req = prep.request
-    test = prep.test_id or "(no test: a request outside any test)"
+    test = prep.shown_test_id or "(no test: a request outside any test)"
     lines = [
         f"hashreplay: no recording for {req.method} {req.url} ({prep.mode.value} mode)",
         f"  test:      {test}",
@@ -115,7 +115,8 @@ def miss_report(
     else:
         lines.extend(_nearest_lines(store, root, prep))
     if prep.test_id:
-        lines.append(f"  to record it: {RECORD_COMMAND.format(nodeid=record_target(prep.test_id))}")
+        target = record_target(prep.test_id, prep.shown_test_id)
+        lines.append(f"  to record it: {RECORD_COMMAND.format(nodeid=target)}")
     else:
         lines.append("  to record it: run the same code with INFERENCE_MODE=record-if-missing")
     return "\n".join(lines)
@@ -150,10 +151,16 @@ def _nearest_lines(store: Store, root: Path, prep: Prepared) -> list[str]:
     return lines
 
 
-def record_target(test_id: str) -> str:
+def record_target(test_id: str, shown: str | None = None) -> str:
     """What to give pytest to re-run a test id: the node id itself, or, for a wide-scoped
     fixture's id (`tests/conftest.py::[fixture]client`), the directory or module that holds
-    the tests using it."""
+    the tests using it. A node id whose parameters held a secret (`shown` differs) is never
+    printed: the test function without its parameters is, which runs every case."""
+    if shown is not None and shown != test_id:
+        test_id = shown
+        if FIXTURE_MARK not in shown:
+            head, sep, name = shown.rpartition("::")
+            return f"{head}{sep}{name.split('[', 1)[0]}"
     if FIXTURE_MARK not in test_id:
         return test_id
     where = test_id.split("::", 1)[0]

@@ -42,7 +42,7 @@ def content_of(
     """The bytes of the file holding `responses` for `prep`'s request (`facts`: the id
     registry's facts, a copy), or with `later` when no body can be too large, the stage
     that makes them. A body over `max_body_bytes` raises BodyTooLarge here."""
-    stage = functools.partial(_file_bytes, store, prep, prep.test_id, responses, facts)
+    stage = functools.partial(_file_bytes, store, prep, prep.shown_test_id, responses, facts)
     return _now_or_later(stage, store, prep, responses, later=later)
 
 

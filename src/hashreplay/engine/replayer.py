@@ -134,7 +134,7 @@ class Replayer:
         """Note a failure of this test that is not a missing recording (a scenario that
         cannot be replayed); the test fails with `problem`."""
         miss = ReplayMiss(
-            self.redactor.text(f"hashreplay: {prep.test_id}: {problem}"),
+            self.redactor.text(f"hashreplay: {prep.shown_test_id}: {problem}"),
             test_id=prep.test_id,
             request_hash=prep.hash,
         )

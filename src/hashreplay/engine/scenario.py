@@ -20,7 +20,7 @@ from hashreplay.core.constants import FAULT_HEADER
 from hashreplay.core.errors import RecordingError, error_body
 from hashreplay.core.recording import RecordedResponse
 from hashreplay.core.scenarios import Pace
-from hashreplay.core.templates import TemplateError, fill
+from hashreplay.core.templates import TemplateError, fill, fill_stream
 from hashreplay.engine.faults import ActiveFault, FaultSpec
 from hashreplay.engine.hangs import Hang
 from hashreplay.engine.http import BreakKind, IncomingRequest, ReplayPlan
@@ -112,7 +112,11 @@ def templated(
     if not response.has_templates():
         return response
     try:
-        body = fill(response.body, layout())
+        if response.is_streaming:
+            fmt = None if response.stream_format is None else response.stream_format.value
+            body = fill_stream(fmt, response.body, layout())
+        else:
+            body = fill(response.body, layout())
     except TemplateError as exc:
         if exc.syntax:
             raise RecordingError(path, str(exc)) from None

@@ -20,8 +20,14 @@ from hashreplay.core.errors import ConfigError, RecordingError, ReplayFailure, R
 from hashreplay.core.mode import Mode
 from hashreplay.core.normalise import KEPT_RESPONSE_HEADERS
 from hashreplay.core.recording import RecordedRequest
+from hashreplay.core.replay_env import placeholder_keys, placeholder_refusal
 from hashreplay.core.scenarios import Pace, Unconsumed
-from hashreplay.core.secret_values import NO_SECRETS, SecretValues, SeenSecrets
+from hashreplay.core.secret_values import (
+    NO_SECRETS,
+    SecretValues,
+    SeenSecrets,
+    request_secrets,
+)
 from hashreplay.core.store import Store
 from hashreplay.core.writer import BackgroundWriter
 from hashreplay.engine.connections import Connections
@@ -78,6 +84,8 @@ class Session:
         #: connections that no adapter handled (the network guard reports them here)
         self.connections = Connections(config, self.tests)
         self._passthrough = tuple(config.passthrough)
+        #: keyless replay's placeholder keys: never sent to a live upstream
+        self._placeholders = placeholder_keys(config.replay_env)
 
     @property
     def recorder(self) -> Recorder:
@@ -172,6 +180,8 @@ class Session:
             test_id = current_test_id()
         gate = self._gate(request.url, test_id)
         if gate is not None:
+            if type(gate) is Live and self._placeholders and self._carries_placeholder(request):
+                return self._refuse_placeholder(self.prepare(request, test_id), request.url) or gate
             return gate
         prep = self.prepare(request, test_id)
         with self.tests.lock:
@@ -217,8 +227,9 @@ class Session:
             path = self.store.path_for(prep.test_id, prep.hash)
             hang = self.hangs.hang(prep.test_id) if fault.hang else None
             return Replay(prep, fault_response(fault), path, Scenario(fault=fault, hang=hang))
+        url = request.url if request is not None else prep.request.url
         if not prep.mode.may_replay and fault is None:
-            return Record(prep)
+            return self._refuse_placeholder(prep, url) or Record(prep)
         try:
             found = self.replayer.recorded(prep) if prep.mode.may_replay else None
         except RecordingError as unusable:
@@ -232,8 +243,27 @@ class Session:
             )
             return Miss(prep, self.replayer.failure(prep, why))
         if prep.mode.may_record:
-            return Record(prep)
+            return self._refuse_placeholder(prep, url) or Record(prep)
         return Miss(prep, self.miss(prep))
+
+    def _carries_placeholder(self, request: IncomingRequest) -> bool:
+        """Whether a request not otherwise keyed carries a placeholder as a credential
+        (only then is it keyed, to fail its test with a report)."""
+        secret_headers, _ = self.redactor.split_headers(request.headers)
+        found = request_secrets(self.redactor, request.url, secret_headers)
+        return any(value in self._placeholders for value in found.values)
+
+    def _refuse_placeholder(self, prep: Prepared, url: str) -> Miss | None:
+        """A request about to go to the network with keyless replay's placeholder as its
+        credential fails its test instead (docs/design.md §7, "Keyless replay's placeholder")."""
+        if not prep.secrets or not self._placeholders:
+            return None
+        for value in prep.secrets.values:
+            names = self._placeholders.get(value)
+            if names is not None:
+                why = placeholder_refusal(value, names, url, prep.mode.value)
+                return Miss(prep, self.replayer.failure(prep, why))
+        return None
 
     def is_passthrough(self, url: str) -> bool:
         """Whether `url` is under a `passthrough` prefix. A prefix ends at a boundary:
@@ -277,8 +307,10 @@ class Session:
         self, request: RecordedRequest, test_id: str | None, secrets: SecretValues = NO_SECRETS
     ) -> Prepared:
         # a key that appears in the test id (a parametrised test) leaves its hash too
-        hash_hex, shared = self.keyer.key_of(request, secrets.optional_text(test_id))
-        return Prepared(test_id, self.mode_for(test_id), hash_hex, shared, request, secrets)
+        shown = self.keyer.test_id(test_id, secrets)
+        hash_hex, shared = self.keyer.key_of(request, shown)
+        mode = self.mode_for(test_id)
+        return Prepared(test_id, mode, hash_hex, shared, request, secrets, shown)
 
     def key_of(self, request: RecordedRequest, test_id: str | None) -> tuple[str, bool]:
         return self.keyer.key_of(request, test_id)

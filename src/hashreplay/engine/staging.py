@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hashreplay.core.bodies import BodyEncoding, encode_body
+from hashreplay.core.constants import SECRET_PLACEHOLDER
 from hashreplay.core.mode import Mode
 from hashreplay.core.normalise import filter_headers
 from hashreplay.core.normalise_response import normalise_response
@@ -26,8 +27,10 @@ from hashreplay.core.recording import (
     RecordedResponse,
     Timing,
 )
-from hashreplay.core.redact import Redactor
-from hashreplay.core.streams import parse_stream, stream_format_for
+from hashreplay.core.redact import Redactor, merge_spans
+from hashreplay.core.secret_values import NO_SECRETS, SecretValues
+from hashreplay.core.streams import parse_stream, redact_across, stream_format_for
+from hashreplay.core.templates import escape
 from hashreplay.core.writer import Content
 from hashreplay.engine.http import LiveExchange, header_value
 from hashreplay.engine.keying import Prepared
@@ -42,13 +45,24 @@ Outcome = LiveExchange | RecordedResponse
 
 
 def stored_response(
-    outcome: Outcome, redactor: Redactor, kept_headers: frozenset[str], *, timed: bool = False
+    outcome: Outcome,
+    redactor: Redactor,
+    kept_headers: frozenset[str],
+    *,
+    timed: bool = False,
+    secrets: SecretValues = NO_SECRETS,
 ) -> RecordedResponse:
     """An outcome as it will be stored: redacted, headers reduced, streams parsed; with its
-    end state, and (`timed`) the offsets of its head and chunks."""
+    end state, and (`timed`) the offsets of its head and chunks. A secret split between a
+    stream's events or chunks is removed too (by shape, or as one of `secrets`, the
+    request's own credential values)."""
     if isinstance(outcome, RecordedResponse):
-        return _redacted(outcome, redactor, kept_headers)
-    response = _from_exchange(outcome, redactor, kept_headers)
+        return _stored_text(
+            _across_pieces(_redacted(outcome, redactor, kept_headers), redactor, secrets)
+        )
+    response = _stored_text(
+        _across_pieces(_from_exchange(outcome, redactor, kept_headers), redactor, secrets)
+    )
     update: dict[str, Any] = {}
     if outcome.exception is not None or outcome.abandoned:
         state = EndState.ERROR if outcome.exception is not None else EndState.ABANDONED
@@ -56,6 +70,32 @@ def stored_response(
     if timed:
         update["timing"] = timing_of(outcome)
     return response.replace(**update) if update else response
+
+
+def _stored_text(response: RecordedResponse) -> RecordedResponse:
+    """The response with `{{` in its text escaped: what an upstream said is never a
+    `{{request:…}}` template on replay, which gives the exact text back
+    (`core.templates.escape`, docs/scenarios.md)."""
+    if not response.has_templates():
+        return response
+    return response.replace(body=escape(response.body))
+
+
+def _across_pieces(
+    response: RecordedResponse, redactor: Redactor, secrets: SecretValues
+) -> RecordedResponse:
+    """The response with secrets split between its stream's pieces removed
+    (`core.streams.redact_across`: pieces keep their count)."""
+    body = response.body
+    if not response.is_streaming or not isinstance(body, list) or len(body) < 2:
+        return response
+
+    def spans(text: str) -> list[tuple[int, int]]:
+        found = redactor.spans(text)
+        return merge_spans([*found, *secrets.spans(text)]) if secrets else found
+
+    scrubbed = redact_across(response.stream_format, body, spans, SECRET_PLACEHOLDER)
+    return response if scrubbed is body else response.replace(body=scrubbed)
 
 
 def _chunk_count(response: RecordedResponse) -> int:
@@ -153,7 +193,9 @@ class Recorder:
             state = tests.state(prep.test_id)
             timed = state.options.timing
         timed = self.record_timing if timed is None else timed
-        response = stored_response(outcome, self.redactor, self.kept_headers, timed=timed)
+        response = stored_response(
+            outcome, self.redactor, self.kept_headers, timed=timed, secrets=prep.secrets
+        )
         if prep.shared:
             return self._stage_model_list(prep, response, later=later)
         with tests.lock:

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hashreplay.core.constants import STATE_DIRNAME
 from hashreplay.core.mode import Mode
+from hashreplay.core.secret_values import SecretValues
 from hashreplay.core.store import write_bytes_atomic
 
 USAGE_VERSION = 1
@@ -56,3 +59,27 @@ def ensure_state_dir(root: Path) -> Path:
     if current != GITIGNORE_CONTENT:
         write_bytes_atomic(gitignore, GITIGNORE_CONTENT)
     return state
+
+
+def scrubbed_json(
+    data: dict[str, Any], secrets: SecretValues, redact: Callable[[str], str] | None
+) -> dict[str, Any]:
+    """The usage log's JSON form with secrets removed from its test ids: `secrets`
+    (credential values seen in requests) scrubbed, and `redact` (`Redactor.text`) applied to
+    every id and name, so the ids are the ones recordings store (docs/design.md §7, "Test
+    ids"), which `prune` compares them with."""
+    scrubbed: dict[str, Any] = secrets.value(data)
+    return scrubbed if redact is None else _texts(scrubbed, redact)
+
+
+def _texts(value: Any, redact: Callable[[str], str]) -> Any:
+    """`value` with `redact` applied to every string, dict keys included."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {
+            (redact(k) if isinstance(k, str) else k): _texts(v, redact) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_texts(v, redact) for v in value]
+    return value

@@ -11,6 +11,7 @@ definition a run writes (`hashreplay.engine.usage_collector` fills them) and rea
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -27,6 +28,7 @@ from hashreplay.engine.usage_format import (
     USAGE_VERSION,
     ensure_state_dir,
     relative,
+    scrubbed_json,
     usage_path,
 )
 from hashreplay.engine.usage_format import completed as _completed
@@ -154,12 +156,20 @@ class RunUsage(UsagePiece):
 # --- the log file ---------------------------------------------------------------------------
 
 
+def scrubbed_usage(
+    run: RunUsage, secrets: SecretValues, redact: Callable[[str], str] | None = None
+) -> RunUsage:
+    """The run with secrets removed from its test ids, as it is written: what a pruning run
+    must compare with the ids recordings store (docs/design.md §7, "Test ids")."""
+    return RunUsage.model_validate(scrubbed_json(run.model_dump(mode="json"), secrets, redact))
+
+
 def write_usage(run: RunUsage, root: Path, secrets: SecretValues = NO_SECRETS) -> Path:
     """Write the usage log; `secrets` (credential values seen in requests) are scrubbed
     from every test id in it."""
     ensure_state_dir(root)
     path = usage_path(root)
-    write_bytes_atomic(path, dumps(secrets.value(run.model_dump(mode="json"))))
+    write_bytes_atomic(path, dumps(scrubbed_json(run.model_dump(mode="json"), secrets, None)))
     return path
 
 
