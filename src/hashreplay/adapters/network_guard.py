@@ -4,7 +4,9 @@ for it or lists it in the recording modes' summary:
 
 - TCP connections and UDP datagrams, through the `socket.connect`, `socket.sendto` and
   `socket.sendmsg` audit events (asyncio's included, without patching anything);
-- DNS lookups, through the `socket.getaddrinfo` and `socket.gethostbyname` audit events;
+- DNS lookups, through the `socket.getaddrinfo` audit event (not `gethostbyname`: the
+  standard library's proxy check calls it on macOS for every `requests` call, before any
+  adapter could answer);
 - gRPC channels, whose sockets are opened in C where no audit event sees them: judged when
   the channel is created (`grpc.insecure_channel`, `secure_channel` and their `grpc.aio`
   twins, patched on grpc's first import).
@@ -72,6 +74,7 @@ _guarding: list[Session | None] = [None]
 _hook_added = [False]
 #: address → the names that resolved to it, most recent first
 _resolved: dict[str, tuple[str, ...]] = {}
+_resolved_lock = threading.Lock()
 #: the machine's own names: looking them up reaches no network
 _own_names: set[str] = set()
 #: `socket.getaddrinfo` as it was when the guard took its place (and at import, for a caller
@@ -194,7 +197,6 @@ _HANDLERS: dict[str, Callable[[tuple[Any, ...], FrameType], None]] = {
     "socket.sendto": _on_send,
     "socket.sendmsg": _on_send,
     "socket.getaddrinfo": _on_lookup,
-    "socket.gethostbyname": _on_lookup,
 }
 
 
@@ -219,10 +221,11 @@ def _getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def _remember(address: str, name: str) -> None:
-    names = _resolved.pop(address, ())
-    _resolved[address] = (name, *(n for n in names if n != name))[:8]
-    if len(_resolved) > _RESOLVED_LIMIT:
-        _resolved.pop(next(iter(_resolved)), None)
+    with _resolved_lock:
+        names = _resolved.pop(address, ())
+        _resolved[address] = (name, *(n for n in names if n != name))[:8]
+        if len(_resolved) > _RESOLVED_LIMIT:
+            _resolved.pop(next(iter(_resolved)))
 
 
 # --- gRPC -------------------------------------------------------------------------------------
