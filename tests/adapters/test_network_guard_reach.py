@@ -193,16 +193,25 @@ def test_a_lookup_of_an_allowed_name_passes(
     run.assert_outcomes(passed=1, deselected=5)
 
 
-def test_replay_fails_a_datagram_outside(
+def test_replay_fails_a_datagram_and_names_a_resolved_address(
     pytester: pytest.Pytester, port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    proj = project(pytester, port, monkeypatch, 'block_network = "all"')
-    run = proj.runpytest("-k", "datagram")
-    run.assert_outcomes(failed=1, deselected=5)
+    # allowed on another port: the lookup passes, the connection is judged with its name
+    table = 'block_network = "all"\nallowed_hosts = ["db.example.test:1"]'
+    run = project(pytester, port, monkeypatch, table).runpytest("-k", "datagram or by_name")
+    run.assert_outcomes(failed=2, deselected=4)
     run.stdout.fnmatch_lines(
         [
             f"*hashreplay: blocked a UDP datagram to 127.0.0.2:{port} in replay mode",
             "*  opened by: test_app at test_app.py:23",
+        ]
+    )
+    # a connection to an address that a name resolved to: named by it, the address beside
+    run.stdout.fnmatch_lines(
+        [
+            f"*hashreplay: blocked a connection to db.example.test:{port} (127.0.0.3) in replay "
+            "mode",
+            '*to allow it: add "db.example.test" to allowed_hosts*',
         ]
     )
 
