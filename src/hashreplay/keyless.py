@@ -1,4 +1,4 @@
-"""Keyless replay for the front ends (docs/design.md §12): placeholders for unset provider key
+"""Keyless replay for the front ends (docs/design.md §2): placeholders for unset provider key
 variables while a replay-mode run or test runs, taken away again for tests in another mode
 and when the run ends. Only variables that were unset are ever touched."""
 
@@ -17,10 +17,11 @@ class Placeholders:
     def __init__(self, config: Config, environ: MutableMapping[str, str] | None = None) -> None:
         self.environ = os.environ if environ is None else environ
         self.values = replay_env_values(config.replay_env)
+        #: the variables that get a placeholder in an empty environment: when each is set,
+        #: there is nothing to do (one lookup each, the whole per-test cost)
+        self._usual = tuple(missing(self.values, {}))
         self._set: dict[str, str] = {}
         self._lock = threading.Lock()
-        #: the environment's size when every placeholder was last checked in place
-        self._checked_size: int | None = None
 
     def apply(self, mode: Mode) -> None:
         """Placeholders on in replay mode, off in every other mode."""
@@ -30,22 +31,22 @@ class Placeholders:
             self.remove()
 
     def _add(self) -> None:
+        # after each test of a replay run: the watched variables themselves are looked at,
+        # since a test may delete one and set another (the environment's size cannot tell)
+        get = self.environ.get
+        for name in self._usual:
+            if not get(name):
+                break
+        else:
+            return
         with self._lock:
-            # after each test of a replay run: unless the environment lost or gained a
-            # variable since the last look, every placeholder is still in place (looking up
-            # each of ~15 variables again cost more than the rest of a test's hooks)
-            size = len(self.environ)
-            if self._checked_size == size:
-                return
             for name, value in missing(self.values, self.environ).items():
                 self.environ[name] = value
                 self._set[name] = value
-            self._checked_size = len(self.environ)
 
     def remove(self) -> None:
         """Take away every placeholder this object set (and that nobody changed since)."""
         with self._lock:
-            self._checked_size = None
             for name, value in self._set.items():
                 if self.environ.get(name) == value:
                     del self.environ[name]

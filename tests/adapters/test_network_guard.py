@@ -154,13 +154,13 @@ def test_loopback_names() -> None:
 def test_rules() -> None:
     rules = NetworkRules(BlockNetwork.NON_LOOPBACK, ["db.internal", "Cache:6379"], [])
     assert rules.allows(443, "127.0.0.1")
-    assert rules.allows(5432, "db.internal", "10.1.2.3")
+    assert rules.allows(5432, "10.1.2.3", "db.internal")  # the address, the name it came from
     assert rules.allows(6379, "cache")
     assert not rules.allows(6380, "cache")
-    assert not rules.allows(443, "api.example.com", "93.184.216.34")
+    assert not rules.allows(443, "93.184.216.34", "api.example.com")
     strict = NetworkRules(BlockNetwork.ALL, [], ["http://localhost:8000/v1"])
     assert not strict.allows(80, "127.0.0.1")
-    assert strict.allows(8000, "localhost")
+    assert strict.allows(8000, "127.0.0.1", "localhost")
     assert NetworkRules(BlockNetwork.OFF, [], []).allows(443, "93.184.216.34")
 
 

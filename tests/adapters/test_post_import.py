@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -23,7 +24,8 @@ def test_activation_imports_no_client_and_patches_on_first_import(tmp_path: obje
         from hashreplay.core.config import load_config
         from hashreplay.engine.session import Session
         activate(Session(load_config({str(tmp_path)!r}, env={{}})))
-        print(sorted(m for m in ("httpx", "httpx2", "aiohttp", "urllib3") if m in sys.modules))
+        clients = ("httpx", "httpx2", "aiohttp", "urllib3", "grpc")
+        print(sorted(m for m in clients if m in sys.modules))
         import httpx2, aiohttp
         print(hasattr(httpx2.HTTPTransport.handle_request, "__wrapped__"))
         from hashreplay.adapters import aiohttp as adapter
@@ -54,4 +56,7 @@ def test_deactivate_before_the_import_patches_nothing(tmp_path: object) -> None:
         print(hasattr(httpx2.HTTPTransport.handle_request, "__wrapped__"))
         """
     )
-    assert out.splitlines() == ["['aiohttp', 'httpx', 'httpx2', 'urllib3']", "[]", "False"]
+    # grpc, when installed, waits for the network guard (channels are judged at creation)
+    grpc = ["grpc"] if importlib.util.find_spec("grpc") is not None else []
+    waiting = sorted(["aiohttp", "httpx", "httpx2", "urllib3", *grpc])
+    assert out.splitlines() == [str(waiting), "[]", "False"]

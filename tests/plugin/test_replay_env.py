@@ -122,3 +122,90 @@ def test_a_placeholder_a_test_deleted_is_back_for_the_next_test(tmp_path: object
     assert "OPENAI_API_KEY" not in environ
     placeholders.apply(Mode.REPLAY)
     assert environ["OPENAI_API_KEY"] == PLACEHOLDER
+
+
+# --- every test gets its placeholders; one Google key --------------------------------------------
+
+CHURN = """
+import os
+
+def test_deletes_a_key_and_sets_another():
+    del os.environ["OPENAI_API_KEY"]
+    os.environ["SOMETHING_ELSE"] = "x"  # the environment keeps its size
+
+def test_next_test_has_its_placeholder():
+    assert os.environ["OPENAI_API_KEY"] == "hashreplay-replay-placeholder"
+
+def test_replaces_a_key():
+    del os.environ["ANTHROPIC_API_KEY"]
+    os.environ["OPENAI_API_KEY"] = "changed-by-the-test"
+
+def test_after_it():
+    assert os.environ["ANTHROPIC_API_KEY"] == "hashreplay-replay-placeholder"
+    assert os.environ["OPENAI_API_KEY"] == "changed-by-the-test"  # a change is left alone
+"""
+
+
+def test_every_test_gets_its_placeholders(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SOMETHING_ELSE", raising=False)
+    project.makepyfile(test_app=CHURN)
+    project.runpytest("-p", "no:randomly").assert_outcomes(passed=4)
+
+
+GENAI = """
+import logging, os
+import pytest
+from google import genai
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_client_without_a_key(caplog, n):
+    with caplog.at_level(logging.WARNING):
+        genai.Client()  # raises without GOOGLE_API_KEY or GEMINI_API_KEY
+    assert "Both GOOGLE_API_KEY and GEMINI_API_KEY" not in caplog.text, caplog.text
+    print("GOOGLE:", os.environ.get("GOOGLE_API_KEY"), "GEMINI:", os.environ.get("GEMINI_API_KEY"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "table", "expected"),
+    [
+        ({}, "", "GOOGLE: hashreplay-replay-placeholder GEMINI: None"),
+        ({"GEMINI_API_KEY": "AIza-the-users-own"}, "", "GOOGLE: None GEMINI: AIza-the-users-own"),
+        ({}, 'replay_env = { GEMINI_API_KEY = "mine" }', "GOOGLE: None GEMINI: mine"),
+    ],
+    ids=["neither-set", "gemini-set", "gemini-in-table"],
+)
+def test_google_genai_gets_one_key_and_warns_no_test(
+    project: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    table: str,
+    expected: str,
+) -> None:
+    pytest.importorskip("google.genai")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    project.makepyprojecttoml(
+        '[tool.pytest.ini_options]\naddopts = "-p no:hypothesispytest -p no:asyncio"\n'
+        f"[tool.hashreplay]\n{table}\n"
+    )
+    project.makepyfile(test_app=GENAI)
+    run = project.runpytest("-s")
+    run.assert_outcomes(passed=3)
+    assert run.stdout.str().count(expected) == 3
+
+
+def test_alternatives_get_one_placeholder() -> None:
+    values = replay_env_values(True)
+    assert missing(values, {}).keys() >= {"GOOGLE_API_KEY"}
+    assert "GEMINI_API_KEY" not in missing(values, {})
+    assert "GOOGLE_API_KEY" not in missing(values, {"GEMINI_API_KEY": "real"})
+    assert "GEMINI_API_KEY" not in missing(values, {"GOOGLE_API_KEY": "real"})
+    # a table entry comes first, so it wins over the default it stands in for
+    mine = replay_env_values({"GEMINI_API_KEY": "mine"})
+    assert missing(mine, {})["GEMINI_API_KEY"] == "mine"
+    assert "GOOGLE_API_KEY" not in missing(mine, {})
+    # leaving the Google default out lets the other one have the placeholder
+    assert missing(replay_env_values({"GOOGLE_API_KEY": ""}), {})["GEMINI_API_KEY"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hashreplay.core.config import Config, ModeSource, load_config
+from hashreplay.core.config import Config, ModeSource, load_config, load_config_reporting
 from hashreplay.core.constants import RECORDINGS_DIRNAME
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.mode import Mode
@@ -121,9 +121,30 @@ def test_mode_precedence_file_env_explicit(
     assert config.mode_source is source
 
 
-def test_env_mode_is_case_and_whitespace_tolerant(tmp_path: Path) -> None:
-    config = load_config(tmp_path, env={"INFERENCE_MODE": "  Record-If-Missing\n"})
+def test_env_mode_is_whitespace_tolerant(tmp_path: Path) -> None:
+    config = load_config(tmp_path, env={"INFERENCE_MODE": "  record-if-missing\n"})
     assert config.mode is Mode.RECORD_IF_MISSING
+
+
+@pytest.mark.parametrize(
+    ("table", "env", "mode", "source"),
+    [
+        ('mode = "Record"', {}, None, "mode"),
+        ("", {"INFERENCE_MODE": "Record"}, None, "INFERENCE_MODE"),
+        ("", {}, "Record", "--inference-mode"),
+    ],
+    ids=["config", "env", "option"],
+)
+def test_a_mode_in_another_case_is_refused_from_every_source(
+    tmp_path: Path, table: str, env: dict[str, str], mode: str | None, source: str
+) -> None:
+    write_pyproject(tmp_path, table)
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, env=env, mode=mode)
+    assert (
+        f"invalid {source} 'Record': expected one of {MODES_LISTED} "
+        "(modes are lower-case: 'record')"
+    ) in str(info.value)
 
 
 def test_env_defaults_to_os_environ(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -318,3 +339,63 @@ def test_every_problem_is_listed(tmp_path: Path) -> None:
     lines = str(info.value).splitlines()[1:]
     assert len(lines) == 3
     assert any(line.startswith("  unknown key 'bogus'") for line in lines)
+
+
+def test_every_problem_of_the_file_is_listed_at_once(tmp_path: Path) -> None:
+    pyproject = write_pyproject(
+        tmp_path,
+        'mode = "Record"\npace = "fast"\nunconsumed = "sometimes"\nblock_network = "most"\n'
+        'passthrough = "http://a"\nroot = "/elsewhere"\nmodee = 1\nmax_body_bytes = 0\n'
+        'recordings_dir = "rec"',
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, env={"INFERENCE_MODE": "often", "HASHREPLAY_PACE": "slow"})
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"invalid [tool.hashreplay] in {pyproject}:"
+    valid = "valid keys are: " + ", ".join(VALID_KEYS)
+    assert sorted(lines[1:9]) == sorted(
+        [
+            f"  unknown key 'root'; {valid}",
+            f"  unknown key 'modee'; {valid}",
+            f"  mode: invalid mode 'Record': expected one of {MODES_LISTED} "
+            "(modes are lower-case: 'record')",
+            '  `pace`: \'fast\' is not a pace; use "instant", "recorded" or "fixed:<ms>" '
+            '(e.g. "fixed:50") (got "fast")',
+            '  `unconsumed`: \'sometimes\' is not valid; use one of "warn", "fail", "ignore" '
+            '(got "sometimes")',
+            "  `block_network`: must be one of 'non-loopback', 'all', 'off' (got \"most\")",
+            '  `passthrough` must be a list of strings, got a string ("http://a")',
+            "  `max_body_bytes` must be at least 1, got 0",
+        ]
+    )
+    assert lines[9:] == [  # the environment's problems follow the file's
+        'HASHREPLAY_PACE: \'slow\' is not a pace; use "instant", "recorded" or "fixed:<ms>" '
+        '(e.g. "fixed:50")',
+        f"invalid INFERENCE_MODE 'often': expected one of {MODES_LISTED}",
+    ]
+
+
+def test_reporting_keeps_every_valid_setting_when_a_mode_is_given(tmp_path: Path) -> None:
+    write_pyproject(tmp_path, 'mode = "Record"\nrecordings_dir = "rec"\npace = 3')
+    config, problem = load_config_reporting(tmp_path, env={"INFERENCE_MODE": "record"})
+    assert (config.mode, config.mode_source) == (Mode.RECORD, ModeSource.ENV)
+    assert config.recordings_dir == "rec"  # valid: kept
+    assert config.pace == "instant"  # in error: its default
+    assert problem is not None
+    assert "mode: invalid mode 'Record'" in str(problem) and "`pace`" in str(problem)
+    # the file's mode is valid and another key is not: the file's mode counts
+    write_pyproject(tmp_path, 'mode = "live"\npace = 3')
+    config, problem = load_config_reporting(tmp_path, env={})
+    assert (config.mode, config.mode_source) == (Mode.LIVE, ModeSource.FILE)
+    assert problem is not None and "`pace`" in str(problem)
+    assert load_config_reporting(tmp_path, env={}, mode="replay")[0].mode is Mode.REPLAY
+
+
+def test_reporting_refuses_when_the_mode_is_unknown(tmp_path: Path) -> None:
+    write_pyproject(tmp_path, 'mode = "sometimes"\npace = 3')
+    with pytest.raises(ConfigError, match="mode: invalid mode 'sometimes'"):
+        load_config_reporting(tmp_path, env={})
+    with pytest.raises(ConfigError, match="invalid INFERENCE_MODE 'Replay'"):
+        load_config_reporting(tmp_path, env={"INFERENCE_MODE": "Replay"})
+    write_pyproject(tmp_path, 'mode = "live"')
+    assert load_config_reporting(tmp_path, env={}) == (load_config(tmp_path, env={}), None)

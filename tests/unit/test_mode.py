@@ -17,10 +17,8 @@ MODES_LISTED = "replay, record-if-missing, record, live"
         ("record-if-missing", Mode.RECORD_IF_MISSING),
         ("record", Mode.RECORD),
         ("live", Mode.LIVE),
-        ("REPLAY", Mode.REPLAY),
-        ("  Record-If-Missing ", Mode.RECORD_IF_MISSING),
-        ("\tRecord\n", Mode.RECORD),
-        ("Live", Mode.LIVE),
+        ("  record-if-missing ", Mode.RECORD_IF_MISSING),
+        ("\trecord\n", Mode.RECORD),
         (Mode.RECORD, Mode.RECORD),
     ],
 )
@@ -43,6 +41,15 @@ def test_parse_rejects_others_listing_all_four(value: object) -> None:
     message = str(info.value)
     assert MODES_LISTED in message
     assert repr(value) in message
+
+
+@pytest.mark.parametrize("value", ["Record", "REPLAY", " Record-If-Missing\n", "Live"])
+def test_parse_refuses_another_case_and_names_the_spelling(value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Mode.parse(value, source="INFERENCE_MODE")
+    message = str(info.value)
+    assert f"invalid INFERENCE_MODE {value!r}: expected one of {MODES_LISTED}" in message
+    assert f"(modes are lower-case: {value.strip().lower()!r})" in message
 
 
 def test_parse_error_names_its_source() -> None:

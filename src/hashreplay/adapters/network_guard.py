@@ -1,58 +1,88 @@
-"""The network guard (docs/design.md §12): sees every connection the process opens, through
-the `socket.connect` audit event (asyncio's included, without patching anything), and hands
-the ones no adapter handled to the engine (`Session.connections`), which fails a replay-mode
-test for them or lists them in the recording modes' summary.
+"""The network guard (docs/design.md §2): sees what the process does on the network and hands
+what no adapter handled to the engine (`Session.connections`), which fails a replay-mode test
+for it or lists it in the recording modes' summary:
+
+- TCP connections and UDP datagrams, through the `socket.connect`, `socket.sendto` and
+  `socket.sendmsg` audit events (asyncio's included, without patching anything);
+- DNS lookups, through the `socket.getaddrinfo` audit event (not `gethostbyname`: the
+  standard library's proxy check calls it on macOS for every `requests` call, before any
+  adapter could answer);
+- gRPC channels, whose sockets are opened in C where no audit event sees them: judged when
+  the channel is created (`grpc.insecure_channel`, `secure_channel` and their `grpc.aio`
+  twins, patched on grpc's first import).
+
+A connection is judged by the address it connects to. `socket.getaddrinfo` is wrapped only to
+learn which names resolved to which addresses, so a report can name the host and an
+`allowed_hosts` name can allow its own addresses, never another connection's.
 
 Audit hooks cannot be removed, so the hook is added once per process and does nothing while
-no session is guarding. Connections an adapter makes on the engine's behalf run inside
-`adapter_io()` and pass.
+no session is guarding. Network use an adapter makes on the engine's behalf runs inside
+`adapter_io()` and passes.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import ipaddress
 import os
 import socket
 import sys
 import sysconfig
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
-from hashreplay.core.context import current_test_id, in_adapter_io
-from hashreplay.engine.connections import Connection
+from hashreplay.adapters._post_import import when_imported
+from hashreplay.core.context import current_test_id, has_own_test_context, in_adapter_io
+from hashreplay.core.network import grpc_target_hosts, is_loopback
+from hashreplay.engine.connections import Connection, Reach
 
 if TYPE_CHECKING:
     from hashreplay.engine.session import Session
 
 #: Modules that are plumbing under whatever opened a connection.
-_PLUMBING = (
-    "socket",
-    "ssl",
-    "asyncio",
-    "selectors",
-    "concurrent",
-    "threading",
-    "contextlib",
-    "hashreplay",
-    "anyio",
-    "trio",
-    "uvloop",
+_PLUMBING = frozenset(
+    (
+        "socket",
+        "ssl",
+        "asyncio",
+        "selectors",
+        "concurrent",
+        "threading",
+        "contextlib",
+        "hashreplay",
+        "anyio",
+        "trio",
+        "uvloop",
+    )
 )
-_LOOKUP_MEMORY_S = 10.0
 #: Where the standard library and installed packages live (a frame there is a library's).
 _LIBRARY_DIRS = tuple(
     {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
 )
+#: How many addresses the guard remembers the names of (oldest forgotten first).
+_RESOLVED_LIMIT = 4096
+#: The gRPC functions that create a channel, in `grpc` and in `grpc.aio`.
+_GRPC_MODULES = ("grpc", "grpc.aio")
+_GRPC_FUNCTIONS = ("insecure_channel", "secure_channel")
 
 _lock = threading.Lock()
 _guarding: list[Session | None] = [None]
 _hook_added = [False]
-_local = threading.local()
-#: port → (name, when): the last names looked up, for connections made from another thread
-#: than their lookup (asyncio resolves in an executor)
-_recent: dict[int, tuple[str, float]] = {}
+#: address → the names that resolved to it, most recent first
+_resolved: dict[str, tuple[str, ...]] = {}
+_resolved_lock = threading.Lock()
+#: the machine's own names: looking them up reaches no network
+_own_names: set[str] = set()
+#: `socket.getaddrinfo` as it was when the guard took its place (and at import, for a caller
+#: that kept the wrapper after `uninstall`)
+_real_getaddrinfo: list[Callable[..., Any] | None] = [None]
+_IMPORTED_GETADDRINFO = socket.getaddrinfo
+#: (module, function) → the original gRPC channel function
+_grpc_originals: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
 def install(session: Session) -> None:
@@ -62,12 +92,29 @@ def install(session: Session) -> None:
         if not _hook_added[0]:
             sys.addaudithook(_hook)
             _hook_added[0] = True
+        if not _own_names:
+            _own_names.update({socket.gethostname().lower(), "localhost"})
+        if socket.getaddrinfo is not _getaddrinfo:
+            _real_getaddrinfo[0] = socket.getaddrinfo
+            socket.getaddrinfo = _getaddrinfo
+    if "grpc" in sys.modules or _installed("grpc"):
+        when_imported("grpc", _patch_grpc)
 
 
 def uninstall() -> None:
+    """Stop guarding and put back `socket.getaddrinfo` and gRPC's channel functions."""
     with _lock:
         _guarding[0] = None
-        _recent.clear()
+        _resolved.clear()
+        real = _real_getaddrinfo[0]
+        if real is not None and socket.getaddrinfo is _getaddrinfo:
+            socket.getaddrinfo = real
+        for (name, function), original in list(_grpc_originals.items()):
+            module = sys.modules.get(name)
+            current = getattr(module, function, None)
+            if getattr(current, "__wrapped__", None) is original:  # still ours: put back
+                setattr(module, function, original)
+            del _grpc_originals[(name, function)]
 
 
 def is_guarding() -> bool:
@@ -76,54 +123,166 @@ def is_guarding() -> bool:
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
     __tracebackhide__ = True  # pytest shows the report, not this frame
-    if event == "socket.getaddrinfo":
-        if _guarding[0] is not None and args and isinstance(args[0], (str, bytes)):
-            _note_lookup(args[0], args[1])
+    handler = _HANDLERS.get(event)
+    if handler is None or _guarding[0] is None:
         return
-    if event != "socket.connect":
-        return
+    handler(args, sys._getframe(1))
+
+
+def _on_connect(args: tuple[Any, ...], frame: FrameType) -> None:
+    __tracebackhide__ = True
+    sock, address = args
+    _on_address(sock, address, frame)
+
+
+def _on_send(args: tuple[Any, ...], frame: FrameType) -> None:
+    __tracebackhide__ = True
+    sock, address = args[0], args[1]
+    if address is not None:  # sendmsg on a connected socket: judged at its connect
+        _on_address(sock, address, frame)
+
+
+def _on_address(sock: Any, address: Any, frame: FrameType) -> None:
+    __tracebackhide__ = True
     session = _guarding[0]
     if session is None or in_adapter_io():
         return
-    sock, address = args
     if getattr(sock, "family", None) not in (socket.AF_INET, socket.AF_INET6):
         return
     if not isinstance(address, tuple) or len(address) < 2:
         return
     host, port = str(address[0]), int(address[1])
-    test_id = current_test_id()
-    opener, caller = _openers(sys._getframe(1))
-    name = _looked_up(port)
-    connection = Connection(host, port, None if name == host else name, opener, caller)
-    failure = session.connections.check(test_id, connection)
+    datagram = getattr(sock, "type", None) == socket.SOCK_DGRAM
+    names = _resolved.get(host, ())
+    rules = session.connections.rules
+    # the name to show: one that allows this address, else the latest that resolved to it
+    name = next((n for n in names if rules.listed(port, n)), names[0] if names else None)
+    opener, caller = _openers(frame)
+    reach = Reach.DATAGRAM if datagram else Reach.CONNECTION
+    connection = Connection(host, port, None if name == host else name, opener, caller, reach)
+    failure = session.connections.check(current_test_id(), connection)
     if failure is not None:
         raise failure
 
 
-def _note_lookup(host: str | bytes, port: Any) -> None:
-    name = host.decode() if isinstance(host, bytes) else host
-    try:
-        number = int(port) if port is not None else 0
-    except (TypeError, ValueError):
-        number = 0
-    if not number:
+def _on_lookup(args: tuple[Any, ...], frame: FrameType) -> None:
+    """A DNS lookup, judged by the name looked up. Only where the test's own context runs:
+    a resolver thread (asyncio's) works for whoever asked, so the connection that follows
+    is what gets judged there."""
+    __tracebackhide__ = True
+    session = _guarding[0]
+    if session is None or in_adapter_io() or not has_own_test_context():
         return
-    _local.lookup = (name, number)
-    _recent[number] = (name, time.monotonic())
+    host = args[0] if args else None
+    if isinstance(host, bytes):
+        host = host.decode("ascii", "replace")
+    if not isinstance(host, str) or not host:
+        return
+    name = host.lower().rstrip(".")
+    if name in _own_names or is_loopback(name) or _is_address(name):
+        return  # no DNS traffic, or none beyond this machine: the connection is judged
+    try:
+        port = int(args[1]) if len(args) > 1 and args[1] is not None else 0
+    except (TypeError, ValueError):
+        port = 0  # a service name ("https")
+    opener, caller = _openers(frame)
+    connection = Connection(host, port, None, opener, caller, Reach.LOOKUP)
+    failure = session.connections.check(current_test_id(), connection)
+    if failure is not None:
+        raise failure
 
 
-def _looked_up(port: int) -> str | None:
-    mine = getattr(_local, "lookup", None)
-    if mine is not None and mine[1] == port:
-        return str(mine[0])
-    recent = _recent.get(port)
-    if recent is not None and time.monotonic() - recent[1] < _LOOKUP_MEMORY_S:
-        return recent[0]
-    return None
+_HANDLERS: dict[str, Callable[[tuple[Any, ...], FrameType], None]] = {
+    "socket.connect": _on_connect,
+    "socket.sendto": _on_send,
+    "socket.sendmsg": _on_send,
+    "socket.getaddrinfo": _on_lookup,
+}
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
+
+
+def _getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+    """`socket.getaddrinfo`, remembering which addresses each name resolved to."""
+    real = _real_getaddrinfo[0] or _IMPORTED_GETADDRINFO
+    results = real(host, port, *args, **kwargs)
+    if _guarding[0] is not None and isinstance(host, (str, bytes)) and host:
+        name = host.decode("ascii", "replace") if isinstance(host, bytes) else host
+        if not _is_address(name):
+            for result in results:
+                _remember(str(result[4][0]), name)
+    return results
+
+
+def _remember(address: str, name: str) -> None:
+    with _resolved_lock:
+        names = _resolved.pop(address, ())
+        _resolved[address] = (name, *(n for n in names if n != name))[:8]
+        if len(_resolved) > _RESOLVED_LIMIT:
+            _resolved.pop(next(iter(_resolved)))
+
+
+# --- gRPC -------------------------------------------------------------------------------------
+
+
+def _patch_grpc(_: ModuleType) -> None:
+    """grpc was imported: guard channel creation in it and in grpc.aio (loaded with it)."""
+    for name in _GRPC_MODULES:
+        module = sys.modules.get(name)
+        if module is None:
+            if name == "grpc.aio":  # an old grpc that does not load it: when it comes
+                when_imported(name, _patch_grpc)
+            continue
+        for function in _GRPC_FUNCTIONS:
+            original = getattr(module, function, None)
+            if original is None or (name, function) in _grpc_originals:
+                continue
+            _grpc_originals[(name, function)] = original
+            setattr(module, function, _guarded_channel(original))
+
+
+def _guarded_channel(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def channel(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        target = args[0] if args else kwargs.get("target")
+        session = _guarding[0]
+        if session is not None and isinstance(target, str) and not in_adapter_io():
+            opener, caller = _openers(sys._getframe(1))
+            for host, port in grpc_target_hosts(target):
+                connection = Connection(host, port, None, opener, caller, Reach.GRPC)
+                failure = session.connections.check(current_test_id(), connection)
+                if failure is not None:
+                    raise failure
+        return original(*args, **kwargs)
+
+    return channel
+
+
+def _installed(library: str) -> bool:
+    try:
+        return importlib.util.find_spec(library) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# --- who opened it ----------------------------------------------------------------------------
 
 
 def _module(frame: FrameType) -> str:
     return str(frame.f_globals.get("__name__", "?"))
+
+
+def _is_plumbing(frame: FrameType) -> bool:
+    """A frame of `socket`, `asyncio`, … or one of their submodules (not `socketio`)."""
+    module = _module(frame)
+    return module.partition(".")[0] in _PLUMBING
 
 
 def _where(frame: FrameType) -> str:
@@ -144,7 +303,7 @@ def _openers(frame: FrameType | None) -> tuple[str, str | None]:
     """The module that opened the connection (the first frame outside socket/asyncio
     plumbing), and where: that line for the project's own code, or for a library the first
     caller outside the libraries (`file:line`)."""
-    while frame is not None and _module(frame).startswith(_PLUMBING):
+    while frame is not None and _is_plumbing(frame):
         frame = frame.f_back
     if frame is None:
         return "?", None
@@ -152,7 +311,7 @@ def _openers(frame: FrameType | None) -> tuple[str, str | None]:
     if not _is_library(frame):
         return opener, _where(frame)
     while frame is not None:
-        if not _is_library(frame) and not _module(frame).startswith(_PLUMBING):
+        if not _is_library(frame) and not _is_plumbing(frame):
             return opener, _where(frame)
         frame = frame.f_back
     return opener, None

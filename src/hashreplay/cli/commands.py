@@ -57,7 +57,13 @@ def status(run: Run) -> int:
     console.line(f"mode source: {_mode_source(run)}")
     reason = "--root" if run.args.root is not None else config.root_reason
     console.line(f"root: {config.root} (from {reason})")
-    console.line(f"config: {config.config_file or 'none (defaults)'}")
+    if run.config_problem is not None:
+        console.line(
+            f"config: {config.config_file or 'pyproject.toml'} is invalid: each setting in "
+            "error takes its default here (the problems are listed at the end)"
+        )
+    else:
+        console.line(f"config: {config.config_file or 'none (defaults)'}")
     console.line(f"common directory: {config.common_dir}")
 
     by_dir: dict[Path, list[int]] = {}

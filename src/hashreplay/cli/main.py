@@ -20,7 +20,7 @@ from typing import Any
 from hashreplay import __version__
 from hashreplay.cli.console import Console
 from hashreplay.cli.run import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Command, Run
-from hashreplay.core.config import Config, load_config
+from hashreplay.core.config import Config, load_config, load_config_reporting
 from hashreplay.core.errors import ConfigError, HashReplayError, PathNotFound
 
 
@@ -211,8 +211,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(command: Command, args: argparse.Namespace) -> int:
     console = Console()
     try:
-        config = load_config(args.root)
-        return command(Run(args, console, config))
+        if getattr(args, "command", None) == "status":
+            # status reports on a project whose config is invalid too, as far as it can
+            config, problem = load_config_reporting(args.root)
+        else:
+            config, problem = load_config(args.root), None
+        run = Run(args, console, config)
+        run.config_problem = problem
+        code = command(run)
+        if problem is not None:
+            console.error(str(problem))
+            return EXIT_USAGE
+        return code
     except PathNotFound as exc:
         console.error(f"{exc}; give an existing recording file or directory")
         return EXIT_USAGE

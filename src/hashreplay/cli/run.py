@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hashreplay.cli.console import Console
 from hashreplay.core.config import Config
-from hashreplay.core.errors import RecordingError
+from hashreplay.core.errors import ConfigError, RecordingError
 from hashreplay.core.store import Store
 from hashreplay.maintenance.files import Loaded, default_paths, find_given, find_recordings, load
 from hashreplay.maintenance.hygiene import Stray, find_strays
@@ -25,6 +25,8 @@ class Run:
         self.args = args
         self.console = console
         self.config = config
+        #: what is wrong with the project's config, when a command runs in spite of it
+        self.config_problem: ConfigError | None = None
         self.unreadable = 0
         self.empty_paths = 0
         self._cwd = Path.cwd().resolve()

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -44,6 +44,18 @@ class ModeSource(str, Enum):
         return self.value
 
 
+_T = TypeVar("_T")
+
+
+def _collected(parse: Callable[[object], _T], value: object) -> _T:
+    """`parse(value)`, its ConfigError turned into the ValueError pydantic collects, so one
+    validation reports every key in error."""
+    try:
+        return parse(value)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class Config(BaseModel):
     """The validated `[tool.hashreplay]` table (docs/design.md §9)."""
 
@@ -62,7 +74,7 @@ class Config(BaseModel):
     volatile_patterns: tuple[str, ...] = ()
     #: Extra path endings of model-list calls (`GET`), besides `/models`, `/api/tags`, `/api/ps`.
     model_list_endpoints: tuple[str, ...] = ()
-    #: Which connections no adapter handled fail a replay-mode test (docs/design.md §12).
+    #: Which connections no adapter handled fail a replay-mode test (docs/design.md §2).
     block_network: BlockNetwork = BlockNetwork.NON_LOOPBACK
     #: Hosts (`name`, `name:port` or an address) such connections may reach all the same.
     allowed_hosts: tuple[str, ...] = ()
@@ -91,7 +103,7 @@ class Config(BaseModel):
     @field_validator("mode", mode="before")
     @classmethod
     def _parse_mode(cls, value: object) -> Mode:
-        return Mode.parse(value)
+        return _collected(Mode.parse, value)
 
     @field_validator("block_network", mode="before")
     @classmethod
@@ -101,12 +113,12 @@ class Config(BaseModel):
     @field_validator("pace", mode="before")
     @classmethod
     def _parse_pace(cls, value: object) -> str:
-        return str(Pace.parse(value))
+        return str(_collected(Pace.parse, value))
 
     @field_validator("unconsumed", mode="before")
     @classmethod
     def _parse_unconsumed(cls, value: object) -> Unconsumed:
-        return Unconsumed.parse(value)
+        return _collected(Unconsumed.parse, value)
 
     @field_validator("match_headers", "keep_response_headers", mode="after")
     @classmethod
@@ -177,54 +189,105 @@ def load_config(
     """Build the effective config: `pyproject.toml` < environment < explicit arguments.
 
     `mode` is the command-line/explicit mode (highest precedence). Other keyword arguments
-    override file values of the same name (used by `hashreplay serve` options).
+    override file values of the same name (used by `hashreplay serve` options). Raises one
+    ConfigError that lists every problem, each naming its key or variable.
     """
+    built = _build(root, env, mode, overrides)
+    if built.problems:
+        raise ConfigError("\n".join(built.problems))
+    return built.config
+
+
+def load_config_reporting(
+    root: Path | str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    mode: str | Mode | None = None,
+) -> tuple[Config, ConfigError | None]:
+    """The config as far as it is valid, for a command that reports on a project
+    (`hashreplay status`): each setting in error takes its default, and every problem comes
+    back as one ConfigError. Raises it instead when the mode itself is unknown (invalid in the
+    file with none given by `INFERENCE_MODE` or `mode`, or invalid where it was given)."""
+    built = _build(root, env, mode, {})
+    if not built.problems:
+        return built.config, None
+    error = ConfigError("\n".join(built.problems))
+    if not built.mode_known:
+        raise error
+    return built.config, error
+
+
+class _Built:
+    def __init__(self, config: Config, problems: list[str], mode_known: bool) -> None:
+        self.config = config
+        #: lines of one message: the file's block, then one line per variable or option
+        self.problems = problems
+        self.mode_known = mode_known
+
+
+def _build(
+    root: Path | str | None,
+    env: Mapping[str, str] | None,
+    mode: str | Mode | None,
+    overrides: Mapping[str, Any],
+) -> _Built:
+    """Every setting that is valid, and every problem (the file's all at once)."""
     env = os.environ if env is None else env
     found = find_root(root, env)
     root_path = found.path
     pyproject = root_path / PYPROJECT
     table = read_table(pyproject)
-    internal = sorted(_INTERNAL & table.keys())
-    if internal:
-        known = ", ".join(sorted(k for k in Config.model_fields if k not in _INTERNAL))
-        msg = (
-            f"invalid [tool.hashreplay] in {pyproject}:\n"
-            f"  unknown key {internal[0]!r}; valid keys are: {known}"
-        )
-        raise ConfigError(msg)
-    source = ModeSource.FILE if "mode" in table else ModeSource.DEFAULT
+    where = str(pyproject) if pyproject.exists() else "configuration"
     values: dict[str, Any] = dict(table)
     values.update({k: v for k, v in overrides.items() if v is not None})
-    where = str(pyproject) if pyproject.exists() else "configuration"
+    known = sorted(k for k in Config.model_fields if k not in _INTERNAL)
+    lines = [
+        f"  unknown key {key!r}; valid keys are: {', '.join(known)}"
+        for key in sorted(_INTERNAL & values.keys())
+    ]
+    bad = set(_INTERNAL & values.keys())
+    fixed = {
+        "root": root_path,
+        "root_reason": found.reason,
+        "config_file": pyproject if table else None,
+    }
     try:
-        config = Config.model_validate(
-            {
-                **values,
-                "root": root_path,
-                "root_reason": found.reason,
-                "config_file": pyproject if table else None,
-            }
-        )
+        config = Config.model_validate({**_without(values, bad), **fixed})
     except ValidationError as exc:
-        raise ConfigError(_explain(exc, where)) from None
-    except ConfigError as exc:  # a validator's own error (pydantic wraps only ValueErrors)
-        raise ConfigError(f"{where}: [tool.hashreplay] {exc}") from None
+        lines += explain(exc, where, Config.model_fields, known).splitlines()[1:]
+        bad |= {str(error["loc"][0]) for error in exc.errors() if error["loc"]}
+        try:  # every other setting still counts
+            config = Config.model_validate({**_without(values, bad), **fixed})
+        except ValidationError:  # pragma: no cover - a problem no single key explains
+            config = Config.model_validate(fixed)
+    problems = [f"invalid [tool.hashreplay] in {where}:", *lines] if lines else []
     env_pace = env.get(PACE_ENV)
     if env_pace and "pace" not in overrides:
-        config = config.model_copy(update={"pace": str(Pace.parse(env_pace, source=PACE_ENV))})
+        try:
+            config = config.model_copy(update={"pace": str(Pace.parse(env_pace, source=PACE_ENV))})
+        except ConfigError as exc:
+            problems.append(str(exc))
     env_mode = env.get(MODE_ENV)
-    if mode is not None:
-        config = config.with_mode(Mode.parse(mode, source=MODE_OPTION), ModeSource.OPTION)
-    elif env_mode:
-        config = config.with_mode(Mode.parse(env_mode, source=MODE_ENV), ModeSource.ENV)
-    else:
-        config = config.with_mode(config.mode, source)
-    return config
+    given, source_name, source = (
+        (mode, MODE_OPTION, ModeSource.OPTION)
+        if mode is not None
+        else (env_mode, MODE_ENV, ModeSource.ENV)
+        if env_mode
+        else (None, "", ModeSource.DEFAULT)
+    )
+    if given is not None:
+        try:
+            return _Built(
+                config.with_mode(Mode.parse(given, source=source_name), source), problems, True
+            )
+        except ConfigError as exc:
+            return _Built(config, [*problems, str(exc)], False)
+    source = ModeSource.FILE if "mode" in table and "mode" not in bad else ModeSource.DEFAULT
+    return _Built(config.with_mode(config.mode, source), problems, "mode" not in bad)
 
 
-def _explain(exc: ValidationError, where: str) -> str:
-    known = sorted(k for k in Config.model_fields if k not in _INTERNAL)
-    return explain(exc, where, Config.model_fields, known)
+def _without(values: Mapping[str, Any], keys: set[str]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if k not in keys}
 
 
 _INTERNAL = frozenset({"root", "mode_source", "config_file", "root_reason"})

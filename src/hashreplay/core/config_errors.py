@@ -75,6 +75,15 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:59] + "…"
 
 
+#: pydantic's bound errors, as a user would say them
+_BOUNDS = {
+    "greater_than_equal": "at least",
+    "greater_than": "more than",
+    "less_than_equal": "at most",
+    "less_than": "less than",
+}
+
+
 def explain(
     exc: ValidationError, where: str, fields: Mapping[str, FieldInfo], known: Iterable[str]
 ) -> str:
@@ -85,12 +94,15 @@ def explain(
         loc = error["loc"]
         key = str(loc[0]) if loc else "(table)"
         got = error.get("input")
-        message = str(error["msg"]).removeprefix("Value error, ")
+        message = str(error["msg"]).removeprefix("Value error, ").removeprefix(f"{key}: ")
         field = fields.get(key)
         if error["type"] == "extra_forbidden":
             lines.append(f"  unknown key {key!r}; valid keys are: {valid}")
         elif key == "mode":
             lines.append(f"  mode: {message}")
+        elif error["type"] in _BOUNDS:
+            limit = next(iter(error.get("ctx", {}).values()), "?")
+            lines.append(f"  `{key}` must be {_BOUNDS[error['type']]} {limit}, got {_shown(got)}")
         elif error["type"] in ("value_error", "assertion_error") or field is None:
             lines.append(f"  `{key}`: {message} (got {_shown(got)})")
         elif len(loc) > 1 and isinstance(loc[1], int):

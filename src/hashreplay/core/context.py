@@ -19,6 +19,13 @@ def current_test_id() -> str | None:
     return _process_wide[0] if value == _UNSET else value
 
 
+def has_own_test_context() -> bool:
+    """True when the calling context carries a test id of its own (set in it, or copied
+    into a task or thread), not only the process-wide fallback: a thread pool's worker
+    (asyncio's resolver) runs for whoever submitted the work, not for the current test."""
+    return _current.get() != _UNSET
+
+
 def process_test_id() -> str | None:
     return _process_wide[0]
 

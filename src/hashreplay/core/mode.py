@@ -18,15 +18,20 @@ class Mode(str, Enum):
 
     @classmethod
     def parse(cls, value: object, *, source: str = "mode") -> Mode:
-        """Return the mode named by `value`, or raise a ConfigError that lists the four modes."""
+        """Return the mode named by `value` (spelled exactly, surrounding blanks aside), or
+        raise a ConfigError that lists the four modes. The same for every source: the file,
+        `INFERENCE_MODE`, `--inference-mode`, a marker."""
         if isinstance(value, Mode):
             return value
-        text = str(value).strip().lower() if isinstance(value, str) else value
+        text = value.strip() if isinstance(value, str) else value
         for mode in cls:
             if mode.value == text:
                 return mode
         valid = ", ".join(m.value for m in cls)
-        msg = f"invalid {source} {value!r}: expected one of {valid}"
+        hint = ""
+        if isinstance(text, str) and text.lower() in {m.value for m in cls}:
+            hint = f" (modes are lower-case: {text.lower()!r})"
+        msg = f"invalid {source} {value!r}: expected one of {valid}{hint}"
         raise ConfigError(msg)
 
     @property
