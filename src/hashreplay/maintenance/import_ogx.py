@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
 from hashreplay.core.key import MODEL_LIST_SUFFIXES
 from hashreplay.core.recording import RecordedResponse
+from hashreplay.core.typed import refused_exception
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.maintenance.importing import CallEntry, Entry, Read, UnreadableSource
 
@@ -63,7 +64,7 @@ def _entry(
             response=RecordedResponse(status=None, body=response.get("body")),
         )
         return Entry(test_id, source, call=call)
-    url = request["url"]
+    url = sent_url(str(request["url"]))
     method = str(request["method"]).upper()
     body = request["payload"] if "payload" in request else request.get("body")
     path = urlsplit(url).path
@@ -74,6 +75,17 @@ def _entry(
     content = b"" if body is None else orjson.dumps(body)
     incoming = IncomingRequest(method, url, headers, content)
     return Entry(test_id, source, incoming, _exchange(response, path, model_list=model_list))
+
+
+def sent_url(url: str) -> str:
+    """The URL the SDK really sent. OGX stores its client's base URL (ending `/v1`) joined
+    with the endpoint it calls (`/v1/chat/completions`), so `…/v1/v1/chat/completions`;
+    the SDK under that base URL sent `…/v1/chat/completions`, and the recording must hold
+    that path to be found again (docs/design.md §13)."""
+    parts = urlsplit(url)
+    if "/v1/v1/" not in parts.path:
+        return url
+    return urlunsplit(parts._replace(path=parts.path.replace("/v1/v1/", "/v1/", 1)))
 
 
 def untyped(value: Any) -> Any:
@@ -154,5 +166,11 @@ def _error(response: dict[str, Any]) -> LiveExchange:
             wire = {"error": body}
         return _json(status, wire)
     name = str(info.get("type") or "Exception")
-    error_class = type(name, (Exception,), {"__module__": str(info.get("provider") or "ogx")})
+    provider = str(info.get("provider") or "ogx")
+    for dotted in (f"{provider}.{name}", f"builtins.{name}"):
+        refused = refused_exception(dotted)
+        if refused is not None:  # replay would refuse it: never write it (docs/design.md §2)
+            msg = f"exception_data.type {name!r} (provider {provider!r}): {refused}; not imported"
+            raise UnreadableSource(msg)
+    error_class = type(name, (Exception,), {"__module__": provider})
     return LiveExchange(None, [], [], exception=error_class(message))
