@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from hashreplay.core.key import MODEL_LIST_SUFFIXES
+from hashreplay.core.nesting import MAX_NESTING, deep_field, too_deep_problem
 from hashreplay.core.recording import RecordedResponse
 from hashreplay.core.typed import refused_exception
 from hashreplay.engine.http import IncomingRequest, LiveExchange
@@ -34,6 +35,9 @@ def read_ogx(path: Path) -> Read:
     try:
         data = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
+        if "depth" in exc.msg:  # orjson stops at 1,024 levels
+            msg = f"line {exc.lineno} column {exc.colno}: {too_deep_problem()}; not imported"
+            raise UnreadableSource(msg) from None
         msg = f"not JSON: {exc}"
         raise UnreadableSource(msg) from None
     if not isinstance(data, dict):
@@ -43,6 +47,7 @@ def read_ogx(path: Path) -> Read:
     if not isinstance(request, dict) or not isinstance(response, dict):
         msg = "unknown shape: no `request` and `response` objects (not an OGX recording?)"
         raise UnreadableSource(msg)
+    _check_nesting(request, response)
     test_id = data.get("test_id", request.get("test_id"))
     if test_id is not None and not isinstance(test_id, str):
         msg = f"unknown shape: test_id is {type(test_id).__name__}, not a string"
@@ -52,6 +57,19 @@ def read_ogx(path: Path) -> Read:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         msg = f"unknown shape: {type(exc).__name__}: {exc}"
         raise UnreadableSource(msg) from None
+
+
+def _check_nesting(request: dict[str, Any], response: dict[str, Any]) -> None:
+    """Refuse a body nested deeper than hashreplay stores (docs/design.md §4), by its field
+    path, before any walk recurses into it. OGX's typed wrappers (`__type__`, `__data__`)
+    add a level to each object, so twice the limit is allowed here; the wire body they
+    stand for is held to the limit itself when it is staged."""
+    fields = [(request, "request"), (response, "response")]
+    for value, where in fields:
+        deep = deep_field(value, where, 2 * MAX_NESTING)
+        if deep is not None:
+            msg = f"{deep}: {too_deep_problem()}; not imported"
+            raise UnreadableSource(msg)
 
 
 def _entry(
