@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from hashreplay import Mode, test_context
+from hashreplay.adapters import httpx as httpx_adapter
 from hashreplay.cli.main import main
 from hashreplay.maintenance.import_ogx import read_ogx, untyped
 from hashreplay.maintenance.importing import UnreadableSource
@@ -69,8 +70,14 @@ def replay(imported: Path, recorder: Recorder) -> Path:
 
 
 def openai_client(url: str, suffix: str) -> openai.OpenAI:
+    """The client OGX recorded through: OGX stores its base URL (ending `/v1`) joined with
+    the endpoint (`/v1/chat/completions`); the SDK is given the base URL, as a user does."""
     assert url.endswith(suffix)
-    return openai.OpenAI(base_url=url.removesuffix(suffix), api_key="sk-other", max_retries=0)
+    base = url.removesuffix(suffix)
+    if base.endswith("/v1/v1"):
+        base = base.removesuffix("/v1")
+    assert base.endswith("/v1") and not base.endswith("/v1/v1")
+    return openai.OpenAI(base_url=base, api_key="sk-other", max_retries=0)
 
 
 def test_all_ten_import_land_by_test_id_verify_and_import_again_without_change(
@@ -143,7 +150,11 @@ def test_model_lists_replay_through_the_openai_sdk(replay: Path, name: str) -> N
     with test_context(data["test_id"]):
         client = openai_client(data["request"]["url"], "/models")
         ids = [m.id for m in client.models.list()]
-    assert ids == [m["__data__"]["id"] for m in data["response"]["body"]]
+    # both lists are `GET /v1/models` once OGX's doubled `/v1/v1/` is undone: replay merges
+    # every model list of that endpoint (docs/design.md §3)
+    every = [m["__data__"]["id"] for n in MODEL_LISTS for m in ogx(n)["response"]["body"]]
+    assert sorted(ids) == sorted(set(every))
+    assert {m["__data__"]["id"] for m in data["response"]["body"]} <= set(ids)
 
 
 def test_a_recorded_provider_error_replays_as_the_sdk_error(replay: Path) -> None:
@@ -157,6 +168,46 @@ def test_a_recorded_provider_error_replays_as_the_sdk_error(replay: Path) -> Non
     assert "invalid image input" in str(info.value)
 
 
+def test_doubled_v1_is_imported_as_the_path_the_sdk_sent(
+    imported: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OGX stores `<base URL ending /v1>` + `/v1/<endpoint>`; the SDK sent one `/v1`."""
+    endpoints = set()
+    for path in imported.rglob("*.json"):
+        request = json.loads(path.read_text())["request"]
+        assert "/v1/v1/" not in request["url"] and "/v1/v1/" not in request["endpoint"]
+        endpoints.add(request["endpoint"])
+    assert {"/v1/chat/completions", "/v1/embeddings", "/v1/models"} <= endpoints
+    assert "/openai/v1/chat/completions" in endpoints  # Bedrock's and Azure's base URLs
+    # what OGX's api_recorder writes for `completions` becomes the same path
+    source = imported / "completions.json"
+    raw = ogx(CHAT)
+    raw["request"]["url"] = "http://localhost:8000/v1/v1/completions"
+    raw["request"]["body"] = {"model": "m", "prompt": "say hi"}
+    raw["response"]["body"] = {
+        "id": "c",
+        "object": "text_completion",
+        "model": "m",
+        "created": 1,
+        "choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}],
+    }
+    source.write_text(json.dumps(raw))
+    code, _, err = run_cli(capsys, "import", "ogx", "--root", str(imported), str(source))
+    assert code == 0, err
+    source.unlink()
+    recorder = Recorder(imported)
+    try:
+        recorder.start(Mode.REPLAY)
+        with test_context(raw["test_id"]):
+            client = openai.OpenAI(
+                base_url="http://127.0.0.1:9/v1", api_key="sk-other", max_retries=0
+            )
+            answer = client.completions.create(model="m", prompt="say hi")
+    finally:
+        httpx_adapter.uninstall()
+    assert answer.choices[0].text == "hi"
+
+
 def test_legacy_ollama_generate_replays_through_the_ollama_sdk(replay: Path) -> None:
     data = ogx(OLLAMA_GENERATE)
     request = data["request"]
@@ -168,8 +219,12 @@ def test_legacy_ollama_generate_replays_through_the_ollama_sdk(replay: Path) -> 
 
 
 def test_tool_calls_become_call_layer_recordings(imported: Path) -> None:
-    (path,) = (imported / "tests/integration/responses/recordings").glob("63*.json")
-    stored = json.loads(path.read_text())
+    directory = imported / "tests/integration/responses/recordings"
+    (stored,) = [
+        data
+        for data in (json.loads(p.read_text()) for p in directory.glob("*.json"))
+        if data["request"]["method"] == "CALL"
+    ]
     assert stored["request"]["method"] == "CALL"
     assert stored["request"]["endpoint"] == "ogx.tools:tavily.web_search"
     assert stored["request"]["body"] == {
@@ -241,3 +296,35 @@ def test_dry_run_writes_nothing_and_existing_recordings_are_kept_unless_overwrit
     assert code == 0
     assert "1 overwritten" in out
     assert "Earth" in path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("provider", "name", "dotted"),
+    [
+        ("builtins", "KeyboardInterrupt", "builtins.KeyboardInterrupt"),
+        ("openai", "SystemExit", "builtins.SystemExit"),
+        ("_pytest.outcomes", "Exit", "_pytest.outcomes.Exit"),
+        ("_pytest.outcomes", "Skipped", "_pytest.outcomes.Skipped"),
+        ("_pytest.outcomes", "XFailed", "_pytest.outcomes.XFailed"),
+    ],
+)
+def test_a_recorded_base_exception_is_not_imported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], provider: str, name: str, dotted: str
+) -> None:
+    """Replay never raises a BaseException that is not an Exception (docs/design.md §2), so
+    an OGX file that recorded one (no status: the call raised it) is refused by name."""
+    raw = ogx(ERROR)
+    raw["response"]["exception_data"] = {"provider": provider, "type": name, "message": "bye"}
+    source = tmp_path / "interrupted.json"
+    source.write_text(json.dumps(raw))
+    root = tmp_path / "project"
+    root.mkdir()
+    code, out, err = run_cli(capsys, "import", "ogx", "--root", str(root), str(source))
+    assert code == 1
+    assert (
+        f"skipped: {source}: exception_data.type {name!r} (provider {provider!r}): the recorded "
+        f"exception {dotted} is a BaseException that is not an Exception" in err
+    )
+    assert "replay never raises it; not imported" in err
+    assert "0 imported from 1 files" in out
+    assert not list(root.rglob("*.json"))

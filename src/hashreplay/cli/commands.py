@@ -147,17 +147,16 @@ def list_recordings(run: Run) -> int:
         test = recording.test_id or ("(shared)" if item.is_model_list_file else "(no test)")
         if not (_matches(test, args.test) and _matches(request.endpoint, args.endpoint)):
             continue
-        rows.append(
-            [
-                test,
-                request.method,
-                request.endpoint,
-                request.model or "-",
-                _statuses(recording.responses),
-                _bytes(run, len(item.content)),
-                run.show_path(item.path),
-            ]
-        )
+        row = [
+            test,
+            request.method,
+            request.endpoint,
+            request.model or "-",
+            _statuses(recording.responses),
+            _bytes(run, len(item.content)),
+            run.show_path(item.path),
+        ]
+        rows.append([printable(cell) for cell in row])  # recorded text never drives a terminal
     run.console.table(rows, ["test", "method", "endpoint", "model", "status", "size", "file"])
     if not rows and run.console.tty:
         run.console.line("no recordings match")
@@ -311,11 +310,11 @@ def verify(run: Run) -> int:
         else:
             problems = verify_file(item, rules)
         bad += bool(problems)
-        for problem in problems:
-            run.console.line(f"{run.show_path(path)}: {problem}")
+        for problem in problems:  # problems quote recorded values: shown, never interpreted
+            run.console.line(printable(f"{run.show_path(path)}: {problem}"))
     strays = run.strays(run.args.paths)
     for stray in strays:
-        run.console.line(f"{run.show_path(stray.path)}: {stray.problem}")
+        run.console.line(printable(f"{run.show_path(stray.path)}: {stray.problem}"))
     run.console.line(f"Summary: {bad}/{len(files)} files with problems")
     if strays:
         run.console.line(f"Also: {len(strays)} symlinks or temp files in recordings directories")

@@ -7,10 +7,13 @@ stderr is a terminal: stdout stays exactly the command's output, piped or not.""
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Iterator, Sequence
 from typing import TextIO, TypeVar
+
+from hashreplay.core.transcript import printable
+
+__all__ = ["Console", "human_size", "printable"]
 
 T = TypeVar("T")
 
@@ -19,23 +22,6 @@ PROGRESS_MIN = 1000
 _BAR_WIDTH = 30
 _CLEAR = "\r\x1b[K"
 _STYLES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
-
-
-#: C0 controls but newline and tab, DEL, C1 controls, and the Unicode bidi overrides: what
-#: a recording may hold that would move the cursor, set the title, write the clipboard
-#: (OSC 52) or reorder text on a terminal (issue 13 item 14).
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group(0))
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(text: str) -> str:
-    """`text` with every control character shown as an escape (`\\x1b`), newlines and tabs
-    kept: recorded data is shown, never interpreted by the terminal."""
-    return _UNPRINTABLE.sub(_escape, text)
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -63,7 +63,12 @@ def _reader(run: Run) -> Reader:
         return read_ogx
     from hashreplay.maintenance.import_vcr import vcr_reader
 
-    return vcr_reader(root=run.config.root, test_id=args.test_id, hosts=tuple(args.host))
+    return vcr_reader(
+        root=run.config.root,
+        test_id=args.test_id,
+        hosts=tuple(args.host),
+        max_bytes=run.config.max_body_bytes,
+    )
 
 
 def import_recordings(run: Run) -> int:

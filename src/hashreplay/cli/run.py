@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hashreplay.cli.console import Console
+from hashreplay.cli.console import Console, printable
 from hashreplay.core.config import Config
 from hashreplay.core.errors import ConfigError, RecordingError
 from hashreplay.core.store import Store
@@ -71,7 +71,7 @@ class Run:
     def report_unreadable(self, path: Path, exc: RecordingError) -> None:
         self.unreadable += 1
         self.console.error(
-            f"{self.show_path(path)}: unreadable: {exc.problem}; skipped, left unchanged"
+            printable(f"{self.show_path(path)}: unreadable: {exc.problem}; skipped, left unchanged")
         )
 
     @property

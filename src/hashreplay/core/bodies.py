@@ -56,7 +56,9 @@ def _loads_json(content: bytes) -> Any:
 
     try:
         value = orjson.loads(content)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as exc:
+        if "depth" in exc.msg:  # past orjson's 1,024 levels the stdlib parser recurses too
+            raise RecursionError(exc.msg) from None
         value = json.loads(content)
     # translate + `in` run at C speed; a regex scan here cost ~10 µs per request
     if _TWENTY_DIGITS in content.translate(_DIGIT_RUNS):

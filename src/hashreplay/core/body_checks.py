@@ -1,4 +1,5 @@
-"""Every stored body can be decoded (issue 13 item 7), checked when a recording is read.
+"""Every stored body can be decoded, and every recorded exception may be raised again
+(docs/design.md §4, §2), checked when a recording is read.
 
 A hand-edited or damaged file (`body_encoding: base64` with bad data, a response body
 stored as a form, a broken multipart part) is a `RecordingError` naming the file and the
@@ -92,3 +93,19 @@ def check_bodies(recording: Recording, path: Any) -> None:
     except _Bad as bad:
         msg = f"{where}{bad.where}: {bad.why}; re-record it"
         raise RecordingError(path, msg) from None
+    for i, response in enumerate(recording.responses):
+        if response.exception is not None:
+            _check_exception(response.exception.type, i, recording.test_id, path)
+
+
+def _check_exception(dotted: str, index: int, test_id: str | None, path: Any) -> None:
+    """A recorded exception replay would refuse to raise is a `RecordingError` when the
+    file is read: a miss of its test, reported by `verify` (docs/design.md §2)."""
+    from hashreplay.core.typed import refused_exception  # only files holding an exception
+
+    refused = refused_exception(dotted)
+    if refused is not None:
+        where = "response" if index == 0 else f"later_responses[{index - 1}]"
+        how = f" (INFERENCE_MODE=record pytest '{test_id}')" if test_id else ""
+        msg = f"{where}.exception.type: {refused}; re-record it{how}"
+        raise RecordingError(path, msg)

@@ -104,3 +104,69 @@ def decoder_for(content_encoding: str | None) -> Decoder | None:
             return None
         return _Zstd(zstandard)
     return None
+
+
+class DecodedTooLarge(ValueError):
+    """A body that decodes to more than the limit it was decoded under (a "zip bomb")."""
+
+    def __init__(self, coding: str, limit: int) -> None:
+        self.coding = coding
+        self.limit = limit
+        super().__init__(f"the {coding} body decodes to more than {limit} bytes")
+
+
+#: compressed input handed to a decoder at a time where it cannot bound its own output
+_STEP = 256
+
+
+def decode_limited(content_encoding: str | None, data: bytes, limit: int) -> bytes | None:
+    """`data` decoded per its `content-encoding`, never holding more than about `limit`
+    decoded bytes: `DecodedTooLarge` past it. None for an encoding this process cannot
+    decode; a corrupt body raises its decoder's error (`zlib.error`, `brotli.error`)."""
+    decoder = decoder_for(content_encoding)
+    if decoder is None:
+        return None
+    coding = (content_encoding or "identity").strip().lower()
+    out = bytearray()
+
+    def take(piece: bytes) -> None:
+        out.extend(piece)
+        if len(out) > limit:
+            raise DecodedTooLarge(coding, limit)
+
+    if isinstance(decoder, _Identity):
+        take(data)
+    elif isinstance(decoder, _Zlib):
+        _zlib_limited(decoder, data, limit, take)
+    elif isinstance(decoder, _Brotli) and hasattr(decoder._obj, "can_accept_more_data"):
+        obj = decoder._obj
+        take(obj.process(data, output_buffer_limit=limit + 1))
+        while not obj.can_accept_more_data():
+            take(obj.process(b"", output_buffer_limit=limit + 1))
+    elif isinstance(decoder, _Zstd):
+        import io
+
+        import zstandard  # type: ignore[import-not-found,unused-ignore]
+
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
+            while piece := reader.read(min(limit + 1, 1 << 20)):
+                take(piece)
+    else:  # an older brotli: small steps bound what one call can produce
+        for at in range(0, len(data), _STEP):
+            take(decoder.decode(data[at : at + _STEP]))
+        take(decoder.flush())
+    return bytes(out)
+
+
+def _zlib_limited(decoder: _Zlib, data: bytes, limit: int, take: Any) -> None:
+    try:
+        obj, tail = decoder._obj, data
+        take(obj.decompress(tail, limit + 1))
+    except zlib.error:
+        if not decoder._first:
+            raise
+        obj = zlib.decompressobj(-zlib.MAX_WBITS)  # raw deflate, as in `_Zlib.decode`
+        take(obj.decompress(data, limit + 1))
+    while obj.unconsumed_tail:
+        take(obj.decompress(obj.unconsumed_tail, limit + 1))
+    take(obj.flush())

@@ -32,6 +32,7 @@ from hashreplay.core.constants import (
 )
 from hashreplay.core.errors import BodyTooLarge, RecordingError
 from hashreplay.core.names import model_list_glob, recording_name
+from hashreplay.core.nesting import MAX_NESTING, deep_recording_field, too_deep_problem
 from hashreplay.core.recording import FormatError, Recording, recording_from_json
 from hashreplay.core.store_paths import read_contained, recordings_dir_for
 from hashreplay.core.temp_files import (
@@ -82,6 +83,9 @@ def parse_recording(
         if not content.strip():  # looked for only here: it copies the whole file
             msg = "the file is empty (an interrupted write?); re-record it"
             raise RecordingError(path, msg) from None
+        if "depth" in exc.msg or "recursion" in exc.msg.lower():  # orjson: past 1,024 levels
+            msg = f"{too_deep_problem()} (at line {exc.lineno} column {exc.colno}); re-record it"
+            raise RecordingError(path, msg) from None
         hint = (
             "the file looks truncated"
             if exc.pos >= len(content.rstrip())
@@ -105,6 +109,10 @@ def parse_recording(
             msg = "it refers to blobs, and no blob directory was given to read them from"
             raise RecordingError(path, msg)
         data = join_blobs(data, lambda ref: blobs(ref, path))
+    if content.count(b"[") + content.count(b"{") > MAX_NESTING:  # else it cannot nest so deep
+        deep = deep_recording_field(data)
+        if deep is not None:
+            raise RecordingError(path, f"{deep}: {too_deep_problem()}; re-record it")
     try:
         recording = recording_from_json(data)
     except FormatError as exc:

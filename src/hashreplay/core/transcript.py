@@ -5,16 +5,21 @@ calls and their results, other parameters) and each response (status, the answer
 streamed text joined, tool calls, tokens, how it ended). Volatile noise (stable ids, the id
 mapping, JSON punctuation) is left out, so a re-record that changed one prompt diffs as that
 one message. `textconv(content)` is the git textconv view of any file: a non-recording comes
-back unchanged, a corrupt recording as the error followed by its raw text.
+back unchanged, a corrupt recording as the error followed by its raw text. It never fails
+(git would drop the whole diff): a blob shows as its reference, a body of a shape no view
+foresaw as the file itself. Everything taken from a recording is `printable`: terminal
+control codes show as escapes, never act on the terminal of whoever runs `git diff`.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 import xxhash
 
+from hashreplay.core.blobs import BlobRef
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.conversation import conversation, payloads, reply, response_tokens
 from hashreplay.core.errors import RecordingError
@@ -30,6 +35,25 @@ _SHOWN_KEYS = frozenset(
 _LONG_NUMBERS = 8
 #: How a corrupt recording starts its textconv view.
 CORRUPT_MARK = "hashreplay: this recording cannot be read"
+#: How a recording no conversation view fits starts its textconv view.
+UNVIEWABLE_MARK = "hashreplay: this recording has no conversation view"
+
+#: C0 controls but newline and tab (so ESC, CSI's lead-in and a bare carriage return), DEL,
+#: C1 controls, and the Unicode bidi overrides: what a recording may hold that would move
+#: the cursor, set the title, write the clipboard (OSC 52), overwrite a line or reorder
+#: text on a terminal.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """`text` with every control character shown as an escape (`\\x1b`), newlines and tabs
+    kept: recorded data is shown, never interpreted by the terminal."""
+    return _UNPRINTABLE.sub(_escape, text)
 
 
 def transcript(recording: Recording) -> str:
@@ -47,12 +71,21 @@ def textconv(content: bytes) -> bytes:
     """What git shows for a file: a recording as its transcript; anything else unchanged."""
     if not looks_like_recording(content):
         return content
+    raw = content.decode("utf-8", errors="replace")
     try:
-        recording = parse_recording(content, None)
+        recording = parse_recording(content, None, _blob_reference)
     except RecordingError as exc:
-        head = f"{CORRUPT_MARK}: {exc.problem}\n\n"
-        return head.encode() + content
-    return transcript(recording).encode()
+        return printable(f"{CORRUPT_MARK}: {exc.problem}\n\n{raw}").encode()
+    try:
+        text = transcript(recording)
+    except Exception as exc:  # a body shape no view foresaw: show the file, never fail git
+        text = f"{UNVIEWABLE_MARK} ({type(exc).__name__}: {exc}); as stored:\n\n{raw}"
+    return printable(text).encode()
+
+
+def _blob_reference(ref: BlobRef, path: object) -> bytes:
+    """What a review shows in place of a blob: its reference, not its bytes."""
+    return ref.describe().encode()
 
 
 def looks_like_recording(content: bytes) -> bool:

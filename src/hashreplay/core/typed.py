@@ -8,9 +8,11 @@ is only imported when its dotted name is under an allowed module prefix.
 from __future__ import annotations
 
 import base64
+import builtins
 import dataclasses
 import importlib
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Sequence
 from enum import Enum
 from pathlib import PurePath
 from typing import Any
@@ -188,15 +190,15 @@ def exception_from_json(
     data: dict[str, Any], allowlist: TypeAllowlist, *, path: Any = None
 ) -> BaseException:
     """Rebuild a recorded exception as its own type, with its args and message."""
-    cls = resolve_type(str(data[EXCEPTION_KEY]), allowlist, path=path)
-    if not issubclass(cls, Exception):
-        # KeyboardInterrupt, SystemExit, GeneratorExit would stop the whole test session
-        what = "not an exception" if not issubclass(cls, BaseException) else "not an Exception"
-        msg = (
-            f"type {type_name(cls)} is {what}: only Exception subclasses are raised on "
-            "replay; re-record it"
-        )
-        raise RecordingError(path, msg)
+    dotted = str(data[EXCEPTION_KEY])
+    refused = refused_exception(dotted)
+    if refused is not None:
+        raise RecordingError(path, f"{refused}; re-record it")
+    found = resolve_type(dotted, allowlist, path=path)
+    if not issubclass(found, Exception):
+        refused = refused_exception(dotted, found) or f"type {dotted} is not an exception"
+        raise RecordingError(path, f"{refused}; re-record it")
+    cls: type[Exception] = found
     args = [from_jsonable(a, allowlist, path=path) for a in data.get("args", [])]
     message = str(data.get("message", ""))
     try:
@@ -209,3 +211,82 @@ def exception_from_json(
     if list(exc.args) != args:
         exc.args = tuple(args)
     return exc
+
+
+# --- which recorded exceptions replay may raise ----------------------------------------------
+
+#: BaseExceptions that are not Exceptions, as a recording names them: refused even in a
+#: process that has not imported their module (`hashreplay verify`, the proxy).
+_NOT_EXCEPTIONS = frozenset(
+    {
+        "builtins.BaseException",
+        "builtins.BaseExceptionGroup",
+        "builtins.GeneratorExit",
+        "builtins.KeyboardInterrupt",
+        "builtins.SystemExit",
+        "_pytest.outcomes.Exit",
+        "_pytest.outcomes.Failed",
+        "_pytest.outcomes.OutcomeException",
+        "_pytest.outcomes.Skipped",
+        "_pytest.outcomes.XFailed",
+        "asyncio.CancelledError",
+        "asyncio.exceptions.CancelledError",
+        "exceptiongroup.BaseExceptionGroup",
+        "trio.Cancelled",
+    }
+)
+
+
+def _imported_class(dotted: str) -> type | None:
+    """The class `module.QualName` names, looked up only in modules already imported."""
+    parts = dotted.split(".")
+    for split in range(len(parts) - 1, 0, -1):  # the longest module prefix first
+        module_name = ".".join(parts[:split])
+        module = builtins if module_name == "builtins" else sys.modules.get(module_name)
+        if module is None:
+            continue
+        obj: Any = module
+        for attr in parts[split:]:
+            obj = getattr(obj, attr, None)
+        return obj if isinstance(obj, type) else None
+    return None
+
+
+def refused_exception(dotted: str, cls: type | None = None) -> str | None:
+    """Why replay may not raise a recorded exception of type `dotted` (or `cls`), or None
+    when it may. Only `Exception` subclasses are raised again (docs/design.md §2): a
+    BaseException that is not one (`KeyboardInterrupt`, `SystemExit`, pytest's `Exit`,
+    `Skipped`, `XFailed`, asyncio's `CancelledError`) would end the whole test session, or
+    skip or pass a test, instead of failing the one test that replays it. This is the one
+    rule every adapter, the call layer, `verify` and the importers apply."""
+    if cls is None:
+        cls = _imported_class(dotted)
+    if dotted in _NOT_EXCEPTIONS or (
+        isinstance(cls, type) and issubclass(cls, BaseException) and not issubclass(cls, Exception)
+    ):
+        return (
+            f"the recorded exception {dotted} is a BaseException that is not an Exception: "
+            "raised on replay it would stop the whole test session (or skip the test), so "
+            "replay never raises it"
+        )
+    return None
+
+
+def exception_class(
+    dotted: str | None, namespaces: Sequence[Any], default: type[Exception]
+) -> type[Exception]:
+    """The class a recorded failure names (`module.Name`) for a client to raise: looked up
+    in modules already imported (never importing anything new), then by its last name in
+    `namespaces` (the client's own exception modules); `default` when none fits, and never
+    a class `refused_exception` refuses."""
+    if not dotted or refused_exception(dotted) is not None:
+        return default
+    found = _imported_class(dotted)
+    if isinstance(found, type) and issubclass(found, Exception):
+        return found
+    name = dotted.rpartition(".")[2]
+    for place in namespaces:
+        found = getattr(place, name, None)
+        if isinstance(found, type) and issubclass(found, Exception):
+            return found
+    return default

@@ -18,6 +18,7 @@ from typing import Any
 from hashreplay.core.bodies import BodyEncoding, encode_body
 from hashreplay.core.constants import SECRET_PLACEHOLDER
 from hashreplay.core.mode import Mode
+from hashreplay.core.nesting import TooDeep, deep_field
 from hashreplay.core.normalise import filter_headers
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.recording import (
@@ -135,11 +136,15 @@ def _from_exchange(
             type=f"{type(exc).__module__}.{type(exc).__qualname__}",
             message=redactor.text(str(exc)),
         )
-    if fmt is not None:
-        body: Any = parse_stream(fmt, exchange.chunks)
-        encoding = BodyEncoding.JSON
-    else:
-        body, encoding = encode_body(b"".join(exchange.chunks), content_type)
+    try:
+        if fmt is not None:
+            body: Any = parse_stream(fmt, exchange.chunks)
+            encoding = BodyEncoding.JSON
+        else:
+            body, encoding = encode_body(b"".join(exchange.chunks), content_type)
+    except RecursionError:  # JSON nested past what any parser here goes
+        raise TooDeep("response.body", _NOT_RECORDED) from None
+    _check_nesting(body)
     return RecordedResponse(
         status=exchange.status,
         headers=kept,
@@ -155,14 +160,27 @@ def _from_exchange(
 def _redacted(
     response: RecordedResponse, redactor: Redactor, kept_headers: frozenset[str]
 ) -> RecordedResponse:
+    _check_nesting(response.body)
     exc = response.exception
     if exc is not None:
+        _check_nesting(exc.args, "response.exception.args")
         exc = exc.replace(message=redactor.text(exc.message), args=redactor.value(exc.args))
     return response.replace(
         headers=filter_headers(response.headers.items(), kept_headers, redactor.header),
         body=redactor.value(response.body),
         exception=exc,
     )
+
+
+def _check_nesting(value: Any, where: str = "response.body") -> None:
+    """Nothing nested deeper than `MAX_NESTING` is stored: no walk below recurses into it,
+    and every file written can be read back (docs/design.md §4)."""
+    deep = deep_field(value, where)
+    if deep is not None:
+        raise TooDeep(deep, _NOT_RECORDED)
+
+
+_NOT_RECORDED = "not recorded; run this test in live mode (INFERENCE_MODE=live)"
 
 
 class Recorder:

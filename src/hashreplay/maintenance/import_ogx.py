@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
 from hashreplay.core.key import MODEL_LIST_SUFFIXES
+from hashreplay.core.nesting import MAX_NESTING, deep_field, too_deep_problem
 from hashreplay.core.recording import RecordedResponse
+from hashreplay.core.typed import refused_exception
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.maintenance.importing import CallEntry, Entry, Read, UnreadableSource
 
@@ -33,6 +35,9 @@ def read_ogx(path: Path) -> Read:
     try:
         data = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
+        if "depth" in exc.msg:  # orjson stops at 1,024 levels
+            msg = f"line {exc.lineno} column {exc.colno}: {too_deep_problem()}; not imported"
+            raise UnreadableSource(msg) from None
         msg = f"not JSON: {exc}"
         raise UnreadableSource(msg) from None
     if not isinstance(data, dict):
@@ -42,6 +47,7 @@ def read_ogx(path: Path) -> Read:
     if not isinstance(request, dict) or not isinstance(response, dict):
         msg = "unknown shape: no `request` and `response` objects (not an OGX recording?)"
         raise UnreadableSource(msg)
+    _check_nesting(request, response)
     test_id = data.get("test_id", request.get("test_id"))
     if test_id is not None and not isinstance(test_id, str):
         msg = f"unknown shape: test_id is {type(test_id).__name__}, not a string"
@@ -51,6 +57,19 @@ def read_ogx(path: Path) -> Read:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         msg = f"unknown shape: {type(exc).__name__}: {exc}"
         raise UnreadableSource(msg) from None
+
+
+def _check_nesting(request: dict[str, Any], response: dict[str, Any]) -> None:
+    """Refuse a body nested deeper than hashreplay stores (docs/design.md §4), by its field
+    path, before any walk recurses into it. OGX's typed wrappers (`__type__`, `__data__`)
+    add a level to each object, so twice the limit is allowed here; the wire body they
+    stand for is held to the limit itself when it is staged."""
+    fields = [(request, "request"), (response, "response")]
+    for value, where in fields:
+        deep = deep_field(value, where, 2 * MAX_NESTING)
+        if deep is not None:
+            msg = f"{deep}: {too_deep_problem()}; not imported"
+            raise UnreadableSource(msg)
 
 
 def _entry(
@@ -63,7 +82,7 @@ def _entry(
             response=RecordedResponse(status=None, body=response.get("body")),
         )
         return Entry(test_id, source, call=call)
-    url = request["url"]
+    url = sent_url(str(request["url"]))
     method = str(request["method"]).upper()
     body = request["payload"] if "payload" in request else request.get("body")
     path = urlsplit(url).path
@@ -74,6 +93,17 @@ def _entry(
     content = b"" if body is None else orjson.dumps(body)
     incoming = IncomingRequest(method, url, headers, content)
     return Entry(test_id, source, incoming, _exchange(response, path, model_list=model_list))
+
+
+def sent_url(url: str) -> str:
+    """The URL the SDK really sent. OGX stores its client's base URL (ending `/v1`) joined
+    with the endpoint it calls (`/v1/chat/completions`), so `…/v1/v1/chat/completions`;
+    the SDK under that base URL sent `…/v1/chat/completions`, and the recording must hold
+    that path to be found again (docs/design.md §13)."""
+    parts = urlsplit(url)
+    if "/v1/v1/" not in parts.path:
+        return url
+    return urlunsplit(parts._replace(path=parts.path.replace("/v1/v1/", "/v1/", 1)))
 
 
 def untyped(value: Any) -> Any:
@@ -154,5 +184,11 @@ def _error(response: dict[str, Any]) -> LiveExchange:
             wire = {"error": body}
         return _json(status, wire)
     name = str(info.get("type") or "Exception")
-    error_class = type(name, (Exception,), {"__module__": str(info.get("provider") or "ogx")})
+    provider = str(info.get("provider") or "ogx")
+    for dotted in (f"{provider}.{name}", f"builtins.{name}"):
+        refused = refused_exception(dotted)
+        if refused is not None:  # replay would refuse it: never write it (docs/design.md §2)
+            msg = f"exception_data.type {name!r} (provider {provider!r}): {refused}; not imported"
+            raise UnreadableSource(msg)
+    error_class = type(name, (Exception,), {"__module__": provider})
     return LiveExchange(None, [], [], exception=error_class(message))

@@ -22,7 +22,9 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from hashreplay.core.content_coding import decoder_for
+from hashreplay.core.constants import DEFAULT_MAX_BODY_BYTES
+from hashreplay.core.content_coding import DecodedTooLarge, decode_limited
+from hashreplay.core.nesting import MAX_NESTING, deep_field, too_deep_problem
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.maintenance.importing import Entry, Read, Reader, Skipped, UnreadableSource
 
@@ -30,10 +32,18 @@ CASSETTES_DIRNAME = "cassettes"
 _YAML_SUFFIXES = (".yaml", ".yml")
 
 
-def vcr_reader(*, root: Path, test_id: str | None = None, hosts: tuple[str, ...] = ()) -> Reader:
+def vcr_reader(
+    *,
+    root: Path,
+    test_id: str | None = None,
+    hosts: tuple[str, ...] = (),
+    max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> Reader:
     """A reader of cassettes under project `root`: every cassette under `test_id` when given,
     else under the id its place in pytest-recording's layout gives; only requests to `hosts`
-    when any are given. A test id met twice is a duplicate, skipped."""
+    when any are given. A test id met twice is a duplicate, skipped. `max_bytes`
+    (`max_body_bytes`) bounds what a cassette may grow to in memory: its YAML aliases
+    expanded, and each compressed body decoded."""
     seen: dict[str, Path] = {}
 
     def read(path: Path) -> Read:
@@ -42,7 +52,7 @@ def vcr_reader(*, root: Path, test_id: str | None = None, hosts: tuple[str, ...]
         if earlier is not None and earlier != path.resolve():
             reason = f"duplicate: test {test} was imported from {earlier} already"
             return Read(skipped=[Skipped(str(path), reason)])
-        read_ = read_cassette(path, test, hosts)
+        read_ = read_cassette(path, test, hosts, max_bytes)
         seen[test] = path.resolve()
         return read_
 
@@ -77,8 +87,10 @@ def layout_test_id(path: Path, root: Path) -> str:
     return f"{prefix}{module}.py::{name}"
 
 
-def read_cassette(path: Path, test_id: str, hosts: tuple[str, ...] = ()) -> Read:
-    data = _load(path)
+def read_cassette(
+    path: Path, test_id: str, hosts: tuple[str, ...] = (), max_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> Read:
+    data = _load(path, max_bytes)
     if not isinstance(data, dict) or not isinstance(data.get("interactions"), list):
         msg = "unknown shape: no `interactions` list (not a vcrpy cassette?)"
         raise UnreadableSource(msg)
@@ -91,7 +103,14 @@ def read_cassette(path: Path, test_id: str, hosts: tuple[str, ...] = ()) -> Read
     for index, interaction in enumerate(data["interactions"], start=1):
         source = f"{path}#{index}"
         try:
-            incoming, exchange = _interaction(interaction)
+            incoming, exchange = _interaction(interaction, max_bytes)
+        except DecodedTooLarge as exc:
+            msg = (
+                f"interaction {index}: {exc}, over max_body_bytes ({exc.limit}) (a "
+                "compression bomb?); not imported: raise max_body_bytes in [tool.hashreplay] "
+                "if the body is genuine"
+            )
+            raise UnreadableSource(msg) from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             msg = f"interaction {index} is unreadable: {type(exc).__name__}: {exc}"
             raise UnreadableSource(msg) from None
@@ -104,21 +123,75 @@ def read_cassette(path: Path, test_id: str, hosts: tuple[str, ...] = ()) -> Read
     return Read(entries, skipped)
 
 
-def _load(path: Path) -> Any:
+def _load(path: Path, max_bytes: int) -> Any:
     content = path.read_bytes()
     if path.suffix.lower() == ".json":
         try:
-            return orjson.loads(content)
+            data = orjson.loads(content)
         except orjson.JSONDecodeError as exc:
+            if "depth" in exc.msg:  # orjson stops at 1,024 levels
+                raise UnreadableSource(f"{too_deep_problem()}; not imported") from None
             msg = f"not JSON: {exc}"
             raise UnreadableSource(msg) from None
-    loads = _yaml_loader()
-    try:
-        return loads(content)
-    except Exception as exc:  # yaml.YAMLError and constructor errors for unsafe tags
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        msg = f"not readable YAML: {first}"
-        raise UnreadableSource(msg) from None
+    else:
+        loads = _yaml_loader()
+        try:
+            data = loads(content)
+        except RecursionError:
+            raise UnreadableSource(f"{too_deep_problem()}; not imported") from None
+        except Exception as exc:  # yaml.YAMLError and constructor errors for unsafe tags
+            if "nesting depth" in str(exc):  # libyaml stops at 1,000 levels
+                raise UnreadableSource(f"{too_deep_problem()}; not imported") from None
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            msg = f"not readable YAML: {first}"
+            raise UnreadableSource(msg) from None
+        _check_expansion(data, len(content), max_bytes)
+    deep = deep_field(data, "(cassette)", MAX_NESTING + 8)  # a body, and the cassette's own
+    if deep is not None:
+        raise UnreadableSource(f"{deep}: {too_deep_problem()}; not imported")
+    return data
+
+
+def _check_expansion(data: Any, size: int, max_bytes: int) -> None:
+    """Refuse a cassette whose YAML aliases (`&a`, `*a`) make it, expanded, more than
+    `max_bytes` larger than the file (a "billion laughs" document), or make it contain
+    itself. The YAML loader shares one object per anchor, so the expanded size is counted
+    over the shared objects, once each, without ever building the expansion."""
+    limit = size + max_bytes
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        value, done = stack.pop()
+        key = id(value)
+        children = [*value.keys(), *value.values()] if isinstance(value, dict) else list(value)
+        if done:
+            on_path.discard(key)
+            total = 1 + sum(_leaf_size(c) if _is_leaf(c) else sizes[id(c)] for c in children)
+            if total > limit:
+                msg = (
+                    f"its YAML aliases expand it to more than max_body_bytes ({max_bytes}) "
+                    f'beyond the file\'s own {size} bytes (a "billion laughs" cassette?); '
+                    "not imported: raise max_body_bytes in [tool.hashreplay] if it is genuine"
+                )
+                raise UnreadableSource(msg)
+            sizes[key] = total
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise UnreadableSource("a YAML alias makes the cassette contain itself; not imported")
+        on_path.add(key)
+        stack.append((value, True))
+        stack.extend((c, False) for c in children if not _is_leaf(c) and id(c) not in sizes)
+
+
+def _is_leaf(value: Any) -> bool:
+    return not isinstance(value, (dict, list, tuple))
+
+
+def _leaf_size(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes)) else 8
 
 
 def _yaml_loader() -> Callable[[bytes], Any]:
@@ -174,7 +247,9 @@ def _bytes(value: Any) -> bytes:
     raise TypeError(msg)
 
 
-def _interaction(interaction: dict[str, Any]) -> tuple[IncomingRequest, LiveExchange]:
+def _interaction(
+    interaction: dict[str, Any], max_bytes: int
+) -> tuple[IncomingRequest, LiveExchange]:
     request, response = interaction["request"], interaction["response"]
     body = request.get("body")
     if isinstance(body, dict):  # some serialisers wrap request bodies like responses
@@ -196,13 +271,15 @@ def _interaction(interaction: dict[str, Any]) -> tuple[IncomingRequest, LiveExch
     raw = _bytes(content)
     coding = next((v for k, v in headers if k.lower() == "content-encoding"), None)
     if coding is not None:
-        decoder = decoder_for(coding)
-        if decoder is not None:
-            try:
-                raw = decoder.decode(raw) + decoder.flush()
-            except Exception as exc:  # zlib.error, brotli.error
-                msg = f"the {coding} body does not decode: {exc}"
-                raise ValueError(msg) from exc
+        try:
+            decoded = decode_limited(coding, raw, max_bytes)
+        except DecodedTooLarge:
+            raise
+        except Exception as exc:  # zlib.error, brotli.error
+            msg = f"the {coding} body does not decode: {exc}"
+            raise ValueError(msg) from exc
+        if decoded is not None:
+            raw = decoded
             headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
     headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
     chunked = any(k.lower() == "transfer-encoding" for k, _ in headers)
