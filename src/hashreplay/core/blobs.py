@@ -122,13 +122,19 @@ def _bodies(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def body_sizes(data: dict[str, Any]) -> Iterator[tuple[str, int]]:
-    """Each body of a recording's JSON and its size in bytes (a string's UTF-8 length, any
-    other value's compact JSON length)."""
+    """Each body of a recording's JSON and its size in bytes (a string's UTF-8 length, a
+    base64 body's decoded length, so messages speak of the bytes that came, any other
+    value's compact JSON length)."""
     for where, holder in _bodies(data):
         body = holder.get("body")
         if body is None:
             continue
-        size = len(body.encode("utf-8")) if isinstance(body, str) else len(orjson.dumps(body))
+        if isinstance(body, str) and holder.get("body_encoding") == "base64":
+            size = len(body) * 3 // 4 - (len(body) - len(body.rstrip("=")))
+        elif isinstance(body, str):
+            size = len(body.encode("utf-8"))
+        else:
+            size = len(orjson.dumps(body))
         yield where, size
 
 
