@@ -122,20 +122,24 @@ def _bodies(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def body_sizes(data: dict[str, Any]) -> Iterator[tuple[str, int]]:
-    """Each body of a recording's JSON and its size in bytes (a string's UTF-8 length, a
-    base64 body's decoded length, so messages speak of the bytes that came, any other
-    value's compact JSON length)."""
+    """Each body of a recording's JSON and its size in bytes (a string's UTF-8 length, any
+    other value's compact JSON length)."""
     for where, holder in _bodies(data):
         body = holder.get("body")
         if body is None:
             continue
-        if isinstance(body, str) and holder.get("body_encoding") == "base64":
-            size = len(body) * 3 // 4 - (len(body) - len(body.rstrip("=")))
-        elif isinstance(body, str):
-            size = len(body.encode("utf-8"))
-        else:
-            size = len(orjson.dumps(body))
+        size = len(body.encode("utf-8")) if isinstance(body, str) else len(orjson.dumps(body))
         yield where, size
+
+
+def binary_size(data: dict[str, Any], where: str) -> int | None:
+    """The bytes a base64 body named `where` (as `body_sizes` names it) decodes to, or None
+    for a body stored otherwise: messages speak of the bytes that came."""
+    for name, holder in _bodies(data):
+        body = holder.get("body")
+        if name == where and isinstance(body, str) and holder.get("body_encoding") == "base64":
+            return len(body) * 3 // 4 - (len(body) - len(body.rstrip("=")))
+    return None
 
 
 def _map_strings(value: Any, change: Callable[[str], Any]) -> Any:

@@ -315,6 +315,17 @@ class Session:
                 raise
         return path
 
+    def uncount_cut_off(self, prep: Prepared) -> None:
+        """A response the client cut off (recorded as abandoned) does not count as a call of
+        its request's sequence: the next identical request of the test takes its place and
+        replaces it (docs/design.md §12). For servers, whose clients may never start a new
+        run that would record it again."""
+        with self.tests.lock:
+            state = self.tests.get(prep.test_id)
+            seq = state.sequences.get(prep.hash) if state is not None else None
+            if seq is not None and seq.calls > 0:
+                seq.calls -= 1
+
     def _not_written(self) -> None:
         """The stats count files written: a staged recording whose write failed is not."""
         with self.tests.lock:

@@ -163,6 +163,8 @@ class ProxyApp:
                 msg = f"{method} {target}: invalid Host header {host!r} ({exc})"
                 raise ProxyError(400, "bad_request", msg) from None
         url = base + upstream_path + (f"?{query}" if query else "")
+        client_host = next((v for k, v in headers if k.lower() == "host"), None)
+        asked = f"http://{client_host}{target}" if client_host else None
         test_id, run_id = test_and_run_ids(scope.get("headers") or ())
         request = ProxyRequest(
             method=method,
@@ -172,6 +174,7 @@ class ProxyApp:
             body=body,
             test_id=test_id,
             upstream=upstream,
+            asked=asked,
         )
         self.session.enter_run(test_id, run_id)
         touch_test(self.session, test_id, self.settings.max_tests)  # issue 13 item 9

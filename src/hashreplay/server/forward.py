@@ -62,6 +62,8 @@ class ProxyRequest:
     body: bytes
     test_id: str | None
     upstream: Upstream | None
+    #: The URL the client used (the proxy's host:port and the path it sent), for messages.
+    asked: str | None = None
 
 
 @dataclass
@@ -117,7 +119,14 @@ class Forwarder:
             await self._answer(request, plan, reply)
         elif isinstance(decision, Miss):
             # the report's next step is this proxy's, not pytest's
-            decision = decision._replace(error=with_serve_next_step(decision.error, self.settings))
+            error = with_serve_next_step(
+                decision.error,
+                self.settings,
+                stored_url=decision.prep.request.url,
+                asked=request.asked,
+                forwarded=_shown_url(request),
+            )
+            decision = decision._replace(error=error)
             # The client gets the report now; nothing (no pytest) would collect it later.
             session.take_misses(decision.prep.test_id)
             logger.warning("%s", decision.error.report)
@@ -287,6 +296,8 @@ class Forwarder:
         if prep is not None and exchange is not None:
             what = f"{request.method} {request.target}"
             await record_exchange(self.session, prep, exchange, what)  # issue 13 item 8
+            if exchange.abandoned:  # cut off: the client's next try records it again
+                self.session.uncount_cut_off(prep)
         if failure is not None:
             await relay.abort()
             self.counters.error("broken_stream")
@@ -339,6 +350,14 @@ async def _pump(
     except httpx2.HTTPError as exc:
         return exc, kept
     return None, kept
+
+
+def _shown_url(request: ProxyRequest) -> str | None:
+    """The upstream URL a request maps to, as messages may show it (no credentials)."""
+    upstream = request.upstream
+    if upstream is None:
+        return None
+    return upstream.shown + request.url[len(upstream.url) :]
 
 
 def _content_length(headers: list[tuple[str, str]]) -> int | None:
