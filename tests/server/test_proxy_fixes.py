@@ -353,3 +353,44 @@ def test_a_miss_report_names_the_host_and_port_the_client_used(
     answer = httpx2.post(f"{bare.url}{CHAT}?x=1", json=chat("hi"))
     first = answer.json()["error"]["message"].splitlines()[0]
     assert first == f"hashreplay: no recording for POST {bare.url}{CHAT}?x=1 (replay mode)"
+
+
+# --- the plugin's passthrough headers ---------------------------------------------------------
+
+PASSTHROUGH_SUITE = """
+import os
+
+import httpx2
+import pytest
+
+import hashreplay
+
+SERVER = os.environ["SERVER_URL"]
+
+
+@pytest.mark.hashreplay_fault(status=500, endpoint="/v1/never-called")
+def test_calls_the_server():
+    with hashreplay.conversation("alice"):
+        assert httpx2.post(SERVER + "/v1/chat/completions", json={"model": "m", "messages": []}).status_code == 200
+    own = {"X-HashReplay-Conversation": "bob"}  # the test's own header is its business
+    assert httpx2.post(SERVER + "/v1/chat/completions", json={"model": "m", "messages": []}, headers=own).status_code == 200
+"""
+
+
+def test_the_plugin_adds_only_the_test_id_and_run_to_passthrough_requests(
+    pytester: pytest.Pytester, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server under test gets the two headers; a conversation or fault of the test never
+    travels with them (server mode reads an explicit conversation header, nothing else)."""
+    pytester.makepyprojecttoml(f'[tool.hashreplay]\npassthrough = ["{upstream.url}"]\n')
+    pytester.makepyfile(test_suite=PASSTHROUGH_SUITE)
+    monkeypatch.setenv("SERVER_URL", upstream.url)
+    monkeypatch.delenv("INFERENCE_MODE", raising=False)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "ignore")
+    result.assert_outcomes(passed=1)
+    first, second = upstream.calls
+    ours = [sorted(k for k in c.headers if k.startswith("x-hashreplay")) for c in (first, second)]
+    assert ours[0] == ["x-hashreplay-run", "x-hashreplay-test-id"]
+    assert ours[1] == ["x-hashreplay-conversation", "x-hashreplay-run", "x-hashreplay-test-id"]
+    assert second.headers["x-hashreplay-conversation"] == "bob"
+    assert first.headers["x-hashreplay-test-id"] == "test_suite.py::test_calls_the_server"
