@@ -338,6 +338,7 @@ async def _pump(
             kept += len(data)
             if limit is not None and kept > limit:
                 live.chunks.clear()  # nothing of it is recorded: let it go now
+                live.chunk_at.clear()
                 relay.held.clear()
                 return None, kept
             if data:
