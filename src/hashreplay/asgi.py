@@ -10,7 +10,9 @@ For each HTTP (or WebSocket) request, the test id in `X-HashReplay-Test-Id` beco
 context of everything the app does for that request, streamed responses and the tasks it
 starts included, so the app's own upstream calls are stored per test, exactly as in-process
 calls of that test would be. A request without the header runs outside any test (its calls
-go to the common recordings directory). `X-HashReplay-Run` (sent by the pytest plugin) starts
+go to the common recordings directory). `X-HashReplay-Conversation` makes the request's
+upstream calls part of that conversation of the test (docs/design.md §12), as the proxy
+does. `X-HashReplay-Run` (sent by the pytest plugin) starts
 a new run of the test: a re-run replays its identical requests from the first again. A replay
 miss answers the app's client with the miss response (as in-process) and its report is
 logged (logger `hashreplay`), since no pytest in this process fails the test with it.
@@ -23,12 +25,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.constants import CONVERSATION_HEADER, RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import test_context
 from hashreplay.engine.session import Session
-from hashreplay.server.install import enter_request, header_text, installed_session, leave_request
+from hashreplay.server.install import (
+    conversation_context,
+    enter_request,
+    header_text,
+    installed_session,
+    leave_request,
+)
 
-__all__ = ["ASGIApp", "TestIdMiddleware", "test_and_run_ids"]
+__all__ = ["ASGIApp", "TestIdMiddleware", "conversation_of", "test_and_run_ids"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -38,6 +46,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _TEST_ID_KEY = TEST_ID_HEADER.lower().encode("ascii")
 _RUN_KEY = RUN_HEADER.lower().encode("ascii")
+_CONVERSATION_KEY = CONVERSATION_HEADER.lower().encode("ascii")
 
 
 def test_and_run_ids(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str | None, str | None]:
@@ -53,6 +62,14 @@ def test_and_run_ids(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str | None
 
 
 test_and_run_ids.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+def conversation_of(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The conversation `X-HashReplay-Conversation` names, or None (absent or blank)."""
+    for name, value in headers:
+        if name.lower() == _CONVERSATION_KEY:
+            return header_text(value)
+    return None
 
 
 class TestIdMiddleware:
@@ -72,11 +89,12 @@ class TestIdMiddleware:
         if scope.get("type") not in ("http", "websocket"):
             await self.app(scope, receive, send)  # lifespan and other scopes: untouched
             return
-        test_id, run_id = test_and_run_ids(scope.get("headers") or ())
+        headers = scope.get("headers") or ()
+        test_id, run_id = test_and_run_ids(headers)
         session = self.session or installed_session()
         enter_request(session, test_id, run_id)
         try:
-            with test_context(test_id):
+            with test_context(test_id), conversation_context(conversation_of(headers)):
                 await self.app(scope, receive, send)
         finally:
             leave_request(session, test_id)

@@ -9,18 +9,25 @@
 
 The test id in `X-HashReplay-Test-Id` is the test context while the app is called *and* while
 the server iterates its response, so a streaming (generator) response that calls upstream
-as it goes is stored under the right test too.
+as it goes is stored under the right test too. `X-HashReplay-Conversation` names the
+conversation of those calls (docs/design.md §12), as in the ASGI middleware.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
-from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.constants import CONVERSATION_HEADER, RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import test_context
 from hashreplay.engine.session import Session
-from hashreplay.server.install import enter_request, header_text, installed_session, leave_request
+from hashreplay.server.install import (
+    conversation_context,
+    enter_request,
+    header_text,
+    installed_session,
+    leave_request,
+)
 
 __all__ = ["TestIdMiddleware", "WSGIApp"]
 
@@ -29,6 +36,7 @@ WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 _TEST_ID_ENVIRON = "HTTP_" + TEST_ID_HEADER.upper().replace("-", "_")
 _RUN_ENVIRON = "HTTP_" + RUN_HEADER.upper().replace("-", "_")
+_CONVERSATION_ENVIRON = "HTTP_" + CONVERSATION_HEADER.upper().replace("-", "_")
 _T = TypeVar("_T")
 
 
@@ -40,20 +48,25 @@ def _environ_value(environ: dict[str, Any], key: str) -> str | None:
     return header_text(value.encode("latin-1", errors="replace"))
 
 
-def _as(test_id: str | None, fn: Callable[..., _T], *args: Any) -> _T:
-    with test_context(test_id):
+class _Context(NamedTuple):
+    """What a request's headers make the context of the app's upstream calls."""
+
+    test_id: str | None
+    conversation: str | None
+
+
+def _as(context: _Context, fn: Callable[..., _T], *args: Any) -> _T:
+    with test_context(context.test_id), conversation_context(context.conversation):
         return fn(*args)
 
 
 class _Body:
     """The app's response iterable, iterated and closed in the request's test context."""
 
-    def __init__(
-        self, inner: Iterable[bytes], test_id: str | None, session: Session | None
-    ) -> None:
+    def __init__(self, inner: Iterable[bytes], context: _Context, session: Session | None) -> None:
         self._inner = inner
         self._iter: Iterator[bytes] | None = None
-        self._test_id = test_id
+        self._context = context
         self._session = session
 
     def __iter__(self) -> Iterator[bytes]:
@@ -61,17 +74,17 @@ class _Body:
 
     def __next__(self) -> bytes:
         if self._iter is None:
-            self._iter = _as(self._test_id, iter, self._inner)
-        chunk: bytes = _as(self._test_id, next, self._iter)
+            self._iter = _as(self._context, iter, self._inner)
+        chunk: bytes = _as(self._context, next, self._iter)
         return chunk
 
     def close(self) -> None:
         try:
             close = getattr(self._inner, "close", None)
             if callable(close):
-                _as(self._test_id, close)
+                _as(self._context, close)
         finally:
-            leave_request(self._session, self._test_id)
+            leave_request(self._session, self._context.test_id)
 
 
 class TestIdMiddleware:
@@ -87,6 +100,7 @@ class TestIdMiddleware:
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         test_id = _environ_value(environ, _TEST_ID_ENVIRON)
         run_id = _environ_value(environ, _RUN_ENVIRON)
+        context = _Context(test_id, _environ_value(environ, _CONVERSATION_ENVIRON))
         session = self.session or installed_session()
         enter_request(session, test_id, run_id)
-        return _Body(_as(test_id, self.app, environ, start_response), test_id, session)
+        return _Body(_as(context, self.app, environ, start_response), context, session)

@@ -48,7 +48,8 @@ def test_fault_header_hang_and_conversations(
     bad = httpx2.post(
         url, json=chat("x"), headers=headers(run, **{"X-HashReplay-Fault": '{"error": "boom"}'})
     )
-    assert bad.status_code == 404
+    assert bad.status_code == 400  # a client error, not a replay miss
+    assert bad.json()["error"]["code"] == "bad_fault"
     assert "unknown fault kind error='boom'" in bad.json()["error"]["message"]
 
     for name in ("a", "b"):

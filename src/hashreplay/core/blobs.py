@@ -132,6 +132,16 @@ def body_sizes(data: dict[str, Any]) -> Iterator[tuple[str, int]]:
         yield where, size
 
 
+def binary_size(data: dict[str, Any], where: str) -> int | None:
+    """The bytes a base64 body named `where` (as `body_sizes` names it) decodes to, or None
+    for a body stored otherwise: messages speak of the bytes that came."""
+    for name, holder in _bodies(data):
+        body = holder.get("body")
+        if name == where and isinstance(body, str) and holder.get("body_encoding") == "base64":
+            return len(body) * 3 // 4 - (len(body) - len(body.rstrip("=")))
+    return None
+
+
 def _map_strings(value: Any, change: Callable[[str], Any]) -> Any:
     if isinstance(value, str):
         return change(value)

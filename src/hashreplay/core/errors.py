@@ -31,14 +31,25 @@ class RecordingError(HashReplayError):
 class BodyTooLarge(HashReplayError):
     """A body over `max_body_bytes` was not recorded (docs/design.md §13)."""
 
-    def __init__(self, *, test_id: str | None, url: str, where: str, size: int, limit: int) -> None:
+    def __init__(
+        self,
+        *,
+        test_id: str | None,
+        url: str,
+        where: str,
+        size: int,
+        limit: int,
+        binary: int | None = None,
+    ) -> None:
         self.test_id = test_id
         self.url = url
         self.size = size
         self.limit = limit
         test = test_id or "(no test)"
+        #: a binary body: the bytes that came, then the size its base64 text is stored at
+        stored = f"{size} bytes" if binary is None else f"{binary} bytes ({size} as base64)"
         msg = (
-            f"hashreplay: not recorded: the {where} of {url} in test {test} is {size} bytes, "
+            f"hashreplay: not recorded: the {where} of {url} in test {test} is {stored}, "
             f"over max_body_bytes ({limit}); raise it in [tool.hashreplay] of pyproject.toml "
             f"(max_body_bytes = {_next_power(size)}) or send a smaller body"
         )

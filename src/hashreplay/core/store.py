@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from hashreplay.core.blobs import BlobRef, blob_digest, body_sizes, join_blobs, split_blobs
+from hashreplay.core.blobs import (
+    BlobRef,
+    binary_size,
+    blob_digest,
+    body_sizes,
+    join_blobs,
+    split_blobs,
+)
 from hashreplay.core.body_checks import check_bodies
 from hashreplay.core.constants import (
     BLOB_REF_KEY,
@@ -325,6 +332,7 @@ class Store:
                     where=where,
                     size=size,
                     limit=self.max_body_bytes,
+                    binary=binary_size(data, where),
                 )
 
     def dump(self, recording: Recording) -> bytes:

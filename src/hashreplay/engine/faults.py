@@ -8,6 +8,7 @@ raise their own client's exceptions for the plan's `error_kind`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -30,6 +31,8 @@ _FIELDS = (
     "after_chunks",
     "hang",
 )
+#: An HTTP header name (RFC 9110 §5.1: a token).
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"  # compiled on first use, not at import
 FORMS = (
     "status=<int> [headers={...}] [body=...], error="
     + "|".join(f'"{e}"' for e in FAULT_ERRORS)
@@ -76,6 +79,11 @@ class FaultSpec(NamedTuple):
             isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
         ):
             _bad(source, "headers must be a dict of strings")
+        for name, value in headers.items():  # a response header must be able to carry them
+            if not re.fullmatch(_TOKEN, name):
+                _bad(source, f"header name {name!r} is not an HTTP header name")
+            if any(c in value for c in "\r\n\x00"):
+                _bad(source, f"header {name!r}: value {value!r} holds CR, LF or NUL")
         body = values.get("body")
         if body is not None and not isinstance(body, (dict, list, str)):
             _bad(source, f"body must be a dict, a list or a str, got {type(body).__name__}")

@@ -27,6 +27,9 @@ from hashreplay.engine.http import BreakKind, IncomingRequest, ReplayPlan
 from hashreplay.engine.options import TestOptions
 from hashreplay.engine.pacing import NoTiming, delays_for
 
+#: Distinct fault header values whose counters one test keeps; a value beyond that forgets the
+#: oldest one (which starts afresh if it comes back), so a long-lived proxy stays bounded.
+MAX_HEADER_FAULTS = 64
 HANG_MESSAGE = "hashreplay: hang fault: no answer until the client's timeout"
 FAULT_MESSAGE = "hashreplay: fault {kind} injected by {spec}"
 NO_TIMING = (
@@ -74,6 +77,8 @@ def fault_for(options: TestOptions | None, request: IncomingRequest) -> FaultSpe
         active = options.header_faults.get(header)
         if active is None:
             spec = FaultSpec.from_header(header, source=f"header {FAULT_HEADER}")
+            while len(options.header_faults) >= MAX_HEADER_FAULTS:  # bounded: oldest out
+                del options.header_faults[next(iter(options.header_faults))]
             active = options.header_faults[header] = ActiveFault(spec)
         if active.take(path):
             return active.spec

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hashreplay.core.config import Config
-from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.constants import FAULT_HEADER, RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import current_test_id, in_call
 from hashreplay.core.errors import ConfigError, RecordingError, ReplayFailure, ReplayMiss
 from hashreplay.core.mode import Mode
@@ -186,6 +186,10 @@ class Session:
         prep = self.prepare(request, test_id)
         with self.tests.lock:
             state = self.tests.get(test_id)
+            if state is None and request.header(FAULT_HEADER) is not None:
+                # a fault header's counters (`times`, `call`) live in the test's state, which
+                # a client that sends no run header has not made yet
+                state = self.tests.state(test_id)
             try:
                 fault = fault_for(state.options if state else None, request)
             except ConfigError as exc:  # a malformed proxy fault header
@@ -325,15 +329,39 @@ class Session:
         """Stage (redact, normalise) and write one outcome; returns its file."""
         path, content = self.recorder.stage(prep, outcome)
         if content is not None:
-            self.view.write(path, content)
+            try:
+                self.view.write(path, content)
+            except BaseException:
+                self._not_written()
+                raise
         return path
 
     async def arecord(self, prep: Prepared, outcome: Outcome) -> Path:
         """`record` for event loops: the write never blocks the loop."""
         path, content = self.recorder.stage(prep, outcome)
         if content is not None:
-            await self.view.awrite(path, content)
+            try:
+                await self.view.awrite(path, content)
+            except BaseException:
+                self._not_written()
+                raise
         return path
+
+    def uncount_cut_off(self, prep: Prepared) -> None:
+        """A response the client cut off (recorded as abandoned) does not count as a call of
+        its request's sequence: the next identical request of the test takes its place and
+        replaces it (docs/design.md §12). For servers, whose clients may never start a new
+        run that would record it again."""
+        with self.tests.lock:
+            state = self.tests.get(prep.test_id)
+            seq = state.sequences.get(prep.hash) if state is not None else None
+            if seq is not None and seq.calls > 0:
+                seq.calls -= 1
+
+    def _not_written(self) -> None:
+        """The stats count files written: a staged recording whose write failed is not."""
+        with self.tests.lock:
+            self.stats.recorded = max(0, self.stats.recorded - 1)
 
     def flush(self) -> None:
         """Wait until every recording written so far is on disk (write-behind sessions);

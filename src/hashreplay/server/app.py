@@ -17,12 +17,13 @@ from urllib.parse import quote, urlsplit
 
 from hashreplay.asgi import test_and_run_ids
 from hashreplay.core.config import load_config
-from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.constants import FAULT_HEADER, RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import test_context
-from hashreplay.core.errors import ProxyError, UnknownUpstream
+from hashreplay.core.errors import ConfigError, ProxyError, UnknownUpstream
 from hashreplay.core.nesting import RequestTooDeep
 from hashreplay.core.secret_values import SecretValues
 from hashreplay.engine.eviction import touch_test
+from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.session import Session
 from hashreplay.server.forward import Counters, Forwarder, ProxyRequest
 from hashreplay.server.log_secrets import install_log_filter
@@ -33,8 +34,12 @@ __all__ = ["ProxyApp", "app_from_environment"]
 
 logger = logging.getLogger("hashreplay.serve")
 
-#: Request headers the proxy consumes itself and never forwards upstream.
+#: Request headers the proxy consumes itself and never forwards upstream; the conversation
+#: and fault headers go to the engine and are dropped when forwarding (forward.py).
 _CONSUMED = ("host", "content-length", "expect", TEST_ID_HEADER, RUN_HEADER)
+#: The longest `X-HashReplay-Fault` value the proxy accepts: a test keeps one counter per
+#: distinct value, so neither a value nor their number may grow without bound.
+MAX_FAULT_HEADER_BYTES = 4096
 
 
 class _ClientGone(Exception):
@@ -146,6 +151,7 @@ class ProxyApp:
             (k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers") or ()
         ]
         body = await self._read_body(method, target, headers, receive)
+        _check_fault_header(method, target, headers)
         if upstream is not None:
             base = upstream.url
         else:  # replay without an upstream: the URL the client used
@@ -157,6 +163,8 @@ class ProxyApp:
                 msg = f"{method} {target}: invalid Host header {host!r} ({exc})"
                 raise ProxyError(400, "bad_request", msg) from None
         url = base + upstream_path + (f"?{query}" if query else "")
+        client_host = next((v for k, v in headers if k.lower() == "host"), None)
+        asked = f"http://{client_host}{target}" if client_host else None
         test_id, run_id = test_and_run_ids(scope.get("headers") or ())
         request = ProxyRequest(
             method=method,
@@ -166,6 +174,7 @@ class ProxyApp:
             body=body,
             test_id=test_id,
             upstream=upstream,
+            asked=asked,
         )
         self.session.enter_run(test_id, run_id)
         touch_test(self.session, test_id, self.settings.max_tests)  # issue 13 item 9
@@ -245,6 +254,30 @@ class ProxyApp:
             "root": str(config.root),
             "recordings": str(config.common_dir),
         }
+
+
+def _check_fault_header(method: str, target: str, headers: list[tuple[str, str]]) -> None:
+    """A 400 naming the problem for a fault header the proxy cannot use, with or without a
+    test id, before anything is decided: too long (a test keeps a counter per value),
+    several of them, not a fault, or a value that cannot go into a response."""
+    values = [v for k, v in headers if k.lower() == FAULT_HEADER.lower()]
+    if not values:
+        return
+    what = f"{method} {target}: header {FAULT_HEADER}"
+    if len(values) > 1:
+        msg = f"{what} is given {len(values)} times; send one JSON object"
+        raise ProxyError(400, "bad_fault", msg)
+    size = len(values[0])  # decoded as Latin-1: one character per byte
+    if size > MAX_FAULT_HEADER_BYTES:
+        msg = (
+            f"{what} is {size} bytes, over the limit of {MAX_FAULT_HEADER_BYTES} bytes; "
+            'a fault is a small JSON object such as {"status": 429, "times": 1}'
+        )
+        raise ProxyError(400, "bad_fault", msg)
+    try:
+        FaultSpec.from_header(values[0], source=what)
+    except ConfigError as exc:
+        raise ProxyError(400, "bad_fault", str(exc)) from None
 
 
 class _Formatter(logging.Formatter):

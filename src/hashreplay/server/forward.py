@@ -23,7 +23,9 @@ from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx2
 
-from hashreplay.core.errors import ProxyError
+from hashreplay.core.constants import CONVERSATION_HEADER, FAULT_HEADER
+from hashreplay.core.errors import BodyTooLarge, ProxyError
+from hashreplay.core.secret_values import SecretValues
 from hashreplay.engine import pacing
 from hashreplay.engine.decision import Miss, Record, Replay
 from hashreplay.engine.http import BreakKind, IncomingRequest, LiveBody, ReplayPlan
@@ -35,6 +37,10 @@ from hashreplay.server.responses import Receive, Responder, end_to_end
 from hashreplay.server.settings import ServeSettings, Upstream
 
 logger = logging.getLogger("hashreplay.serve")
+
+#: Request headers meant for hashreplay (docs/server.md): the engine reads them, the
+#: upstream never sees them.
+_ENGINE_ONLY = frozenset(h.lower() for h in (CONVERSATION_HEADER, FAULT_HEADER))
 
 MISS_HINT = (
     "hashreplay serve answered from its recordings only ({mode} mode). To record this "
@@ -56,6 +62,8 @@ class ProxyRequest:
     body: bytes
     test_id: str | None
     upstream: Upstream | None
+    #: The URL the client used (the proxy's host:port and the path it sent), for messages.
+    asked: str | None = None
 
 
 @dataclass
@@ -76,6 +84,11 @@ class Forwarder:
         self.settings = settings
         self.counters = counters
         self._client: httpx2.AsyncClient | None = None
+        #: each upstream's URL credentials, scrubbed from what its answers record
+        #: (docs/design.md §7: an upstream may echo its `Authorization: Basic` header)
+        self._userinfo = {
+            u.name: SecretValues(u.userinfo_values) for u in settings.upstreams if u.userinfo_values
+        }
 
     def client(self) -> httpx2.AsyncClient:
         """The upstream client: no environment proxies, redirects, cookies or defaults."""
@@ -106,14 +119,26 @@ class Forwarder:
             await self._answer(request, plan, reply)
         elif isinstance(decision, Miss):
             # the report's next step is this proxy's, not pytest's
-            decision = decision._replace(error=with_serve_next_step(decision.error, self.settings))
+            error = with_serve_next_step(
+                decision.error,
+                self.settings,
+                stored_url=decision.prep.request.url,
+                asked=request.asked,
+                forwarded=_shown_url(request),
+            )
+            decision = decision._replace(error=error)
             # The client gets the report now; nothing (no pytest) would collect it later.
             session.take_misses(decision.prep.test_id)
             logger.warning("%s", decision.error.report)
             hint = MISS_HINT.format(mode=decision.prep.mode.value)
             await self._answer(request, decision.plan(hint), reply)
         elif isinstance(decision, Record):
-            await self._relay(request, reply, receive, decision.prep)
+            prep = decision.prep
+            userinfo = self._userinfo.get(request.upstream.name) if request.upstream else None
+            if userinfo is not None:
+                prep = prep._replace(secrets=prep.secrets | userinfo)
+            self._check_request_size(request)
+            await self._relay(request, reply, receive, prep)
         else:
             await self._relay(request, reply, receive, None)
 
@@ -158,6 +183,25 @@ class Forwarder:
             await reply.body(chunk, more=True)
         await reply.body(b"", more=False)
 
+    def _check_request_size(self, request: ProxyRequest) -> None:
+        """A request body the recording could not hold is refused before it goes upstream."""
+        size = len(request.body)
+        if size > self.session.config.max_body_bytes:
+            too_large = self._too_large(request, "request.body", size)
+            raise ProxyError(413, "body_too_large", f"{too_large}; it was not sent upstream")
+
+    def _too_large(self, request: ProxyRequest, where: str, size: int) -> str:
+        """The message of a body over max_body_bytes (the most a recording holds)."""
+        return str(
+            BodyTooLarge(
+                test_id=request.test_id,
+                url=f"{request.method} {request.target}",
+                where=where,
+                size=size,
+                limit=self.session.config.max_body_bytes,
+            )
+        )
+
     # --- live --------------------------------------------------------------------------------
 
     async def _relay(
@@ -170,8 +214,9 @@ class Forwarder:
                 "serve was started without --upstream; restart it with --upstream URL"
             )
             raise ProxyError(502, "no_upstream", message)
+        headers = [(k, v) for k, v in request.headers if k.lower() not in _ENGINE_ONLY]
         outgoing = httpx2.Request(
-            request.method, request.url, headers=request.headers, content=request.body or None
+            request.method, request.url, headers=headers, content=request.body or None
         )
         started = time.monotonic()
         try:
@@ -216,33 +261,43 @@ class Forwarder:
         # While recording, a content-length response is held until its file is written, so
         # a failed write is a 5xx, never a 200 (issue 13 item 8; see relay.py).
         hold = prep is not None and any(k.lower() == "content-length" for k, _ in client_headers)
+        # Memory stays bounded (docs/design.md §13): what a recording keeps of the body stops
+        # at max_body_bytes, checked as it arrives, so a stream that never ends cannot grow
+        # the proxy; such a response is not recorded.
+        limit = self.session.config.max_body_bytes if prep is not None else None
+        declared = _content_length(raw_headers)
+        if limit is not None and declared is not None and declared > limit:
+            message = self._too_large(request, "response.body (its content-length)", declared)
+            raise ProxyError(502, "response_too_large", message)
         relay = Relay(reply, hold, response.status_code, client_headers)
         await relay.begin()
         gone = asyncio.Event()
         watcher = asyncio.ensure_future(_watch_disconnect(receive, gone))
-        failure: BaseException | None = None
         try:
-            async for raw in response.aiter_raw():
-                data = _decoded(live.feed, raw)
-                if data:
-                    await relay.send(data)
-                if gone.is_set():
-                    break
-            else:
-                tail = _decoded(lambda _: live.tail(), b"")
-                if tail:
-                    await relay.send(tail)
-        except httpx2.HTTPError as exc:
-            failure = exc
+            failure, kept = await _pump(response, live, relay, gone, limit)
         finally:
             watcher.cancel()
         sent = relay.sent
+        if limit is not None and kept > limit:
+            message = self._too_large(request, "response.body (so far)", kept)
+            if not reply.started:  # held whole: the client gets the error instead
+                raise ProxyError(502, "response_too_large", message)
+            self.counters.error("response_too_large")
+            logger.error(
+                "%s; closing the client's connection after %d bytes of the stream, so it "
+                "sees a broken stream",
+                message,
+                sent,
+            )
+            return  # incomplete on purpose: the server closes the connection
         # a client that left before the end leaves a response marked abandoned, never one
         # that replays as complete
         exchange = live.exchange(failure, abandoned=gone.is_set())
         if prep is not None and exchange is not None:
             what = f"{request.method} {request.target}"
             await record_exchange(self.session, prep, exchange, what)  # issue 13 item 8
+            if exchange.abandoned:  # cut off: the client's next try records it again
+                self.session.uncount_cut_off(prep)
         if failure is not None:
             await relay.abort()
             self.counters.error("broken_stream")
@@ -268,6 +323,47 @@ class Forwarder:
             )
             return
         await relay.end()
+
+
+async def _pump(
+    response: httpx2.Response, live: LiveBody, relay: Relay, gone: asyncio.Event, limit: int | None
+) -> tuple[httpx2.HTTPError | None, int]:
+    """Relay the upstream's body until it ends, breaks off (the error), the client leaves
+    or, while recording, it passes `limit` (what is kept of it is dropped at once); returns
+    the failure and the decoded bytes that came."""
+    kept = 0
+    try:
+        async for raw in response.aiter_raw():
+            data = _decoded(live.feed, raw)
+            kept += len(data)
+            if limit is not None and kept > limit:
+                live.chunks.clear()  # nothing of it is recorded: let it go now
+                live.chunk_at.clear()
+                relay.held.clear()
+                return None, kept
+            if data:
+                await relay.send(data)
+            if gone.is_set():
+                return None, kept
+        tail = _decoded(lambda _: live.tail(), b"")
+        if tail:
+            await relay.send(tail)
+    except httpx2.HTTPError as exc:
+        return exc, kept
+    return None, kept
+
+
+def _shown_url(request: ProxyRequest) -> str | None:
+    """The upstream URL a request maps to, as messages may show it (no credentials)."""
+    upstream = request.upstream
+    if upstream is None:
+        return None
+    return upstream.shown + request.url[len(upstream.url) :]
+
+
+def _content_length(headers: list[tuple[str, str]]) -> int | None:
+    value = next((v for k, v in headers if k.lower() == "content-length"), None)
+    return int(value) if value is not None and value.strip().isdigit() else None
 
 
 def _decoded(step: Callable[[bytes], bytes], raw: bytes) -> bytes:

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import TEST_ID_HEADER
+from hashreplay.core.context import conversation
 from hashreplay.engine.session import Session
 from hashreplay.keyless import Placeholders
 
@@ -126,3 +129,14 @@ def header_text(raw: bytes) -> str | None:
     except UnicodeDecodeError:
         text = raw.decode("latin-1")
     return text.strip() or None
+
+
+@contextmanager
+def conversation_context(name: str | None) -> Iterator[None]:
+    """The request's `X-HashReplay-Conversation` as the context's conversation
+    (docs/design.md §12), as the proxy reads it; None (no header) changes nothing."""
+    if name is None:
+        yield
+        return
+    with conversation(name):
+        yield

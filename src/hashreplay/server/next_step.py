@@ -23,7 +23,8 @@ def record_command(settings: ServeSettings) -> str:
     """`hashreplay serve --mode record-if-missing …` with this proxy's own routing options."""
     argv = ["hashreplay", "serve", "--mode", "record-if-missing"]
     for upstream in settings.upstreams:
-        spec = upstream.url if upstream.name is None else f"{upstream.name}={upstream.url}"
+        url = upstream.shown  # credentials in the URL are never printed
+        spec = url if upstream.name is None else f"{upstream.name}={url}"
         argv += ["--upstream", spec]
     if settings.host != DEFAULT_HOST:
         argv += ["--host", settings.host]
@@ -48,10 +49,27 @@ def serve_next_step(test_id: str | None, settings: ServeSettings) -> str:
     return step
 
 
-def with_serve_next_step(miss: ReplayMiss, settings: ServeSettings) -> ReplayMiss:
-    """The same miss, its report ending with the proxy's way to record instead of pytest's."""
-    lines = [
-        serve_next_step(miss.test_id, settings) if line.startswith(RECORD_LINE) else line
-        for line in miss.report.splitlines()
-    ]
+def with_serve_next_step(
+    miss: ReplayMiss,
+    settings: ServeSettings,
+    *,
+    stored_url: str | None = None,
+    asked: str | None = None,
+    forwarded: str | None = None,
+) -> ReplayMiss:
+    """The same miss, its report ending with the proxy's way to record instead of pytest's.
+
+    With `asked` (the URL the client used, the proxy's host:port), the report's first line
+    names that instead of `stored_url` (the URL as stored: a loopback upstream without its
+    port, docs/design.md §13), followed by the upstream URL the request maps to."""
+    lines = []
+    for index, line in enumerate(miss.report.splitlines()):
+        if line.startswith(RECORD_LINE):
+            lines.append(serve_next_step(miss.test_id, settings))
+        elif index == 0 and asked and stored_url and f" {stored_url} " in line:
+            lines.append(line.replace(f" {stored_url} ", f" {asked} ", 1))
+            if forwarded:
+                lines.append(f"  upstream:  {forwarded}")
+        else:
+            lines.append(line)
     return ReplayMiss("\n".join(lines), test_id=miss.test_id, request_hash=miss.request_hash)

@@ -9,7 +9,7 @@ client sees an incomplete response (an error), never a clean end.
 
 from __future__ import annotations
 
-from hashreplay.core.errors import ProxyError, RecordingError
+from hashreplay.core.errors import BodyTooLarge, ProxyError, RecordingError
 from hashreplay.engine.http import LiveExchange
 from hashreplay.engine.keying import Prepared
 from hashreplay.engine.session import Session
@@ -36,9 +36,12 @@ class RecordingNotWritten(ProxyError):
 async def record_exchange(
     session: Session, prep: Prepared, exchange: LiveExchange, what: str
 ) -> None:
-    """Record one exchange; a failed write is a `RecordingNotWritten` naming it."""
+    """Record one exchange; a failed write is a `RecordingNotWritten` naming it, a body over
+    max_body_bytes a `response_too_large` error."""
     try:
         await session.arecord(prep, exchange)
+    except BodyTooLarge as exc:  # a body the store refuses: the user raises the limit
+        raise ProxyError(502, "response_too_large", f"{what}: {exc}") from None
     except (OSError, RecordingError) as exc:
         raise RecordingNotWritten(what, exchange.status, exc) from None
 

@@ -6,6 +6,7 @@ travel to uvicorn's worker processes as JSON in an environment variable.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -64,9 +65,18 @@ class Upstream:
 
     @property
     def userinfo_values(self) -> tuple[str, ...]:
-        """The user name and password in the URL (scrubbed from logs by value)."""
+        """The user name and password in the URL, in every form they reach the upstream
+        (`user:password` and its base64 in the `Authorization: Basic` header the proxy
+        sends, percent-encoded in the URL): scrubbed by value from every recording and log
+        line, however the upstream echoes them."""
         parts = urlsplit(self.url)
-        return tuple(unquote(v) for v in (parts.username, parts.password) if v)
+        user, password = unquote(parts.username or ""), unquote(parts.password or "")
+        if not user and not password:
+            return ()
+        pair = f"{user}:{password}"
+        basic = base64.b64encode(pair.encode("utf-8")).decode("ascii")
+        forms = (user, password, pair, basic, f"Basic {basic}", parts.username, parts.password)
+        return tuple(dict.fromkeys(v for v in forms if v))
 
     @property
     def label(self) -> str:
