@@ -300,6 +300,16 @@ async def awrite_bytes_atomic(path: Path, content: bytes, temp_dir: Path | None 
         raise
 
 
+def _holds(path: Path, size: int) -> bool:
+    """Whether a blob file is in place: a regular file (not a link) of the right size. Its
+    name is the digest of its bytes, so one of the right size is read back and checked."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size == size
+
+
 class Store:
     """Where a test's recordings live, and reading/writing them (blobs included)."""
 
@@ -387,8 +397,10 @@ class Store:
         stored, blobs = split_blobs(data, self.blob_threshold)
         for digest, raw in sorted(blobs.items()):
             path = self.blob_path(digest)
-            if not path.exists():
-                write_bytes_atomic(path, raw)
+            if not _holds(path, len(raw)):
+                # through a temp file in `.hashreplay/tmp/` like recordings: a writer killed
+                # midway leaves nothing `git add -A` would stage (docs/design.md §4)
+                write_bytes_atomic(path, raw, self.temp_dir)
         return dumps(stored) if blobs else content
 
     def _check_sizes(self, data: dict[str, Any]) -> None:
@@ -423,8 +435,12 @@ class Store:
         return self._temp_dir
 
     def sweep_temp_files(self) -> list[Path]:
-        """Remove temp files that killed writers left (in the temp and common directories)."""
-        return sweep_temp_files([self.root / STATE_DIRNAME / TEMP_DIRNAME, self.common_dir])
+        """Remove temp files that killed writers left (in the temp, common and blob
+        directories: beside their targets when `.hashreplay/tmp/` could not be used, or
+        written by a version that put them there)."""
+        return sweep_temp_files(
+            [self.root / STATE_DIRNAME / TEMP_DIRNAME, self.common_dir, self.blobs_dir]
+        )
 
     def save(self, path: Path, recording: Recording) -> None:
         """`write`, with the temp file kept where git does not see it."""
@@ -486,7 +502,7 @@ class Store:
         return await aread_recording(path, self.read_blob_text, self.max_body_bytes)
 
     def write(self, path: Path, recording: Recording) -> None:
-        write_bytes_atomic(path, self.dump(recording))
+        write_bytes_atomic(path, self.dump(recording), self.temp_dir)
 
     async def awrite(self, path: Path, recording: Recording) -> None:
-        await awrite_bytes_atomic(path, self.dump(recording))
+        await awrite_bytes_atomic(path, self.dump(recording), self.temp_dir)
