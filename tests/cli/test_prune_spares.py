@@ -1,5 +1,5 @@
 """`hashreplay prune` and `--hashreplay-prune` delete only what a pytest run knows is unused
-(docs/design.md §15): recordings made through `hashreplay serve` or `install()` survive, and
+(docs/design.md §13): recordings made through `hashreplay serve` or `install()` survive, and
 nothing outside the store (a symlink, a file in the blob directory that is not a blob) is
 ever deleted.
 

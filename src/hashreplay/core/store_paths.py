@@ -3,8 +3,8 @@
 A test id can come from a header (`X-HashReplay-Test-Id`), so it is untrusted: its file part
 may only name a place inside the project root, never a hidden directory (`.git/hooks`), a
 home directory (`~/…`), a percent-encoded `..` or a drive. Anything else goes to the common
-directory (issue 13 item 12). A recordings directory or a recording file that is a symlink
-resolving outside the project root is refused with a `RecordingError` naming it (item 15):
+directory. A recordings directory or a recording file that is a symlink resolving outside
+the project root is refused with a `RecordingError` naming it (docs/design.md §4):
 recordings are only read and written inside the project.
 """
 

@@ -1,6 +1,6 @@
 """`hashreplay prune` and `--hashreplay-prune`: which recordings the last run shows unused.
 
-It never guesses (docs/design.md §15, "Prune spares what pytest did not run"): a recording
+It never guesses (docs/design.md §13, "Prune"): a recording
 is pruned only when its test ran to completion without using it, or, after a full run, when
 its test no longer exists in a test file the run collected; shared model lists only when a
 full run in which every test ran to completion used none and nothing else records into the
@@ -42,7 +42,7 @@ class Unused:
 REASON_UNUSED = "its test ran to completion without using it"
 REASON_GONE = "its test no longer exists"
 REASON_MODELS = "no test used a model list in a full run"
-#: Kept: the run cannot tell whether these are used (docs/design.md §15).
+#: Kept: the run cannot tell whether these are used (docs/design.md §13).
 KEPT_FOREIGN = "not made by this pytest run"
 KEPT_NO_TEST = "no test id, and this run did not use it"
 KEPT_MODELS = "shared model list, and other front ends record into this store"
