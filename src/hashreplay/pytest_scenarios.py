@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from hashreplay.core.constants import FAULT_MARKER
-from hashreplay.core.errors import ConfigError, HashReplayWarning
+from hashreplay.core.errors import ConfigError, HashReplayWarning, RecordingError
 from hashreplay.core.scenarios import Pace, Unconsumed
 from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.hangs import HangTimeout
@@ -48,7 +48,13 @@ def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | Non
 
 def report_leftovers(item: pytest.Item, session: Session, report: pytest.TestReport) -> int:
     """Warn about (or fail the test for) what it left unused; returns how many responses."""
-    policy, unused, faults = session.leftovers(item.nodeid)
+    try:
+        policy, unused, faults = session.leftovers(item.nodeid)
+    except RecordingError as exc:  # its recordings directory cannot be read (a symlink out)
+        if report.passed:
+            report.outcome = "failed"
+            report.longrepr = f"hashreplay: {item.nodeid}: {exc}"
+        return 0
     if not unused and not faults:
         return 0
     root = session.config.root

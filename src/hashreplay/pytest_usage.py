@@ -4,6 +4,7 @@ workers, written once by the controller (or the only process)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -135,7 +136,10 @@ def finish_usage(
 
 
 def _prune(engine: Session, run: RunUsage) -> list[str]:
-    from hashreplay.maintenance.prune import prune_project  # only with --hashreplay-prune
+    from hashreplay.maintenance.prune import (  # only with --hashreplay-prune
+        kept_line,
+        prune_project,
+    )
 
     root = engine.config.root
     result = prune_project(engine.config, run, dry_run=False)
@@ -147,15 +151,32 @@ def _prune(engine: Session, run: RunUsage) -> list[str]:
     lines.append(f"hashreplay: pruned {len(pruned)} unused recordings (of {result.total})")
     lines.extend(f"  {relative(u.path, root)} ({u.reason})" for u in pruned)
     lines.extend(
-        f"hashreplay: cannot delete {relative(path, root)}: {why}"
+        f"hashreplay: cannot delete {_unresolved(path, root)}: {why}"
         for path, why in result.failed.items()
     )
+    lines.extend(
+        f"hashreplay: will not touch {_unresolved(path, root)}: {why}"
+        for path, why in result.refused.items()
+    )
+    if result.kept:
+        lines.append("hashreplay: " + kept_line(result.kept))
     if not run.full_suite:
         lines.append(
             "hashreplay: not the full suite (" + "; ".join(run.partial_reasons) + "): only "
             "recordings of tests that ran to completion were considered"
         )
     return lines
+
+
+def _unresolved(path: Path, root: Path) -> str:
+    """`path` relative to the root without following links: a symlink is named as the
+    link, never as where it leads."""
+    for base in (root, root.resolve()):
+        try:
+            return path.relative_to(base).as_posix()
+        except ValueError:
+            continue
+    return str(path)
 
 
 def merge_worker_usage(node: Any, usage_key: pytest.StashKey[UsageCollector]) -> None:

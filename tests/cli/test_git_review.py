@@ -248,3 +248,34 @@ def test_diff_usage_and_git_errors(project: Project, cli: Cli, tmp_path: Path) -
     missing = cli("diff", str(path), str(tmp_path / "gone.json"))
     assert missing.code == 1
     assert "gone.json" in missing.err
+
+
+def diff_driver(root: Path, path: str) -> str:
+    """The `diff` attribute git gives `path` (NUL-separated output: no quoting to undo)."""
+    _path, _attribute, value = git(root, "check-attr", "-z", "diff", "--", path).split("\0")[:3]
+    return value
+
+
+@pytest.mark.parametrize(
+    "directory", ["llm cassettes", "data/my recordings", "rec [v2]* x?", 'say "hi"\tthere']
+)
+def test_git_setup_quotes_a_common_directory_git_would_split(
+    tmp_path: Path, cli: Cli, directory: str
+) -> None:
+    """git splits an attribute line at whitespace: `/llm cassettes/*.json diff=hashreplay`
+    would give the pattern `/llm` the attribute `cassettes/*.json`."""
+    init_repo(tmp_path)
+    escaped = directory.replace("\\", "\\\\").replace('"', '\\"').replace("\t", "\\t")
+    (tmp_path / "pyproject.toml").write_text(f'[tool.hashreplay]\nrecordings_dir = "{escaped}"\n')
+    (tmp_path / directory).mkdir(parents=True)
+    result = cli("git-setup", "--root", str(tmp_path), "--textconv", "my-textconv")
+    assert result.code == 0, result.err
+    assert diff_driver(tmp_path, f"{directory}/0123.json") == "hashreplay"
+    assert diff_driver(tmp_path, f"{directory}/blobs/0123") == "unspecified"
+    assert (
+        diff_driver(tmp_path, f"{directory.split(' ', maxsplit=1)[0]}/0123.json") == "unspecified"
+    )
+    assert diff_driver(tmp_path, "tests/recordings/0123.json") == "hashreplay"
+    again = cli("git-setup", "--root", str(tmp_path), "--textconv", "my-textconv")
+    assert "already sends recordings" in again.out
+    assert len((tmp_path / ".gitattributes").read_text().splitlines()) == 2

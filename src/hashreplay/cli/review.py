@@ -146,8 +146,25 @@ def attribute_lines(root: Path, common_dir: Path) -> list[str]:
     except ValueError:
         common = None
     if common is not None and Path(common).name != RECORDINGS_DIRNAME:
-        lines.append(f"/{common}/*.json diff={GIT_DIFF_DRIVER}")
+        lines.append(f"{attribute_pattern(common)} diff={GIT_DIFF_DRIVER}")
     return lines
+
+
+#: Characters a gitattributes pattern treats as a glob, escaped to stand for themselves.
+_GLOB = str.maketrans({c: "\\" + c for c in "\\*?["})
+#: What a C-style quoted pattern writes as an escape.
+_C_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def attribute_pattern(directory: str) -> str:
+    """The `.gitattributes` pattern of the `*.json` files directly in `directory` (relative
+    to the root, POSIX form): glob characters escaped, and the whole pattern C-quoted when
+    it holds whitespace or a quote, since git splits a line at whitespace (`/my
+    recordings/*.json` would be the pattern `/my` with the attribute `recordings/*.json`)."""
+    pattern = f"/{directory.translate(_GLOB)}/*.json"
+    if any(c.isspace() or c == '"' for c in pattern):
+        return '"' + pattern.translate(_C_ESCAPES) + '"'
+    return pattern
 
 
 def setup_git(root: Path, common_dir: Path, command: str) -> GitSetup:

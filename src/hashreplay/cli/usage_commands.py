@@ -10,7 +10,7 @@ from hashreplay.cli.run import EXIT_PROBLEMS, Run
 from hashreplay.core.errors import UsageError
 from hashreplay.engine.usage_log import read_usage, usage_path
 from hashreplay.maintenance.files import Loaded
-from hashreplay.maintenance.prune import plan_prune, prune_project
+from hashreplay.maintenance.prune import kept_line, plan_prune, prune_project
 from hashreplay.maintenance.shards import Logs, read_logs
 
 
@@ -95,6 +95,13 @@ def prune(run: Run) -> int:
             run.console.error(f"cannot delete {run.show_path(blob)}: {result.failed[blob]}")
         else:
             run.console.line(f"{verb}: {run.show_path(blob)} (no recording refers to this blob)")
+    for path, why in result.refused.items():
+        run.console.error(f"will not touch {run.show_path(path)}: {why}")
+    if result.kept:
+        if dry:
+            for entry in result.kept:
+                run.console.line(f"Kept: {run.show_path(entry.path)} ({entry.reason})")
+        run.console.line(kept_line(result.kept))
     pruned = len(result.unused) - len(result.failed.keys() - set(result.blobs))
     run.console.line(f"Summary: {pruned}/{result.total} files pruned")
     if not usage.full_suite:
@@ -105,4 +112,4 @@ def prune(run: Run) -> int:
             + "): recordings of removed tests and shared model lists were kept; run the whole "
             "suite, then prune again to find those too"
         )
-    return EXIT_PROBLEMS if result.failed else run.status
+    return EXIT_PROBLEMS if result.failed or result.refused else run.status

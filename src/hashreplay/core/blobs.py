@@ -198,9 +198,10 @@ def split_blobs(data: dict[str, Any], threshold: int) -> tuple[dict[str, Any], d
     return (out, blobs) if blobs else (data, blobs)
 
 
-def join_blobs(data: dict[str, Any], read: Callable[[BlobRef], bytes]) -> dict[str, Any]:
-    """`data` with every reference in its bodies replaced by the value `read` returns."""
-    return _with_bodies(data, lambda body: _map_refs(body, lambda ref: read(ref).decode("utf-8")))
+def join_blobs(data: dict[str, Any], read: Callable[[BlobRef], str]) -> dict[str, Any]:
+    """`data` with every reference in its bodies replaced by the value `read` returns (the
+    string the blob holds)."""
+    return _with_bodies(data, lambda body: _map_refs(body, read))
 
 
 def references(data: dict[str, Any]) -> list[BlobRef]:

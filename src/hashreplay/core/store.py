@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -52,8 +53,10 @@ from hashreplay.core.temp_files import (
 if TYPE_CHECKING:
     from hashreplay.core.config import Config
 
-#: Reads the bytes of one blob for the recording at a path (or raises RecordingError).
-BlobReader = Callable[[BlobRef, "Path | str | None"], bytes]
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+#: Reads the value one blob stands for, for the recording at a path (or raises
+#: RecordingError).
+BlobReader = Callable[[BlobRef, "Path | str | None"], str]
 _REF_MARK = f'"{BLOB_REF_KEY}"'.encode()
 
 _DUMP = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
@@ -136,22 +139,82 @@ class Found(NamedTuple):
 
 
 def read_limited(path: Path, max_bytes: int, what: str = "file") -> bytes:
-    """A file's bytes, refusing one over `max_bytes` before reading it (FileNotFoundError
-    passes through; other problems are a RecordingError naming the file)."""
+    """A file's bytes, refusing one over `max_bytes` before reading it, and never reading
+    more than `max_bytes` + 1 (a device or a file that grows is refused, not read to its
+    end). FileNotFoundError passes through; other problems are a RecordingError naming the
+    file."""
     try:
         with path.open("rb") as f:
             size = os.fstat(f.fileno()).st_size
-            if size > max_bytes:
-                msg = (
-                    f"the {what} is {size} bytes, over max_body_bytes ({max_bytes}); raise "
-                    "max_body_bytes in [tool.hashreplay] to read it"
-                )
-                raise RecordingError(path, msg)
-            return f.read()
+            data = b"" if size > max_bytes else f.read(max_bytes + 1)
     except FileNotFoundError:
         raise
     except OSError as exc:
         raise RecordingError(path, f"cannot read the {what}: {exc.strerror or exc}") from None
+    if size > max_bytes or len(data) > max_bytes:
+        shown = f"{size} bytes" if size > max_bytes else f"over {max_bytes} bytes"
+        msg = (
+            f"the {what} is {shown}, over max_body_bytes ({max_bytes}); raise "
+            "max_body_bytes in [tool.hashreplay] to read it"
+        )
+        raise RecordingError(path, msg)
+    return data
+
+
+_BLOB_FIX = "restore it from version control or re-record the test"
+
+
+def read_blob_file(path: Path, size: int) -> bytes:
+    """The bytes of a blob file that its reference says holds `size` bytes: never through
+    a symlink, only a regular file, and never more than `size` + 1 bytes read.
+    FileNotFoundError passes through; anything else is a RecordingError on `path` whose
+    problem reads after the blob's name ("is a symlink to …")."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or path.is_symlink():
+            try:
+                target: object = path.readlink()
+            except OSError:
+                target = "?"
+            msg = (
+                f"is a symlink to {target}: a blob is read only as a file of the store; "
+                f"replace the link with the blob itself ({_BLOB_FIX})"
+            )
+            raise RecordingError(path, msg) from None
+        raise RecordingError(path, f"cannot be read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RecordingError(path, f"is not a regular file; {_BLOB_FIX}")
+        if info.st_size != size:
+            msg = (
+                f"is {info.st_size} bytes, its reference says {size} (changed or "
+                f"corrupted); {_BLOB_FIX}"
+            )
+            raise RecordingError(path, msg)
+        parts: list[bytes] = []
+        left = size + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            parts.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise RecordingError(path, f"cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(parts)
+    if len(data) != size:
+        msg = (
+            f"holds {'more' if len(data) > size else 'fewer'} than the {size} bytes its "
+            f"reference says (changed while read?); {_BLOB_FIX}"
+        )
+        raise RecordingError(path, msg)
+    return data
 
 
 def read_recording(path: Path, blobs: BlobReader | None = None) -> Recording:
@@ -252,6 +315,16 @@ async def awrite_bytes_atomic(path: Path, content: bytes, temp_dir: Path | None 
         raise
 
 
+def _holds(path: Path, size: int) -> bool:
+    """Whether a blob file is in place: a regular file (not a link) of the right size. Its
+    name is the digest of its bytes, so one of the right size is read back and checked."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size == size
+
+
 class Store:
     """Where a test's recordings live, and reading/writing them (blobs included)."""
 
@@ -289,10 +362,19 @@ class Store:
 
     def read_blob(self, ref: BlobRef, source: Path | str | None = None) -> bytes:
         """The bytes of a referenced blob, checked against its name; a RecordingError naming
-        the recording and the blob when it is missing, too large or not what it should be."""
+        the recording and the blob when it is missing, a symlink or not a regular file, not
+        the size its reference says, or not what its name says. Never reads more than the
+        referenced size and one byte (a blob linked to `/dev/zero` costs nothing)."""
         path = self.blob_path(ref.digest)
+        if ref.size > self.max_body_bytes:
+            msg = (
+                f"blob {path}: the blob is {ref.size} bytes, over "
+                f"max_body_bytes ({self.max_body_bytes}); raise max_body_bytes in "
+                "[tool.hashreplay] to read it"
+            )
+            raise RecordingError(source, msg)
         try:
-            data = read_limited(path, self.max_body_bytes, "blob")
+            data = read_blob_file(path, ref.size)
         except FileNotFoundError:
             msg = (
                 f"blob {path} is missing (a {ref.size}-byte {ref.media_type} value); restore "
@@ -300,11 +382,24 @@ class Store:
             )
             raise RecordingError(source, msg) from None
         except RecordingError as exc:
-            raise RecordingError(source, f"blob {path}: {exc.problem}") from None
+            raise RecordingError(source, f"blob {path} {exc.problem}") from None
         if blob_digest(data) != ref.digest:
             msg = f"blob {path} does not match its name (changed or corrupted); re-record it"
             raise RecordingError(source, msg)
         return data
+
+    def read_blob_text(self, ref: BlobRef, source: Path | str | None = None) -> str:
+        """The string a blob stands for (a blob always holds UTF-8 text); a RecordingError
+        naming the recording and the blob when it cannot be read or decoded."""
+        raw = self.read_blob(ref, source)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            msg = (
+                f"blob {self.blob_path(ref.digest)} is not UTF-8 text (byte {exc.start} of "
+                f"{len(raw)}), so it cannot be the value its reference stands for; {_BLOB_FIX}"
+            )
+            raise RecordingError(source, msg) from None
 
     def dump_data(self, data: dict[str, Any]) -> bytes:
         """The bytes of a recording's JSON as stored: bodies over `max_body_bytes` refused,
@@ -317,8 +412,10 @@ class Store:
         stored, blobs = split_blobs(data, self.blob_threshold)
         for digest, raw in sorted(blobs.items()):
             path = self.blob_path(digest)
-            if not path.exists():
-                write_bytes_atomic(path, raw)
+            if not _holds(path, len(raw)):
+                # through a temp file in `.hashreplay/tmp/` like recordings: a writer killed
+                # midway leaves nothing `git add -A` would stage (docs/design.md §4)
+                write_bytes_atomic(path, raw, self.temp_dir)
         return dumps(stored) if blobs else content
 
     def _check_sizes(self, data: dict[str, Any]) -> None:
@@ -339,7 +436,7 @@ class Store:
         return self.dump_data(recording.model_dump(mode="json"))
 
     def parse(self, content: bytes, path: Path | str | None) -> Recording:
-        return parse_recording(content, path, self.read_blob, max_bytes=self.max_body_bytes)
+        return parse_recording(content, path, self.read_blob_text, max_bytes=self.max_body_bytes)
 
     @property
     def temp_dir(self) -> Path | None:
@@ -354,8 +451,12 @@ class Store:
         return self._temp_dir
 
     def sweep_temp_files(self) -> list[Path]:
-        """Remove temp files that killed writers left (in the temp and common directories)."""
-        return sweep_temp_files([self.root / STATE_DIRNAME / TEMP_DIRNAME, self.common_dir])
+        """Remove temp files that killed writers left (in the temp, common and blob
+        directories: beside their targets when `.hashreplay/tmp/` could not be used, or
+        written by a version that put them there)."""
+        return sweep_temp_files(
+            [self.root / STATE_DIRNAME / TEMP_DIRNAME, self.common_dir, self.blobs_dir]
+        )
 
     def save(self, path: Path, recording: Recording) -> None:
         """`write`, with the temp file kept where git does not see it."""
@@ -414,10 +515,10 @@ class Store:
         return self.parse(read_limited(path, self.max_body_bytes), path)
 
     async def aread(self, path: Path) -> Recording:
-        return await aread_recording(path, self.read_blob, self.max_body_bytes)
+        return await aread_recording(path, self.read_blob_text, self.max_body_bytes)
 
     def write(self, path: Path, recording: Recording) -> None:
-        write_bytes_atomic(path, self.dump(recording))
+        write_bytes_atomic(path, self.dump(recording), self.temp_dir)
 
     async def awrite(self, path: Path, recording: Recording) -> None:
-        await awrite_bytes_atomic(path, self.dump(recording))
+        await awrite_bytes_atomic(path, self.dump(recording), self.temp_dir)

@@ -3,8 +3,8 @@
 A test id can come from a header (`X-HashReplay-Test-Id`), so it is untrusted: its file part
 may only name a place inside the project root, never a hidden directory (`.git/hooks`), a
 home directory (`~/…`), a percent-encoded `..` or a drive. Anything else goes to the common
-directory (issue 13 item 12). A recordings directory or a recording file that is a symlink
-resolving outside the project root is refused with a `RecordingError` naming it (item 15):
+directory. A recordings directory or a recording file that is a symlink resolving outside
+the project root is refused with a `RecordingError` naming it (docs/design.md §4):
 recordings are only read and written inside the project.
 """
 
@@ -18,11 +18,20 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from hashreplay.core.constants import RECORDINGS_DIRNAME
 from hashreplay.core.errors import RecordingError
 
-__all__ = ["outside_root", "read_contained", "recordings_dir_for"]
+__all__ = ["RecordingsDirOutside", "outside_root", "read_contained", "recordings_dir_for"]
 
 #: compiled on first use (the `re` module's cache), not at import: start-up time
 _SEPARATORS = r"[\\/]"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+class RecordingsDirOutside(RecordingError):
+    """A test's recordings directory leads outside the project root (a symlink): no file
+    of it is read or written. Its message is the whole problem (it is no file's)."""
+
+    def __init__(self, directory: Path, problem: str) -> None:
+        super().__init__(directory, problem)
+        self.args = (problem,)
 
 
 def outside_root(path: Path, root: Path) -> bool:
@@ -61,12 +70,26 @@ def recordings_dir_for(root: Path, common_dir: Path, test_id: str | None) -> Pat
         return common_dir
     if outside_root(resolved, root):
         msg = (
-            f"the recordings directory of test {test_id!r} resolves to {resolved}, outside "
-            f"the project root {root} (a symlink?): recordings are only read and written "
-            "inside the project; replace the link with a directory"
+            f"the recordings directory {candidate} of {test_id.split('::', 1)[0]} resolves "
+            f"to {resolved}, outside the project root {root}{_via_link(candidate, root)}: "
+            "recordings are only read and written inside the project; replace the link with "
+            "a directory holding the recordings (move them into the project)"
         )
-        raise RecordingError(candidate, msg)
+        raise RecordingsDirOutside(candidate, msg)
     return resolved
+
+
+def _via_link(candidate: Path, root: Path) -> str:
+    """` (<link> is a symlink to <target>)`: the link on the way that leads out, or ``."""
+    for path in (candidate, *candidate.parents):
+        if path == root or root not in path.parents:
+            break
+        if path.is_symlink():
+            try:
+                return f" ({path} is a symlink to {path.readlink()})"
+            except OSError:
+                return f" ({path} is a symlink)"
+    return ""
 
 
 def read_contained(path: Path, root: Path) -> bytes:

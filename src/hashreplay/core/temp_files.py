@@ -1,4 +1,4 @@
-"""Temp files of atomic writes (issue 13 item 10): where they go, and sweeping stale ones.
+"""Temp files of atomic writes (docs/design.md §4): where they go, and sweeping stale ones.
 
 A recording is written to a temp file, fsynced, then renamed over its target. A writer
 killed in between leaves the temp file behind. So temp files go to `.hashreplay/tmp/` at the

@@ -83,9 +83,9 @@ def textconv(content: bytes) -> bytes:
     return printable(text).encode()
 
 
-def _blob_reference(ref: BlobRef, path: object) -> bytes:
+def _blob_reference(ref: BlobRef, path: object) -> str:
     """What a review shows in place of a blob: its reference, not its bytes."""
-    return ref.describe().encode()
+    return ref.describe()
 
 
 def looks_like_recording(content: bytes) -> bool:

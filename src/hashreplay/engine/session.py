@@ -29,6 +29,7 @@ from hashreplay.core.secret_values import (
     request_secrets,
 )
 from hashreplay.core.store import Store
+from hashreplay.core.store_paths import RecordingsDirOutside
 from hashreplay.core.writer import BackgroundWriter
 from hashreplay.engine.connections import Connections
 from hashreplay.engine.decision import Decision, Live, Miss, Passthrough, Record, Replay
@@ -321,6 +322,8 @@ class Session:
 
     def miss(self, prep: Prepared, problem: RecordingError | None = None) -> ReplayMiss:
         """Note a replay miss (the test will fail) and return it; never raises it."""
+        if isinstance(problem, RecordingsDirOutside):  # no file to name: the directory's fault
+            return self.replayer.failure(prep, str(problem))
         return self.replayer.miss(prep, problem)
 
     # --- record ---------------------------------------------------------------------------

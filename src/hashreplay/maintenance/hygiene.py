@@ -1,4 +1,5 @@
-"""What does not belong in a store: symlinks (issue 13 item 15) and temp files (item 10).
+"""What does not belong in a store: symlinks and temp files (in recordings directories and
+their `blobs/`).
 
 `hashreplay verify` and `status` report both. Replay refuses a symlink that leads outside the
 project root; a temp file is what a killed writer left behind (`.<name>.json.<random>.tmp`,
@@ -12,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hashreplay.core.constants import RECORDINGS_DIRNAME
+from hashreplay.core.constants import BLOBS_DIRNAME, RECORDINGS_DIRNAME
 from hashreplay.core.store_paths import outside_root
 from hashreplay.core.temp_files import is_temp_name
 from hashreplay.maintenance.files import SKIP_DIRS
@@ -52,7 +53,8 @@ def find_strays(tops: Iterable[Path], root: Path) -> list[Stray]:
                 path = here / name
                 if path.is_symlink() and (name == RECORDINGS_DIRNAME or in_recordings):
                     found.setdefault(path, _symlink(path, root))
-            if not in_recordings:
+            in_blobs = here.name == BLOBS_DIRNAME and here.parent.name == RECORDINGS_DIRNAME
+            if not in_recordings and not in_blobs:
                 continue
             for name in files:
                 path = here / name
@@ -61,6 +63,6 @@ def find_strays(tops: Iterable[Path], root: Path) -> list[Stray]:
                         path,
                         Stray(path, "temp file left by an interrupted write; safe to delete"),
                     )
-                elif name.endswith(".json") and path.is_symlink():
+                elif (in_blobs or name.endswith(".json")) and path.is_symlink():
                     found.setdefault(path, _symlink(path, root))
     return [found[p] for p in sorted(found)]
