@@ -47,7 +47,9 @@ def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | Non
 
 
 def report_leftovers(item: pytest.Item, session: Session, report: pytest.TestReport) -> int:
-    """Warn about (or fail the test for) what it left unused; returns how many responses."""
+    """Warn about (or fail the test for) what it left unused, and say which faults had
+    nothing to break yet; returns how many responses were left unused."""
+    _report_recorded_first(item, session, report)
     policy, unused, faults = session.leftovers(item.nodeid)
     if not unused and not faults:
         return 0
@@ -68,6 +70,25 @@ def report_leftovers(item: pytest.Item, session: Session, report: pytest.TestRep
     elif policy is not Unconsumed.IGNORE:
         item.warn(HashReplayWarning(text))
     return count
+
+
+def _report_recorded_first(item: pytest.Item, session: Session, report: pytest.TestReport) -> None:
+    """A fault that breaks a recorded response found none in a recording mode, so the call
+    was recorded whole: the test did not see the fault this time. Its failure (likely, as
+    it expects the fault) says why; a pass gets a warning."""
+    faults = session.recorded_first(item.nodeid)
+    if not faults:
+        return
+    text = "\n".join(
+        f"hashreplay: {item.nodeid}: {fault} had no recorded response to break, so the "
+        "call was made live and recorded whole; the fault applies from the next replay: "
+        f"pytest {item.nodeid}"
+        for fault in faults
+    )
+    if report.failed and report.longrepr is not None:
+        report.longrepr = f"{report.longrepr}\n\n{text}"
+    else:
+        item.warn(HashReplayWarning(text))
 
 
 class HashReplayFixture:

@@ -226,14 +226,41 @@ class Session:
         if found is not None:
             return self.replayer.replay(prep, found, request, fault)
         if fault is not None:
+            if prep.mode.may_record:
+                # nothing recorded to break yet: record it whole, and the fault applies from
+                # the next replay (docs/scenarios.md, "Faults and hangs")
+                self._recorded_first(prep.test_id, fault)
+                return Record(prep)
             why = (
                 f"{fault.describe()} breaks a recorded response, and this request has none "
-                "left to break: record the test without the marker first"
+                "left to break: record it first in record-if-missing mode (the fault "
+                "applies from the next replay)"
+                + (
+                    f": INFERENCE_MODE=record-if-missing pytest {prep.test_id}"
+                    if prep.test_id
+                    else ""
+                )
             )
             return Miss(prep, self.replayer.failure(prep, why))
         if prep.mode.may_record:
             return Record(prep)
         return Miss(prep, self.miss(prep))
+
+    def _recorded_first(self, test_id: str | None, fault: FaultSpec) -> None:
+        with self.tests.lock:
+            state = self.tests.get(test_id)
+            if state is None:
+                return
+            noted = state.options.recorded_first
+            if fault.describe() not in noted:
+                noted.append(fault.describe())
+
+    def recorded_first(self, test_id: str | None) -> list[str]:
+        """The faults of a test that found nothing recorded to break in a recording mode, so
+        the request was recorded whole (they apply from the next replay)."""
+        with self.tests.lock:
+            state = self.tests.get(test_id)
+            return [] if state is None else list(state.options.recorded_first)
 
     def is_passthrough(self, url: str) -> bool:
         """Whether `url` is under a `passthrough` prefix. A prefix ends at a boundary:
