@@ -15,7 +15,7 @@ from hashreplay.core.constants import FAULT_MARKER
 from hashreplay.core.errors import ConfigError, HashReplayWarning
 from hashreplay.core.scenarios import Pace, Unconsumed
 from hashreplay.engine.faults import FaultSpec
-from hashreplay.engine.hangs import HangTimeout
+from hashreplay.engine.hangs import check_timeout, hang_timeout
 from hashreplay.engine.session import Session
 
 
@@ -98,10 +98,10 @@ class HashReplayFixture:
         self._session = session
         self._test_id = test_id
 
-    def wait_hanging(self, timeout: float = 5.0) -> Any:
+    def wait_hanging(self, timeout: float | None = 5.0) -> Any:
         """Return once a request of this test hangs (`hashreplay_fault(hang=True)`); a
-        HangTimeout after `timeout` seconds. Inside a running event loop it returns an
-        awaitable instead: `await hashreplay.wait_hanging()`."""
+        HangTimeout after `timeout` seconds (None: no limit). Inside a running event loop it
+        returns an awaitable instead: `await hashreplay.wait_hanging()`."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -109,17 +109,17 @@ class HashReplayFixture:
             return None
         return self._await_hanging(timeout)
 
-    def _await_hanging(self, timeout: float) -> Coroutine[Any, Any, None]:
+    def _await_hanging(self, timeout: float | None) -> Coroutine[Any, Any, None]:
+        check_timeout(timeout)  # at the call, not when awaited
+        hangs, test_id = self._session.hangs, self._test_id
+
         async def wait() -> None:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    self._session.wait_hanging(self._test_id, 0)
-                except HangTimeout:
-                    if time.monotonic() >= deadline:
-                        raise
-                    await asyncio.sleep(0.005)
-                else:
-                    return
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not hangs.hanging(test_id):
+                if deadline is not None and time.monotonic() >= deadline:
+                    assert timeout is not None  # a deadline comes from a timeout
+                    # the timeout the test gave, not the poll's own zero wait
+                    raise hang_timeout(test_id, timeout)
+                await asyncio.sleep(0.005)
 
         return wait()

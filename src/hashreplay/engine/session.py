@@ -130,8 +130,9 @@ class Session:
                 timing, pace, unconsumed, [ActiveFault(f) for f in faults]
             )
 
-    def wait_hanging(self, test_id: str | None, timeout: float) -> None:
-        """Return once a request of the test hangs (a HangTimeout after `timeout` s)."""
+    def wait_hanging(self, test_id: str | None, timeout: float | None) -> None:
+        """Return once a request of the test hangs (a HangTimeout after `timeout` s; None:
+        no limit)."""
         self.hangs.wait_hanging(test_id, timeout)
 
     def leftovers(self, test_id: str | None) -> tuple[Unconsumed, list[Unused], list[str]]:
