@@ -142,7 +142,7 @@ def test_miss_fails_fast_with_report_despite_sdk_retries(project: pytest.Pyteste
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*hashreplay: no recording for POST http://localhost/v1/chat/completions (replay mode)",
+            "*hashreplay: no recording for POST http://127.0.0.1:*/v1/chat/completions (replay mode)",
             "*test:      test_miss.py::test_swallowed",
             "*hash:      *",
             "*to record it: INFERENCE_MODE=record-if-missing pytest test_miss.py::test_swallowed",
@@ -322,7 +322,7 @@ def test_miss_in_a_session_fixture_fails_the_test_that_needs_it(project: pytest.
     result.stdout.fnmatch_lines(
         [
             "*ERROR at setup of test_needs_it*",
-            "*hashreplay: no recording for GET http://localhost/plain (replay mode)",
+            "*hashreplay: no recording for GET http://127.0.0.1:*/plain (replay mode)",
             "*test:      suite/conftest.py::[[]fixture[]]warm",
             "*to record it: INFERENCE_MODE=record-if-missing pytest suite",
         ]

@@ -91,13 +91,15 @@ def miss_report(
     *,
     problem: RecordingError | None = None,
     recorded_count: int = 0,
+    url: str | None = None,
 ) -> str:
     """The text that fails the test: what was asked, where we looked, what is nearest, and
-    the command that records it."""
+    the command that records it. `url` is where the request really went (redacted), with
+    its host and port, rather than the stored form (a loopback host without its port)."""
     req = prep.request
     test = prep.test_id or "(no test: a request outside any test)"
     lines = [
-        f"hashreplay: no recording for {req.method} {req.url} ({prep.mode.value} mode)",
+        f"hashreplay: no recording for {req.method} {url or req.url} ({prep.mode.value} mode)",
         f"  test:      {test}",
         f"  hash:      {prep.hash}",
     ]

@@ -223,7 +223,7 @@ class Session:
         try:
             found = self.replayer.recorded(prep) if prep.mode.may_replay else None
         except RecordingError as unusable:
-            return Miss(prep, self.miss(prep, unusable))
+            return Miss(prep, self.miss(prep, unusable, request))
         if found is not None:
             return self.replayer.replay(prep, found, request, fault)
         if fault is not None:
@@ -245,7 +245,7 @@ class Session:
             return Miss(prep, self.replayer.failure(prep, why))
         if prep.mode.may_record:
             return Record(prep)
-        return Miss(prep, self.miss(prep))
+        return Miss(prep, self.miss(prep, request=request))
 
     def _recorded_first(self, test_id: str | None, fault: FaultSpec) -> None:
         with self.tests.lock:
@@ -311,9 +311,15 @@ class Session:
     def key_of(self, request: RecordedRequest, test_id: str | None) -> tuple[str, bool]:
         return self.keyer.key_of(request, test_id)
 
-    def miss(self, prep: Prepared, problem: RecordingError | None = None) -> ReplayMiss:
-        """Note a replay miss (the test will fail) and return it; never raises it."""
-        return self.replayer.miss(prep, problem)
+    def miss(
+        self,
+        prep: Prepared,
+        problem: RecordingError | None = None,
+        request: IncomingRequest | None = None,
+    ) -> ReplayMiss:
+        """Note a replay miss (the test will fail) and return it; never raises it. With the
+        `request`, the report shows the host and port it was sent to."""
+        return self.replayer.miss(prep, problem, request)
 
     # --- record ---------------------------------------------------------------------------
 
