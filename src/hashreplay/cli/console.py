@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO, TypeVar
 
 T = TypeVar("T")
@@ -38,6 +38,10 @@ def printable(text: str) -> str:
     return _UNPRINTABLE.sub(_escape, text)
 
 
+def _unchanged(text: str) -> str:
+    return text
+
+
 def _isatty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
@@ -55,6 +59,9 @@ class Console:
         self.err_tty = _isatty(self.err)
         self.colour = self.tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
         self._bar = False
+        #: how paths inside a message are shown (`Run` makes them relative to the working
+        #: directory); errors and warnings pass through it, recorded data never does
+        self.paths: Callable[[str], str] = _unchanged
 
     # --- text -----------------------------------------------------------------------------
 
@@ -73,7 +80,7 @@ class Console:
         self._clear_bar()
         self.out.flush()
         prefix = "\x1b[31merror:\x1b[0m" if self.colour and _isatty(self.err) else "error:"
-        print(f"{prefix} {text}", file=self.err)
+        print(f"{prefix} {self.paths(text)}", file=self.err)
         self.err.flush()
 
     def warning(self, text: str) -> None:
@@ -82,7 +89,7 @@ class Console:
         self.out.flush()
         colour = self.colour and _isatty(self.err)
         prefix = "\x1b[33mwarning:\x1b[0m" if colour else "warning:"
-        print(f"{prefix} {text}", file=self.err)
+        print(f"{prefix} {self.paths(text)}", file=self.err)
         self.err.flush()
 
     def table(self, rows: Sequence[Sequence[str]], headers: Sequence[str]) -> None:

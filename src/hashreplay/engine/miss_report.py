@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from hashreplay.core.constants import FIXTURE_MARK, RECORD_COMMAND
 from hashreplay.core.diff import count_differences, request_difference
-from hashreplay.core.errors import RecordingError
+from hashreplay.core.errors import RecordingError, unreadable_fix
 from hashreplay.core.names import is_model_list_name, recording_name
 
 if TYPE_CHECKING:
@@ -106,8 +106,9 @@ def miss_report(
     searched = [_rel(root, d / recording_name(prep.hash)) for d in store.search_dirs(prep.test_id)]
     lines.append(f"  looked in: {', '.join(searched)}")
     if problem is not None:
-        lines.append(f"  unreadable recording: {problem}")
-        lines.append("  the file was left untouched; fix or delete it, then re-record")
+        where = "" if problem.path is None else f"{_rel(root, problem.path)}: "
+        lines.append(f"  unreadable recording: {where}{problem.problem}")
+        lines.append("  the file was left untouched")
     elif recorded_count:
         times = "once" if recorded_count == 1 else f"{recorded_count} times"
         lines.append(
@@ -116,7 +117,13 @@ def miss_report(
         )
     else:
         lines.extend(_nearest_lines(store, root, prep))
-    if prep.test_id:
+    if problem is not None and problem.path is not None and problem.path.suffix == ".json":
+        # record-if-missing would meet the same file again: name what replaces it
+        rerun = record_target(prep.test_id) if prep.test_id else None
+        lines.append(f"  to fix it: {unreadable_fix(_rel(root, problem.path), rerun)}")
+    elif problem is not None:
+        lines.append("  to fix it: do what the problem above says, then re-record the test")
+    elif prep.test_id:
         lines.append(f"  to record it: {RECORD_COMMAND.format(nodeid=record_target(prep.test_id))}")
     else:
         lines.append("  to record it: run the same code with INFERENCE_MODE=record-if-missing")
