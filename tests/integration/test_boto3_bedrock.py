@@ -230,3 +230,44 @@ def test_a_frame_whose_checksum_fails_is_kept_as_it_came() -> None:
     body = normalise_response(response, new_id_registry("0" * 32)).body
     assert decode_chunk(body[1]) == bytes(bad)
     assert b'"latencyMs":0' in decode_chunk(body[0])
+
+
+def test_normalize_brings_an_older_event_stream_recording_to_the_normalised_form(
+    upstream: FakeUpstream,
+    adapters: AllAdapters,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stream recorded before frames were normalised (raw padding and latency inside
+    the frames) is rewritten by `hashreplay normalize` to what a re-record writes now."""
+    from hashreplay.cli.main import main
+
+    def run(url: str) -> list[dict[str, Any]]:
+        streamed = bedrock(url).converse_stream(modelId=MODEL, messages=messages("old file"))
+        return list(streamed["stream"])
+
+    adapters.start(Mode.RECORD)
+    with test_context(TEST_ID):
+        run(upstream.url)
+    (path,) = adapters.files()
+    now = path.read_bytes()
+    data = json.loads(now)
+    frames = [
+        event_frame("messageStart", {"role": "assistant"}),
+        event_frame("metadata", {"metrics": {"latencyMs": 1234}}),
+    ]
+    data["response"]["body"] = [encode_chunk(b"".join(frames))]  # as one read, unnormalised
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    monkeypatch.chdir(adapters.root)
+    monkeypatch.setenv("NO_COLOR", "1")
+    capsys.readouterr()
+    assert main(["normalize", "--root", str(adapters.root)]) == 0
+    out = capsys.readouterr().out
+    assert "Summary: 1/1 files modified" in out
+    body = json.loads(path.read_text())["response"]["body"]
+    values = EventStreamFrames.parse(body).payload_values()
+    assert values == [{"role": "assistant", "p": ""}, {"metrics": {"latencyMs": 0}, "p": ""}]
+    assert len(body) == 2  # one chunk per frame
+    assert main(["normalize", "--root", str(adapters.root)]) == 0  # idempotent
+    assert "Summary: 0/1 files modified" in capsys.readouterr().out
