@@ -229,9 +229,13 @@ def test_unreadable_recording_fails_only_its_test(project: pytest.Pytester) -> N
     chat_file.write_text('{"format_version": 99}')
     result = project.runpytest()
     result.assert_outcomes(passed=3, failed=1)
+    shown = chat_file.relative_to(project.path)
     result.stdout.fnmatch_lines(
         [
-            f"*unreadable recording: recording {chat_file}: format_version 99, this hashreplay reads format_version 1*"
+            f"*unreadable recording: {shown}: format_version 99, this hashreplay reads format_version 1*",
+            "*the file was left untouched",
+            "*to fix it: re-record it with INFERENCE_MODE=record pytest suite/test_app.py::test_chat"
+            f" (it replaces the file), or restore it with git (git checkout -- {shown})*",
         ]
     )
     assert chat_file.read_text() == '{"format_version": 99}'
