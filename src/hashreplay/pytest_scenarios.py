@@ -15,7 +15,7 @@ from hashreplay.core.constants import FAULT_MARKER
 from hashreplay.core.errors import ConfigError, HashReplayWarning, RecordingError
 from hashreplay.core.scenarios import Pace, Unconsumed
 from hashreplay.engine.faults import FaultSpec
-from hashreplay.engine.hangs import HangTimeout
+from hashreplay.engine.hangs import check_timeout, hang_timeout
 from hashreplay.engine.session import Session
 
 
@@ -47,7 +47,9 @@ def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | Non
 
 
 def report_leftovers(item: pytest.Item, session: Session, report: pytest.TestReport) -> int:
-    """Warn about (or fail the test for) what it left unused; returns how many responses."""
+    """Warn about (or fail the test for) what it left unused, and say which faults had
+    nothing to break yet; returns how many responses were left unused."""
+    _report_recorded_first(item, session, report)
     try:
         policy, unused, faults = session.leftovers(item.nodeid)
     except RecordingError as exc:  # its recordings directory cannot be read (a symlink out)
@@ -76,6 +78,25 @@ def report_leftovers(item: pytest.Item, session: Session, report: pytest.TestRep
     return count
 
 
+def _report_recorded_first(item: pytest.Item, session: Session, report: pytest.TestReport) -> None:
+    """A fault that breaks a recorded response found none in a recording mode, so the call
+    was recorded whole: the test did not see the fault this time. Its failure (likely, as
+    it expects the fault) says why; a pass gets a warning."""
+    faults = session.recorded_first(item.nodeid)
+    if not faults:
+        return
+    text = "\n".join(
+        f"hashreplay: {item.nodeid}: {fault} had no recorded response to break, so the "
+        "call was made live and recorded whole; the fault applies from the next replay: "
+        f"pytest {item.nodeid}"
+        for fault in faults
+    )
+    if report.failed and report.longrepr is not None:
+        report.longrepr = f"{report.longrepr}\n\n{text}"
+    else:
+        item.warn(HashReplayWarning(text))
+
+
 class HashReplayFixture:
     """What the `hashreplay` fixture gives a test."""
 
@@ -83,10 +104,10 @@ class HashReplayFixture:
         self._session = session
         self._test_id = test_id
 
-    def wait_hanging(self, timeout: float = 5.0) -> Any:
+    def wait_hanging(self, timeout: float | None = 5.0) -> Any:
         """Return once a request of this test hangs (`hashreplay_fault(hang=True)`); a
-        HangTimeout after `timeout` seconds. Inside a running event loop it returns an
-        awaitable instead: `await hashreplay.wait_hanging()`."""
+        HangTimeout after `timeout` seconds (None: no limit). Inside a running event loop it
+        returns an awaitable instead: `await hashreplay.wait_hanging()`."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -94,17 +115,17 @@ class HashReplayFixture:
             return None
         return self._await_hanging(timeout)
 
-    def _await_hanging(self, timeout: float) -> Coroutine[Any, Any, None]:
+    def _await_hanging(self, timeout: float | None) -> Coroutine[Any, Any, None]:
+        check_timeout(timeout)  # at the call, not when awaited
+        hangs, test_id = self._session.hangs, self._test_id
+
         async def wait() -> None:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    self._session.wait_hanging(self._test_id, 0)
-                except HangTimeout:
-                    if time.monotonic() >= deadline:
-                        raise
-                    await asyncio.sleep(0.005)
-                else:
-                    return
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not hangs.hanging(test_id):
+                if deadline is not None and time.monotonic() >= deadline:
+                    assert timeout is not None  # a deadline comes from a timeout
+                    # the timeout the test gave, not the poll's own zero wait
+                    raise hang_timeout(test_id, timeout)
+                await asyncio.sleep(0.005)
 
         return wait()

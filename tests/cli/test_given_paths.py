@@ -69,4 +69,5 @@ def test_status_paths_lists_every_directory_with_recordings(
     monkeypatch.chdir(project.root / "tests")  # the root is found; paths stay relative to here
     (project.root / ".git").mkdir()
     inner = cli("status", "--paths")
-    assert inner.lines == [str(project.root / "recordings"), "llm/recordings", "recordings"]
+    # relative to here, the common directory too: `git add $(hashreplay status --paths)`
+    assert inner.lines == ["../recordings", "llm/recordings", "recordings"]

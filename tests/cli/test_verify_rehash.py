@@ -116,7 +116,10 @@ def test_verify_reports_unreadable_files(project: Project, cli: Cli) -> None:
     assert f"tests/recordings/{truncated.name}: unreadable: the file looks truncated" in result.out
     assert (
         f"tests/recordings/{future.name}: unreadable: format_version 2, this hashreplay reads "
-        "format_version 1; re-record it or upgrade hashreplay"
+        "format_version 1; re-record it or upgrade hashreplay; to fix it: re-record it with "
+        f"INFERENCE_MODE=record pytest {STREAM} (it replaces the file), or restore it with git "
+        f"(git checkout -- tests/recordings/{future.name}) or delete it "
+        f"(rm tests/recordings/{future.name})"
     ) in result.lines
     assert result.lines[-1] == "Summary: 2/9 files with problems"
     assert (truncated.read_bytes(), future.read_bytes()) == before

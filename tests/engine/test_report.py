@@ -53,10 +53,10 @@ def test_same_test_and_endpoint_shows_the_first_differing_field(tmp_path: Path) 
     record(tmp_path, TEST, request(chat("totally", "different")))
     report = miss(tmp_path, TEST, request(chat("system says", "echo:bye", "and more")))
     lines = report.splitlines()
-    # the stored form of a loopback URL: no port (docs/design.md §13)
+    # where the request went, port included (the file stores loopback without its port)
     assert (
         lines[0]
-        == "hashreplay: no recording for POST http://localhost/v1/chat/completions (replay mode)"
+        == "hashreplay: no recording for POST http://127.0.0.1:9/v1/chat/completions (replay mode)"
     )
     assert lines[1] == f"  test:      {TEST}"
     assert lines[2].startswith("  hash:      ") and len(lines[2].split()[-1]) == 32

@@ -58,11 +58,22 @@ def test_error_hang_and_after_chunks_plans(tmp_path: Path) -> None:
     assert not any(k == "content-length" for k, _ in cut.plan().headers)
 
 
-def test_breaking_a_recording_that_is_not_there_is_a_miss(tmp_path: Path) -> None:
-    s = faulted(tmp_path, Mode.RECORD_IF_MISSING, error="read_timeout", after_chunks=1)
+def test_breaking_a_recording_that_is_not_there_is_a_miss_in_replay(tmp_path: Path) -> None:
+    s = faulted(tmp_path, Mode.REPLAY, error="read_timeout", after_chunks=1)
     decision = s.decide(chat(), TEST)
     assert isinstance(decision, Miss)
-    assert "record the test without the marker first" in decision.error.report
+    assert "record it first in record-if-missing mode" in decision.error.report
+    assert f"INFERENCE_MODE=record-if-missing pytest {TEST}" in decision.error.report
+
+
+@pytest.mark.parametrize("mode", [Mode.RECORD_IF_MISSING, Mode.RECORD])
+def test_breaking_a_recording_that_is_not_there_records_it_first(
+    tmp_path: Path, mode: Mode
+) -> None:
+    s = faulted(tmp_path, mode, error="read_timeout", after_chunks=1)
+    decision = s.decide(chat(), TEST)
+    assert isinstance(decision, Record)
+    assert s.recorded_first(TEST) == ["hashreplay_fault(error='read_timeout', after_chunks=1)"]
 
 
 def test_an_abandoned_response_replays_broken_and_is_re_recorded_in_place(tmp_path: Path) -> None:

@@ -13,7 +13,11 @@ from botocore.config import Config
 from urllib3.connectionpool import HTTPConnectionPool
 
 from hashreplay import Mode, test_context
-from tests.fakes.bedrock import EVENTSTREAM
+from hashreplay.core.normalise import new_id_registry
+from hashreplay.core.normalise_response import normalise_response
+from hashreplay.core.recording import Ended, EndState, RecordedResponse
+from hashreplay.core.streams import EventStreamFrames, StreamFormat, decode_chunk, encode_chunk
+from tests.fakes.bedrock import EVENTSTREAM, event_frame
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.three_phases import TEST_ID, AllAdapters, adapters, three_phases
 
@@ -97,7 +101,17 @@ def test_eventstream_is_stored_as_raw_chunks_and_replayed_byte_exact(
     adapters.start(Mode.REPLAY)
     with test_context(TEST_ID):
         replayed = raw_stream(upstream.url)
-    assert replayed == live
+    # byte for byte what the file holds: the live frames with their payloads normalised
+    # (padding cleared, durations 0) and re-encoded with fresh lengths and CRCs
+    assert replayed == [decode_chunk(chunk) for chunk in stored["body"]]
+    live_frames = EventStreamFrames.parse(encode_chunk(c) for c in live)
+    replayed_frames = EventStreamFrames.parse(encode_chunk(c) for c in replayed)
+    assert live_frames.rest == replayed_frames.rest == b""
+    assert [h for h, _ in replayed_frames.frames] == [h for h, _ in live_frames.frames]
+    for was, now in zip(
+        live_frames.payload_values(), replayed_frames.payload_values(), strict=True
+    ):
+        assert now == {**was, "p": ""} | ({"metrics": {"latencyMs": 0}} if "metrics" in was else {})
     assert len(upstream.calls) == 1
 
 
@@ -116,3 +130,144 @@ def test_bedrock_error_replays_as_the_same_client_error(
     phases = three_phases(upstream, adapters, run)
     assert phases.live == ("ValidationException", "A conversation must start with a message.")
     assert phases.offline == phases.live == phases.fresh
+
+
+def _record_twice(
+    upstream: FakeUpstream, adapters: AllAdapters, run: Any
+) -> tuple[list[bytes], list[bytes]]:
+    """The recording's bytes after one `record` run and after a second one."""
+    contents = []
+    for _ in range(2):
+        adapters.start(Mode.RECORD)
+        with test_context(TEST_ID):
+            run(upstream.url)
+        contents.append([f.read_bytes() for f in adapters.files()])
+    return contents[0], contents[1]
+
+
+def test_rerecording_converse_stream_is_a_zero_diff(
+    upstream: FakeUpstream, adapters: AllAdapters
+) -> None:
+    """The fake pads every frame with random `p` and reports a fresh `latencyMs` per call,
+    as Bedrock does: the stored frames are normalised and re-encoded, so both runs write
+    the same bytes, and botocore still accepts the re-encoded frames' CRCs on replay."""
+
+    def run(url: str) -> list[dict[str, Any]]:
+        streamed = bedrock(url).converse_stream(modelId=MODEL, messages=messages("same again"))
+        return list(streamed["stream"])
+
+    first, second = _record_twice(upstream, adapters, run)
+    assert len(first) == 1
+    assert first == second
+    stored = json.loads(first[0])["response"]
+    assert len(stored["body"]) == 6  # one chunk per frame
+
+    adapters.start(Mode.REPLAY)
+    with test_context(TEST_ID):
+        events = run(upstream.url)  # botocore checks both CRCs of every frame
+    assert events[-1]["metadata"]["metrics"] == {"latencyMs": 0}
+    assert (
+        "".join(e["contentBlockDelta"]["delta"]["text"] for e in events if "contentBlockDelta" in e)
+        == "echo: same again"
+    )
+    assert len(upstream.calls) == 2
+
+
+def test_rerecording_converse_is_a_zero_diff(upstream: FakeUpstream, adapters: AllAdapters) -> None:
+    def run(url: str) -> dict[str, Any]:
+        answer: dict[str, Any] = bedrock(url).converse(
+            modelId=MODEL, messages=messages("once more")
+        )
+        return answer
+
+    first, second = _record_twice(upstream, adapters, run)
+    assert first == second
+    assert json.loads(first[0])["response"]["body"]["metrics"] == {"latencyMs": 0}
+
+
+def test_a_stream_cut_mid_frame_keeps_the_cut_bytes_as_they_came() -> None:
+    """Whole frames are normalised; the bytes of a frame the stream broke inside stay as
+    they arrived (a client sees there what it saw live), and `after_chunks` counts the
+    chunks as stored."""
+
+    frames = [event_frame("messageStart", {"role": "assistant"})]
+    frames.append(event_frame("metadata", {"metrics": {"latencyMs": 812}}))
+    cut = event_frame("messageStop", {"stopReason": "end_turn"})[:9]
+    joined = b"".join(frames) + cut  # arrived as one read, broken inside the third frame
+    response = RecordedResponse(
+        status=200,
+        headers={"content-type": EVENTSTREAM},
+        body=[encode_chunk(joined)],
+        is_streaming=True,
+        stream_format=StreamFormat.CHUNKS,
+        ended=Ended(state=EndState.ERROR, after_chunks=1),
+    )
+    normalised = normalise_response(response, new_id_registry("0" * 32))
+    assert normalised.ended is not None and normalised.ended.after_chunks == 3
+    again = normalise_response(normalised, new_id_registry("0" * 32))
+    assert again.body == normalised.body  # idempotent
+    parsed = EventStreamFrames.parse(normalised.body)
+    assert parsed.payload_values() == [
+        {"role": "assistant", "p": ""},
+        {"metrics": {"latencyMs": 0}, "p": ""},
+    ]
+    assert parsed.rest == cut
+    assert decode_chunk(normalised.body[-1]) == cut
+
+
+def test_a_frame_whose_checksum_fails_is_kept_as_it_came() -> None:
+
+    good = event_frame("metadata", {"metrics": {"latencyMs": 5}})
+    bad = bytearray(event_frame("metadata", {"metrics": {"latencyMs": 7}}))
+    bad[-1] ^= 0xFF  # a corrupt message CRC: botocore refuses it live, and so on replay
+    response = RecordedResponse(
+        status=200,
+        headers={"Content-Type": EVENTSTREAM},
+        body=[encode_chunk(good), encode_chunk(bytes(bad))],
+        is_streaming=True,
+        stream_format=StreamFormat.CHUNKS,
+    )
+    body = normalise_response(response, new_id_registry("0" * 32)).body
+    assert decode_chunk(body[1]) == bytes(bad)
+    assert b'"latencyMs":0' in decode_chunk(body[0])
+
+
+def test_normalize_brings_an_older_event_stream_recording_to_the_normalised_form(
+    upstream: FakeUpstream,
+    adapters: AllAdapters,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stream recorded before frames were normalised (raw padding and latency inside
+    the frames) is rewritten by `hashreplay normalize` to what a re-record writes now."""
+    from hashreplay.cli.main import main
+
+    def run(url: str) -> list[dict[str, Any]]:
+        streamed = bedrock(url).converse_stream(modelId=MODEL, messages=messages("old file"))
+        return list(streamed["stream"])
+
+    adapters.start(Mode.RECORD)
+    with test_context(TEST_ID):
+        run(upstream.url)
+    (path,) = adapters.files()
+    now = path.read_bytes()
+    data = json.loads(now)
+    frames = [
+        event_frame("messageStart", {"role": "assistant"}),
+        event_frame("metadata", {"metrics": {"latencyMs": 1234}}),
+    ]
+    data["response"]["body"] = [encode_chunk(b"".join(frames))]  # as one read, unnormalised
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    monkeypatch.chdir(adapters.root)
+    monkeypatch.setenv("NO_COLOR", "1")
+    capsys.readouterr()
+    assert main(["normalize", "--root", str(adapters.root)]) == 0
+    out = capsys.readouterr().out
+    assert "Summary: 1/1 files modified" in out
+    body = json.loads(path.read_text())["response"]["body"]
+    values = EventStreamFrames.parse(body).payload_values()
+    assert values == [{"role": "assistant", "p": ""}, {"metrics": {"latencyMs": 0}, "p": ""}]
+    assert len(body) == 2  # one chunk per frame
+    assert main(["normalize", "--root", str(adapters.root)]) == 0  # idempotent
+    assert "Summary: 0/1 files modified" in capsys.readouterr().out

@@ -142,7 +142,7 @@ def test_miss_fails_fast_with_report_despite_sdk_retries(project: pytest.Pyteste
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*hashreplay: no recording for POST http://localhost/v1/chat/completions (replay mode)",
+            "*hashreplay: no recording for POST http://127.0.0.1:*/v1/chat/completions (replay mode)",
             "*test:      test_miss.py::test_swallowed",
             "*hash:      *",
             "*to record it: INFERENCE_MODE=record-if-missing pytest test_miss.py::test_swallowed",
@@ -229,9 +229,13 @@ def test_unreadable_recording_fails_only_its_test(project: pytest.Pytester) -> N
     chat_file.write_text('{"format_version": 99}')
     result = project.runpytest()
     result.assert_outcomes(passed=3, failed=1)
+    shown = chat_file.relative_to(project.path)
     result.stdout.fnmatch_lines(
         [
-            f"*unreadable recording: recording {chat_file}: format_version 99, this hashreplay reads format_version 1*"
+            f"*unreadable recording: {shown}: format_version 99, this hashreplay reads format_version 1*",
+            "*the file was left untouched",
+            "*to fix it: re-record it with INFERENCE_MODE=record pytest suite/test_app.py::test_chat"
+            f" (it replaces the file), or restore it with git (git checkout -- {shown})*",
         ]
     )
     assert chat_file.read_text() == '{"format_version": 99}'
@@ -322,7 +326,7 @@ def test_miss_in_a_session_fixture_fails_the_test_that_needs_it(project: pytest.
     result.stdout.fnmatch_lines(
         [
             "*ERROR at setup of test_needs_it*",
-            "*hashreplay: no recording for GET http://localhost/plain (replay mode)",
+            "*hashreplay: no recording for GET http://127.0.0.1:*/plain (replay mode)",
             "*test:      suite/conftest.py::[[]fixture[]]warm",
             "*to record it: INFERENCE_MODE=record-if-missing pytest suite",
         ]

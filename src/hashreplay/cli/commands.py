@@ -39,8 +39,8 @@ def _mode_source(run: Run) -> str:
     source = config.mode_source
     if source is ModeSource.ENV:
         return f"env ({MODE_ENV})"
-    if source is ModeSource.FILE:
-        return f"config ({config.config_file})"
+    if source is ModeSource.FILE and config.config_file is not None:
+        return f"config ({run.show_path(config.config_file)})"
     return str(source)
 
 
@@ -56,15 +56,18 @@ def status(run: Run) -> int:
     console.line(f"mode: {console.style(config.mode.value, 'bold')}")
     console.line(f"mode source: {_mode_source(run)}")
     reason = "--root" if run.args.root is not None else config.root_reason
+    # the root absolute (which project was found); every other path relative to here
     console.line(f"root: {config.root} (from {reason})")
     if run.config_problem is not None:
+        shown = run.show_path(config.config_file) if config.config_file else "pyproject.toml"
         console.line(
-            f"config: {config.config_file or 'pyproject.toml'} is invalid: each setting in "
-            "error takes its default here (the problems are listed at the end)"
+            f"config: {shown} is invalid: each setting in error takes its default here (the "
+            "problems are listed at the end)"
         )
     else:
-        console.line(f"config: {config.config_file or 'none (defaults)'}")
-    console.line(f"common directory: {config.common_dir}")
+        shown = run.show_path(config.config_file) if config.config_file else "none (defaults)"
+        console.line(f"config: {shown}")
+    console.line(f"common directory: {run.show_path(config.common_dir)}")
 
     by_dir: dict[Path, list[int]] = {}
     for path in files:
@@ -174,17 +177,18 @@ def _find_target(run: Run, target: str) -> Path | None:
         run.console.error(f"no such recording file: {target}")
         return None
     key = target.lower().removesuffix(".json")
+    files = run.files()
     found = [
         f
-        for f in run.files()
+        for f in files
         if (hash_of_name(f.name) or "").startswith(key) or f.name.startswith(target)
     ]
     if len(found) == 1:
         return found[0]
     if not found:
         run.console.error(
-            f"no recording matches {target!r} under {run.config.root}: give a file path, or a "
-            "hash as in `hashreplay list`"
+            f"no recording matches {target!r} among the project's {len(files)}: give a file "
+            "path, or a hash as in `hashreplay list`"
         )
     else:
         names = "\n  ".join(run.show_path(f) for f in found[:20])
@@ -306,7 +310,7 @@ def verify(run: Run) -> int:
         try:
             item = load(path, run.store)
         except RecordingError as exc:
-            problems = [f"unreadable: {exc.problem}"]
+            problems = [f"unreadable: {exc.problem}; to fix it: {run.unreadable_fix(path)}"]
         else:
             problems = verify_file(item, rules)
         bad += bool(problems)

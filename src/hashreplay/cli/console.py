@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO, TypeVar
 
 from hashreplay.core.transcript import printable
@@ -22,6 +22,10 @@ PROGRESS_MIN = 1000
 _BAR_WIDTH = 30
 _CLEAR = "\r\x1b[K"
 _STYLES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
+
+
+def _unchanged(text: str) -> str:
+    return text
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -41,6 +45,9 @@ class Console:
         self.err_tty = _isatty(self.err)
         self.colour = self.tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
         self._bar = False
+        #: how paths inside a message are shown (`Run` makes them relative to the working
+        #: directory); errors and warnings pass through it, recorded data never does
+        self.paths: Callable[[str], str] = _unchanged
 
     # --- text -----------------------------------------------------------------------------
 
@@ -59,7 +66,7 @@ class Console:
         self._clear_bar()
         self.out.flush()
         prefix = "\x1b[31merror:\x1b[0m" if self.colour and _isatty(self.err) else "error:"
-        print(f"{prefix} {text}", file=self.err)
+        print(f"{prefix} {self.paths(text)}", file=self.err)
         self.err.flush()
 
     def warning(self, text: str) -> None:
@@ -68,7 +75,7 @@ class Console:
         self.out.flush()
         colour = self.colour and _isatty(self.err)
         prefix = "\x1b[33mwarning:\x1b[0m" if colour else "warning:"
-        print(f"{prefix} {text}", file=self.err)
+        print(f"{prefix} {self.paths(text)}", file=self.err)
         self.err.flush()
 
     def table(self, rows: Sequence[Sequence[str]], headers: Sequence[str]) -> None:

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hashreplay.cli.console import Console, printable
 from hashreplay.core.config import Config
-from hashreplay.core.errors import ConfigError, RecordingError
+from hashreplay.core.errors import ConfigError, RecordingError, unreadable_fix
 from hashreplay.core.store import Store
-from hashreplay.maintenance.files import Loaded, default_paths, find_given, find_recordings, load
+from hashreplay.engine.miss_report import record_target
+from hashreplay.maintenance.files import (
+    Loaded,
+    default_paths,
+    find_given,
+    find_recordings,
+    load,
+    recorded_test_id,
+)
 from hashreplay.maintenance.hygiene import Stray, find_strays
 
 EXIT_OK = 0
@@ -30,15 +40,40 @@ class Run:
         self.unreadable = 0
         self.empty_paths = 0
         self._cwd = Path.cwd().resolve()
+        self._root = config.root.resolve()
         #: reads recordings with their blobs, as a test run does
         self.store = Store.from_config(config)
+        console.paths = self.show_paths_in
 
     def show_path(self, path: Path) -> str:
-        """A path relative to the working directory when it is below it."""
-        try:
-            return str(path.resolve().relative_to(self._cwd))
-        except ValueError:
+        """How the CLI prints a path: relative to the working directory when it is below
+        it or inside the project (`../recordings/x.json` from `tests/`), so it can be pasted
+        into the next command from where the user is; absolute otherwise."""
+        absolute = Path(os.path.normpath(path.absolute()))
+        # the directory resolved (a symlinked /tmp), the file itself not (a stray symlink
+        # is shown under its own name)
+        resolved = absolute.parent.resolve() / absolute.name if absolute.name else absolute
+        inside = _below(resolved, self._cwd) or (
+            _below(resolved, self._root) and _below(self._cwd, self._root)
+        )
+        if not inside:
             return str(path)
+        return os.path.relpath(resolved, self._cwd)
+
+    def show_paths_in(self, text: str) -> str:
+        """`text` (a message) with every absolute path inside the project shown as
+        `show_path` shows it."""
+        roots = sorted({str(self._root), str(self.config.root)}, key=len, reverse=True)
+        stop = r"""\s:;,'"()"""  # characters that end a path inside a sentence
+        alternatives = "|".join(re.escape(r) for r in roots)
+        found = re.compile(rf"(?:{alternatives})(?=[/.{stop}]|$)(?:/[^{stop}]*)?")
+
+        def shown(match: re.Match[str]) -> str:
+            path = match.group(0)
+            stripped = path.rstrip(".")  # the full stop of a sentence is not the path's
+            return self.show_path(Path(stripped)) + path[len(stripped) :]
+
+        return found.sub(shown, text)
 
     def files(self, paths: Sequence[Path] | None = None) -> list[Path]:
         """The recordings under `paths` named on the command line (each one that holds none
@@ -71,12 +106,25 @@ class Run:
     def report_unreadable(self, path: Path, exc: RecordingError) -> None:
         self.unreadable += 1
         self.console.error(
-            printable(f"{self.show_path(path)}: unreadable: {exc.problem}; skipped, left unchanged")
+            printable(
+                f"{self.show_path(path)}: unreadable: {exc.problem}; skipped, left unchanged; "
+                f"to fix it: {self.unreadable_fix(path)}"
+            )
         )
+
+    def unreadable_fix(self, path: Path) -> str:
+        """What replaces a recording file that cannot be read: re-recording the test it
+        names (never the command that just met it again), or git."""
+        test_id = recorded_test_id(path)
+        return unreadable_fix(self.show_path(path), record_target(test_id) if test_id else None)
 
     @property
     def status(self) -> int:
         return EXIT_PROBLEMS if self.unreadable or self.empty_paths else EXIT_OK
+
+
+def _below(path: Path, directory: Path) -> bool:
+    return path == directory or directory in path.parents
 
 
 Command = Callable[[Run], int]

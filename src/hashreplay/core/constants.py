@@ -63,6 +63,9 @@ FIXTURE_MARK: Final = "::[fixture]"
 
 #: The command a user runs to fill in a missing recording (docs/design.md §6).
 RECORD_COMMAND: Final = "INFERENCE_MODE=record-if-missing pytest {nodeid}"
+#: The command that replaces a recording file that cannot be read: record-if-missing
+#: refuses such a file again (it is there, but unusable); record overwrites it.
+RERECORD_COMMAND: Final = "INFERENCE_MODE=record pytest {nodeid}"
 
 #: Status and headers of the answer to a replay miss: not retried by the OpenAI/Anthropic
 #: SDKs (`x-should-retry: false`) nor by plain clients (4xx other than 408/409/429).

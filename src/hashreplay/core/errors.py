@@ -4,10 +4,13 @@ replay miss, a proxy error, a malformed request)."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from hashreplay.core.constants import RERECORD_COMMAND
 
 
 class HashReplayError(Exception):
@@ -26,6 +29,19 @@ class RecordingError(HashReplayError):
         self.problem = problem
         where = f"recording {self.path}" if self.path is not None else "recording"
         super().__init__(f"{where}: {problem}")
+
+
+def unreadable_fix(path: str, rerun: str | None) -> str:
+    """The next step for a recording file that cannot be read (`path` as the user should
+    type it). `rerun` is what to give pytest to re-record the test that made it (None: not
+    known). Never the command that just refused the file: record-if-missing and `verify`
+    meet the same file again, while `record` overwrites it."""
+    quoted = shlex.quote(path)
+    restore = f"restore it with git (git checkout -- {quoted}) or delete it (rm {quoted})"
+    if rerun is None:
+        return f"{restore}, then re-record the test that made it"
+    command = RERECORD_COMMAND.format(nodeid=shlex.quote(rerun))
+    return f"re-record it with {command} (it replaces the file), or {restore}"
 
 
 class BodyTooLarge(HashReplayError):

@@ -31,7 +31,8 @@ RESPONSE_ID_KEYS: frozenset[str] = frozenset({"id", "call_id", "responseId"})
 RESPONSE_TIME_KEYS: frozenset[str] = frozenset(
     {"created", "created_at", "completed_at", "createTime", "updateTime"}
 )
-#: Keys whose non-null values are measured durations (Ollama reports nanoseconds) → 0.
+#: Keys whose non-null values are measured durations (Ollama reports nanoseconds, Bedrock's
+#: Converse API `metrics.latencyMs`) → 0.
 RESPONSE_DURATION_KEYS: frozenset[str] = frozenset(
     {
         "total_duration",
@@ -39,6 +40,7 @@ RESPONSE_DURATION_KEYS: frozenset[str] = frozenset(
         "prompt_eval_duration",
         "eval_duration",
         "processing_ms",
+        "latencyMs",
     }
 )
 #: Keys whose non-null values vary per call or per backend without meaning for the caller
@@ -47,6 +49,10 @@ RESPONSE_CLEARED_KEYS: Mapping[str, Any] = {
     "obfuscation": "",
     "system_fingerprint": "fp_recorded",
 }
+
+#: Top-level keys of an AWS event stream payload whose string values are random padding
+#: (Bedrock pads every event with `"p": "abcdef…"` of random length) → a fixed value.
+EVENTSTREAM_CLEARED_KEYS: Mapping[str, str] = {"p": ""}
 
 #: Response headers kept by default: the ones that change how a client parses or retries.
 KEPT_RESPONSE_HEADERS: frozenset[str] = frozenset(

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import copy
+import struct
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from typing import Any
@@ -189,6 +191,90 @@ def decode_chunk(chunk: Any) -> bytes:
     if isinstance(chunk, dict):
         return base64.b64decode(chunk["base64"])
     return str(chunk).encode("utf-8")
+
+
+# --- AWS event stream frames --------------------------------------------------------------
+
+#: prelude (total length, headers length, prelude CRC) and the trailing message CRC
+_PRELUDE = 12
+_FRAME_OVERHEAD = _PRELUDE + 4
+
+
+def is_eventstream(content_type: str | None) -> bool:
+    """Whether a response is an AWS event stream (`application/vnd.amazon.eventstream`)."""
+    return (content_type or "").split(";", 1)[0].strip().lower() in BINARY_STREAM_TYPES
+
+
+def eventstream_frame(headers: bytes, payload: bytes) -> bytes:
+    """One AWS event stream message around already encoded `headers` and `payload`, with
+    its lengths and both CRC32 checksums (prelude, whole message) computed afresh."""
+    total = _FRAME_OVERHEAD + len(headers) + len(payload)
+    prelude = struct.pack(">II", total, len(headers))
+    message = prelude + struct.pack(">I", zlib.crc32(prelude)) + headers + payload
+    return message + struct.pack(">I", zlib.crc32(message))
+
+
+class EventStreamFrames:
+    """A raw-chunk body read as AWS event stream frames (Bedrock's `converse_stream`).
+
+    `frames` are the (encoded headers, payload) of every whole, valid frame from the start;
+    `rest` is whatever follows the last of them: the part of a frame a broken stream cut
+    off, or everything from a frame whose lengths or checksums do not hold. `rest` is kept
+    byte for byte, so a client sees there what it saw live."""
+
+    __slots__ = ("frames", "rest")
+
+    def __init__(self, frames: list[tuple[bytes, bytes]], rest: bytes) -> None:
+        self.frames = frames
+        self.rest = rest
+
+    @classmethod
+    def parse(cls, items: Iterable[Any]) -> EventStreamFrames:
+        """Split stored raw chunks (`encode_chunk` values) into frames, wherever the chunk
+        boundaries fell."""
+        data = b"".join(decode_chunk(item) for item in items)
+        frames: list[tuple[bytes, bytes]] = []
+        at, size = 0, len(data)
+        while size - at >= _FRAME_OVERHEAD:
+            total, headers_len, prelude_crc = struct.unpack_from(">III", data, at)
+            end = at + total
+            if (
+                total < _FRAME_OVERHEAD
+                or end > size
+                or headers_len > total - _FRAME_OVERHEAD
+                or zlib.crc32(data[at : at + 8]) != prelude_crc
+                or zlib.crc32(data[at : end - 4]) != struct.unpack_from(">I", data, end - 4)[0]
+            ):
+                break
+            start = at + _PRELUDE
+            frames.append((data[start : start + headers_len], data[start + headers_len : end - 4]))
+            at = end
+        return cls(frames, data[at:])
+
+    def payload_values(self) -> list[Any]:
+        """Each frame's payload parsed when it is a JSON object or array, else None."""
+        values: list[Any] = []
+        for _, payload in self.frames:
+            value: Any = None
+            if payload[:1] in (b"{", b"["):
+                try:
+                    value = orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    value = None
+            values.append(value if isinstance(value, (dict, list)) else None)
+        return values
+
+    def items_with(self, values: list[Any]) -> list[Any]:
+        """The stored chunks, one per frame (and one for `rest`), with each JSON payload
+        replaced by its value in `values` (None: the payload as it was) and every frame's
+        lengths and CRCs computed afresh, so a client's checksum check still holds."""
+        items: list[Any] = []
+        for (headers, payload), value in zip(self.frames, values, strict=True):
+            new = payload if value is None else orjson.dumps(value)
+            items.append(encode_chunk(eventstream_frame(headers, new)))
+        if self.rest:
+            items.append(encode_chunk(self.rest))
+        return items
 
 
 # --- dispatch ------------------------------------------------------------------------------

@@ -38,14 +38,19 @@ class Hangs:
         with self.cond:
             self.in_flight[test_id] = self.in_flight.get(test_id, 1) - 1
 
-    def wait_hanging(self, test_id: str | None, timeout: float) -> None:
+    def hanging(self, test_id: str | None) -> bool:
+        """Whether a request of the test hangs now."""
+        with self.cond:
+            return self.in_flight.get(test_id, 0) > 0
+
+    def wait_hanging(self, test_id: str | None, timeout: float | None) -> None:
+        """Return once a request of the test hangs; a HangTimeout after `timeout` s (None:
+        no limit)."""
+        check_timeout(timeout)
         with self.cond:
             if not self.cond.wait_for(lambda: self.in_flight.get(test_id, 0) > 0, timeout):
-                msg = (
-                    f"no request of test {test_id!r} was hanging within {timeout:g} s: does "
-                    "the test's hashreplay_fault(hang=True) marker match the request it makes?"
-                )
-                raise HangTimeout(msg)
+                assert timeout is not None  # without one, wait_for returns only when true
+                raise hang_timeout(test_id, timeout)
 
     def release(self, test_id: str | None) -> None:
         """The test ended: every request it left hanging returns (with its error)."""
@@ -54,6 +59,32 @@ class Hangs:
             self.in_flight.pop(test_id, None)
         if event is not None:
             event.set()
+
+
+def check_timeout(timeout: object) -> None:
+    """`wait_hanging`'s timeout must be a number of seconds >= 0, or None (no limit)."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        msg = (
+            f"wait_hanging(timeout={timeout!r}): the timeout must be a number of seconds >= 0 "
+            "(or None: no limit)"
+        )
+        raise TypeError(msg)
+
+
+def hang_timeout(test_id: str | None, timeout: float) -> HangTimeout:
+    """The error of a `wait_hanging(timeout)` that saw no hanging request: it names the
+    timeout it waited, as given (`0.5 s`, `5 s`)."""
+    shown = f"{timeout:g}"
+    if float(shown) != timeout:  # more digits than %g shows: the exact value
+        shown = repr(float(timeout))
+    msg = (
+        f"no request of test {test_id!r} was hanging within {shown} s (the timeout "
+        "given to wait_hanging): does the test's hashreplay_fault(hang=True) marker match "
+        "the request it makes, and does the request start before the timeout?"
+    )
+    return HangTimeout(msg)
 
 
 class Hang:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from hashreplay.core.constants import FIXTURE_MARK, RECORD_COMMAND
 from hashreplay.core.diff import count_differences, request_difference
-from hashreplay.core.errors import RecordingError
+from hashreplay.core.errors import RecordingError, unreadable_fix
 from hashreplay.core.names import is_model_list_name, recording_name
 
 if TYPE_CHECKING:
@@ -91,21 +91,24 @@ def miss_report(
     *,
     problem: RecordingError | None = None,
     recorded_count: int = 0,
+    url: str | None = None,
 ) -> str:
     """The text that fails the test: what was asked, where we looked, what is nearest, and
-    the command that records it."""
+    the command that records it. `url` is where the request really went (redacted), with
+    its host and port, rather than the stored form (a loopback host without its port)."""
     req = prep.request
     test = prep.shown_test_id or "(no test: a request outside any test)"
     lines = [
-        f"hashreplay: no recording for {req.method} {req.url} ({prep.mode.value} mode)",
+        f"hashreplay: no recording for {req.method} {url or req.url} ({prep.mode.value} mode)",
         f"  test:      {test}",
         f"  hash:      {prep.hash}",
     ]
     searched = [_rel(root, d / recording_name(prep.hash)) for d in store.search_dirs(prep.test_id)]
     lines.append(f"  looked in: {', '.join(searched)}")
     if problem is not None:
-        lines.append(f"  unreadable recording: {problem}")
-        lines.append("  the file was left untouched; fix or delete it, then re-record")
+        where = "" if problem.path is None else f"{_rel(root, problem.path)}: "
+        lines.append(f"  unreadable recording: {where}{problem.problem}")
+        lines.append("  the file was left untouched")
     elif recorded_count:
         times = "once" if recorded_count == 1 else f"{recorded_count} times"
         lines.append(
@@ -114,7 +117,13 @@ def miss_report(
         )
     else:
         lines.extend(_nearest_lines(store, root, prep))
-    if prep.test_id:
+    if problem is not None and problem.path is not None and problem.path.suffix == ".json":
+        # record-if-missing would meet the same file again: name what replaces it
+        rerun = record_target(prep.test_id, prep.shown_test_id) if prep.test_id else None
+        lines.append(f"  to fix it: {unreadable_fix(_rel(root, problem.path), rerun)}")
+    elif problem is not None:
+        lines.append("  to fix it: do what the problem above says, then re-record the test")
+    elif prep.test_id:
         target = record_target(prep.test_id, prep.shown_test_id)
         lines.append(f"  to record it: {RECORD_COMMAND.format(nodeid=target)}")
     else:

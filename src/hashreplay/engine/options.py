@@ -9,7 +9,7 @@ from hashreplay.engine.faults import ActiveFault
 
 class TestOptions:
     __test__ = False  # not a pytest test class
-    __slots__ = ("faults", "header_faults", "pace", "timing", "unconsumed")
+    __slots__ = ("faults", "header_faults", "pace", "recorded_first", "timing", "unconsumed")
 
     def __init__(
         self,
@@ -24,3 +24,6 @@ class TestOptions:
         self.faults: list[ActiveFault] = [] if faults is None else faults
         #: proxy fault headers seen, by value, so repeats (an SDK's retries) share counters
         self.header_faults: dict[str, ActiveFault] = {}
+        #: faults that matched a request with no recorded response to break in a recording
+        #: mode: the request was recorded whole instead (their `describe()`, once each)
+        self.recorded_first: list[str] = []

@@ -78,12 +78,21 @@ class Replayer:
             self.tests.use(prep.test_id, *paths)
         return Recorded(merged, paths[0])
 
-    def miss(self, prep: Prepared, problem: RecordingError | None = None) -> ReplayMiss:
-        """Note a replay miss (the test will fail) and return it; never raises it."""
+    def miss(
+        self,
+        prep: Prepared,
+        problem: RecordingError | None = None,
+        request: IncomingRequest | None = None,
+    ) -> ReplayMiss:
+        """Note a replay miss (the test will fail) and return it; never raises it. With the
+        `request`, the report shows the URL it was sent to, host and port as given."""
         from hashreplay.engine.miss_report import miss_report  # only a miss needs it
 
         recorded = self.tests.recorded_count(prep.test_id, prep.hash)
-        report = miss_report(self.store, self.root, prep, problem=problem, recorded_count=recorded)
+        url = None if request is None else self.redactor.url(request.url)
+        report = miss_report(
+            self.store, self.root, prep, problem=problem, recorded_count=recorded, url=url
+        )
         report = prep.secrets.text(self.redactor.text(report))
         miss = ReplayMiss(report, test_id=prep.test_id, request_hash=prep.hash)
         with self.tests.lock:
@@ -103,7 +112,7 @@ class Replayer:
         try:
             response = templated(response, lambda: self._layout(prep, request), path)
         except RecordingError as problem:
-            return Miss(prep, self.miss(prep, problem))
+            return Miss(prep, self.miss(prep, problem, request))
         except TemplateError as exc:
             return Miss(prep, self.failure(prep, f"{exc} (recording {path})"))
         with self.tests.lock:

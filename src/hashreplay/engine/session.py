@@ -139,8 +139,9 @@ class Session:
                 timing, pace, unconsumed, [ActiveFault(f) for f in faults]
             )
 
-    def wait_hanging(self, test_id: str | None, timeout: float) -> None:
-        """Return once a request of the test hangs (a HangTimeout after `timeout` s)."""
+    def wait_hanging(self, test_id: str | None, timeout: float | None) -> None:
+        """Return once a request of the test hangs (a HangTimeout after `timeout` s; None:
+        no limit)."""
         self.hangs.wait_hanging(test_id, timeout)
 
     def leftovers(self, test_id: str | None) -> tuple[Unconsumed, list[Unused], list[str]]:
@@ -238,18 +239,45 @@ class Session:
         try:
             found = self.replayer.recorded(prep) if prep.mode.may_replay else None
         except RecordingError as unusable:
-            return Miss(prep, self.miss(prep, unusable))
+            return Miss(prep, self.miss(prep, unusable, request))
         if found is not None:
             return self.replayer.replay(prep, found, request, fault)
         if fault is not None:
+            if prep.mode.may_record:
+                # nothing recorded to break yet: record it whole, and the fault applies from
+                # the next replay (docs/scenarios.md, "Faults and hangs")
+                self._recorded_first(prep.test_id, fault)
+                return Record(prep)
             why = (
                 f"{fault.describe()} breaks a recorded response, and this request has none "
-                "left to break: record the test without the marker first"
+                "left to break: record it first in record-if-missing mode (the fault "
+                "applies from the next replay)"
+                + (
+                    f": INFERENCE_MODE=record-if-missing pytest {prep.test_id}"
+                    if prep.test_id
+                    else ""
+                )
             )
             return Miss(prep, self.replayer.failure(prep, why))
         if prep.mode.may_record:
             return self._refuse_placeholder(prep, url) or Record(prep)
-        return Miss(prep, self.miss(prep))
+        return Miss(prep, self.miss(prep, request=request))
+
+    def _recorded_first(self, test_id: str | None, fault: FaultSpec) -> None:
+        with self.tests.lock:
+            state = self.tests.get(test_id)
+            if state is None:
+                return
+            noted = state.options.recorded_first
+            if fault.describe() not in noted:
+                noted.append(fault.describe())
+
+    def recorded_first(self, test_id: str | None) -> list[str]:
+        """The faults of a test that found nothing recorded to break in a recording mode, so
+        the request was recorded whole (they apply from the next replay)."""
+        with self.tests.lock:
+            state = self.tests.get(test_id)
+            return [] if state is None else list(state.options.recorded_first)
 
     def _carries_placeholder(self, request: IncomingRequest) -> bool:
         """Whether a request not otherwise keyed carries a placeholder as a credential
@@ -320,11 +348,17 @@ class Session:
     def key_of(self, request: RecordedRequest, test_id: str | None) -> tuple[str, bool]:
         return self.keyer.key_of(request, test_id)
 
-    def miss(self, prep: Prepared, problem: RecordingError | None = None) -> ReplayMiss:
-        """Note a replay miss (the test will fail) and return it; never raises it."""
+    def miss(
+        self,
+        prep: Prepared,
+        problem: RecordingError | None = None,
+        request: IncomingRequest | None = None,
+    ) -> ReplayMiss:
+        """Note a replay miss (the test will fail) and return it; never raises it. With the
+        `request`, the report shows the host and port it was sent to."""
         if isinstance(problem, RecordingsDirOutside):  # no file to name: the directory's fault
             return self.replayer.failure(prep, str(problem))
-        return self.replayer.miss(prep, problem)
+        return self.replayer.miss(prep, problem, request)
 
     # --- record ---------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.recording import EndState, Recording
 from hashreplay.core.store import Store, dumps, parse_recording, write_bytes_atomic
 from hashreplay.core.urls import stored_url
+from hashreplay.engine.miss_report import record_target
 from hashreplay.engine.session import Session
 
 #: Directories never searched for recordings.
@@ -187,6 +188,33 @@ def load(path: Path, store: Store | None = None) -> Loaded:
     return Loaded(path, content, raw, recording)
 
 
+#: How much of an unreadable file is searched for its test id: files are written with
+#: sorted keys, so `test_id` is on the last lines.
+_TAIL_BYTES = 1 << 16
+_TEST_ID = re.compile(rb'"test_id"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
+def recorded_test_id(path: Path) -> str | None:
+    """The test id a recording file names, read even from a file that does not parse (a
+    wrong version, a broken field; a file cut off before its end usually lost it): what to
+    re-record it with. None when it names none or cannot be read."""
+    try:
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - _TAIL_BYTES))
+            tail = f.read(_TAIL_BYTES)
+    except OSError:
+        return None
+    found = _TEST_ID.findall(tail)
+    if not found:
+        return None
+    try:
+        value = orjson.loads(found[-1])
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, str) and value else None
+
+
 # --- the rules a test run names files by ----------------------------------------------------
 
 
@@ -276,10 +304,11 @@ def incomplete_problems(recording: Recording) -> list[str]:
         if response.end_state is EndState.ABANDONED:
             where = "response" if index == 0 else f"later_responses[{index - 1}]"
             after = response.ended.after_chunks if response.ended is not None else 0
+            test = record_target(recording.test_id) if recording.test_id else "<the test>"
             problems.append(
                 f"{where} is incomplete: the client stopped reading after {after} chunk(s) "
-                "when it was recorded; re-record it (INFERENCE_MODE=record-if-missing pytest "
-                "<the test> replaces it)"
+                f"when it was recorded; re-record it ({RECORD_COMMAND.format(nodeid=test)} "
+                "replaces it)"
             )
     return problems
 
