@@ -5,7 +5,7 @@ replay miss, a proxy error, a malformed request)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -142,3 +142,9 @@ def error_body(message: str, kind: str, code: str, **extra: Any) -> bytes:
 
 class HashReplayWarning(UserWarning):
     """Something works but deserves attention (a recording whose name no longer matches it)."""
+
+
+def assert_never(value: NoReturn) -> NoReturn:
+    """Exhaustive handling of a closed set (`typing.assert_never`, which Python 3.10 lacks):
+    mypy rejects a call reached with a member not handled above it."""
+    raise AssertionError(f"unhandled value: {value!r}")
