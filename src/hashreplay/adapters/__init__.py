@@ -1,9 +1,12 @@
 """Client adapters: each one plugs a client library into the engine through one seam.
 
-`activate(session)` turns every adapter on for a session (the pytest plugin and
-`hashreplay.install()` call it); `deactivate()` restores everything. An adapter whose library
-is not installed is skipped, and one whose library is not imported yet is installed when the
-library is first imported (`_post_import`), so activation imports no client library.
+Every adapter is a module that implements `Adapter` (docs/design.md §2), and `ADAPTERS` is
+the one list of them. `activate(session)` turns every adapter on for a session (the pytest
+plugin and `hashreplay.install()` call it) and owns the session they route through;
+`deactivate()` restores everything. An adapter whose library is not installed is skipped, and
+one whose library is not imported yet is installed when the library is first imported
+(`_post_import`), so activation imports no client library. Adding a client is one module,
+one line in `ADAPTERS` and its tests.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import importlib.util
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 from hashreplay.adapters import _state
 from hashreplay.adapters._post_import import cancel_all, when_imported
@@ -23,30 +26,66 @@ if TYPE_CHECKING:
 
 active_session = _state.active_session
 
-#: Adapter modules (under hashreplay.adapters) and the library each one patches; httpx and
-#: httpx2 are the httpx adapter's own business (one adapter for both, patched lazily too).
-_LIBRARY_ADAPTERS: tuple[tuple[str, str], ...] = (
-    ("aiohttp", "aiohttp"),
-    ("urllib3", "urllib3"),
-    ("stdlib", "http.client"),
+
+class Adapter(Protocol):
+    """The seam of one client library, as a module: `install` patches the library for a
+    session (idempotent: a second call only swaps the session), `uninstall` puts back what
+    it patched, `is_installed` says whether anything is patched now."""
+
+    def install(self, session: Session) -> None: ...
+
+    def uninstall(self) -> None: ...
+
+    def is_installed(self) -> bool: ...
+
+
+class Registered(NamedTuple):
+    """One adapter: its module under `hashreplay.adapters` and the library it patches (None:
+    it waits for its libraries itself, as the httpx adapter does for httpx and httpx2)."""
+
+    module: str
+    library: str | None
+
+
+#: Every adapter, in the order they are installed (and uninstalled in reverse).
+ADAPTERS: tuple[Registered, ...] = (
+    Registered("httpx", None),
+    Registered("network_guard", None),
+    Registered("aiohttp", "aiohttp"),
+    Registered("urllib3", "urllib3"),
+    Registered("stdlib", "http.client"),
 )
+
+if TYPE_CHECKING:  # mypy checks that every adapter module implements the seam
+    from hashreplay.adapters import aiohttp, httpx, network_guard, stdlib, urllib3
+
+    _SEAMS: tuple[Adapter, ...] = (httpx, network_guard, aiohttp, urllib3, stdlib)
+
+
+def adapter(name: str) -> Adapter:
+    """The adapter module `name` (imports it, and so its library)."""
+    return cast("Adapter", importlib.import_module(f"{__name__}.{name}"))
+
+
+def loaded(name: str) -> Adapter | None:
+    """The adapter module `name` if something imported it already (nothing is imported)."""
+    return cast("Adapter | None", sys.modules.get(f"{__name__}.{name}"))
 
 
 def activate(session: Session) -> None:
-    """Intercept httpx/httpx2, aiohttp, urllib3 and http.client, guard the network, and
-    patch the configured call-layer targets. A bad `callables` entry raises a ConfigError
-    naming it, and nothing stays patched."""
-    from hashreplay.adapters import httpx, network_guard
-
-    httpx.install(session)
-    network_guard.install(session)
+    """Intercept every registered client, guard the network, and patch the configured
+    call-layer targets. A bad `callables` entry raises a ConfigError naming it, and nothing
+    stays patched."""
+    _state.attach("registry", session)
     try:
-        for adapter, library in _LIBRARY_ADAPTERS:
-            if "." in library:  # a submodule (the stdlib's): cheap, and bound to its package
-                # only after its import returns, so it is imported and patched now
-                _installer(adapter)(importlib.import_module(library))
-            elif library in sys.modules or _installed(library):
-                when_imported(library, _installer(adapter))
+        for entry in ADAPTERS:
+            if entry.library is None:
+                adapter(entry.module).install(session)
+            elif "." in entry.library:  # a submodule (the stdlib's): cheap, and bound to its
+                # package only after its import returns, so it is imported and patched now
+                _installer(entry.module)(importlib.import_module(entry.library))
+            elif entry.library in sys.modules or _installed(entry.library):
+                when_imported(entry.library, _installer(entry.module))
         if session.config.callables:  # the call layer loads only when something is named
             from hashreplay.adapters import callables
 
@@ -57,26 +96,24 @@ def activate(session: Session) -> None:
 
 
 def deactivate() -> None:
-    from hashreplay.adapters import httpx, network_guard
-
+    """Put back everything any adapter patched, and forget the session."""
     cancel_all()
-    network_guard.uninstall()
     callables = sys.modules.get("hashreplay.adapters.callables")
     if callables is not None:  # nothing is patched by name unless it was loaded
         callables.unpatch_callables()
-    for adapter, _ in _LIBRARY_ADAPTERS:
-        module = sys.modules.get(f"hashreplay.adapters.{adapter}")
+    for entry in reversed(ADAPTERS):
+        module = loaded(entry.module)
         if module is not None:
             module.uninstall()
-    httpx.uninstall()
+    _state.detach_all()
 
 
-def _installer(adapter: str) -> Callable[[ModuleType], None]:
+def _installer(name: str) -> Callable[[ModuleType], None]:
     def install(_: ModuleType) -> None:
         """The library was imported (or was already): patch it for the active session."""
         session = _state.active_session()
         if session is not None:
-            importlib.import_module(f"hashreplay.adapters.{adapter}").install(session)
+            adapter(name).install(session)
 
     return install
 

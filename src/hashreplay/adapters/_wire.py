@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from http import HTTPStatus
 from typing import Any
 
+from hashreplay.core.errors import assert_never
 from hashreplay.engine import pacing
 from hashreplay.engine.http import BreakKind, ReplayPlan
 
@@ -84,13 +85,15 @@ def kind_exception(plan: ReplayPlan, *, in_body: bool) -> BaseException:
     ends early (`IncompleteRead`)."""
     message = plan.exception_message
     kind = plan.error_kind
-    if kind == BreakKind.READ_TIMEOUT:
+    if kind is None or kind is BreakKind.ABANDONED:
+        return AbandonedRead(message)
+    if kind is BreakKind.READ_TIMEOUT:
         return TimeoutError(message)  # socket.timeout
-    if kind == BreakKind.CONNECT_ERROR:
+    if kind is BreakKind.CONNECT_ERROR:
         return ConnectionRefusedError(errno.ECONNREFUSED, message)
-    if kind == BreakKind.DISCONNECT and not in_body:
-        return http.client.RemoteDisconnected(message)
-    return AbandonedRead(message)
+    if kind is BreakKind.DISCONNECT:
+        return AbandonedRead(message) if in_body else http.client.RemoteDisconnected(message)
+    assert_never(kind)
 
 
 def body_failure(

@@ -63,7 +63,7 @@ from hashreplay.adapters import _state
 from hashreplay.adapters._aiohttp_bodies import ReplayReader, Tee, TeeReader
 from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.context import adapter_io
-from hashreplay.core.errors import HashReplayWarning
+from hashreplay.core.errors import HashReplayWarning, assert_never
 from hashreplay.engine import pacing
 from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
 from hashreplay.engine.http import (
@@ -84,7 +84,7 @@ def install(session: Session) -> None:
     """Route every aiohttp `ClientSession` request through `session`. Idempotent: a second
     call only swaps the session. Warns (and patches nothing) when the seam is missing."""
     with _lock:
-        _state.set_active_session(session)
+        _state.attach("aiohttp", session)
         if _saved:
             return
         problem = seam_problem()
@@ -103,7 +103,7 @@ def uninstall() -> None:
     with _lock:
         if _saved:
             aiohttp.ClientSession._request = _saved.pop()  # type: ignore[method-assign]
-        _state.set_active_session(None)
+        _state.detach("aiohttp")
 
 
 def is_installed() -> bool:
@@ -359,15 +359,17 @@ def kind_exception(plan: ReplayPlan, req: aiohttp.ClientRequest, *, in_body: boo
     recording cut where its client stopped reading) a body that ends early."""
     message = plan.exception_message
     kind = plan.error_kind
-    if kind == BreakKind.READ_TIMEOUT:
+    if kind is None or kind is BreakKind.ABANDONED:
+        return aiohttp.ClientPayloadError(message)
+    if kind is BreakKind.READ_TIMEOUT:
         timeout_cls = getattr(aiohttp, "SocketTimeoutError", aiohttp.ServerTimeoutError)
         exc: BaseException = timeout_cls(message)
         return exc
-    if kind == BreakKind.CONNECT_ERROR:
+    if kind is BreakKind.CONNECT_ERROR:
         if in_body:
             return aiohttp.ClientConnectionError(message)
         reason = ConnectionRefusedError(errno.ECONNREFUSED, message)
         return aiohttp.ClientConnectorError(req.connection_key, reason)
-    if kind == BreakKind.DISCONNECT:
+    if kind is BreakKind.DISCONNECT:
         return aiohttp.ServerDisconnectedError(message)
-    return aiohttp.ClientPayloadError(message)
+    assert_never(kind)

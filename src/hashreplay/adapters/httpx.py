@@ -23,6 +23,7 @@ from hashreplay.adapters import _state
 from hashreplay.adapters._post_import import when_imported
 from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.context import adapter_io
+from hashreplay.core.errors import assert_never
 from hashreplay.engine import pacing
 from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
 from hashreplay.engine.http import BreakKind, IncomingRequest, LiveBody, LiveExchange, ReplayPlan
@@ -30,13 +31,19 @@ from hashreplay.engine.keying import Prepared
 from hashreplay.engine.session import Session
 
 MODULE_NAMES: tuple[str, ...] = ("httpx2", "httpx")
-#: The client's own exception for each generic failure a plan may ask for.
-ERROR_CLASSES = {
-    BreakKind.READ_TIMEOUT: "ReadTimeout",
-    BreakKind.CONNECT_ERROR: "ConnectError",
-    BreakKind.DISCONNECT: "RemoteProtocolError",
-    BreakKind.ABANDONED: "ReadError",
-}
+
+
+def error_class(kind: BreakKind) -> str:
+    """The name of the client's own exception for each generic failure a plan may ask for."""
+    if kind is BreakKind.READ_TIMEOUT:
+        return "ReadTimeout"
+    if kind is BreakKind.CONNECT_ERROR:
+        return "ConnectError"
+    if kind is BreakKind.DISCONNECT:
+        return "RemoteProtocolError"
+    if kind is BreakKind.ABANDONED:
+        return "ReadError"
+    assert_never(kind)
 
 
 class _Patch(NamedTuple):
@@ -60,7 +67,7 @@ def install(session: Session) -> None:
     is patched now, one not imported yet when it is first imported (so a run that never uses
     it never pays for importing it). Idempotent: a second call only swaps the session."""
     with _lock:
-        _state.set_active_session(session)
+        _state.attach("httpx", session)
         if _installed[0]:
             return
         _installed[0] = True
@@ -76,7 +83,7 @@ def uninstall() -> None:
             setattr(patch.cls, patch.attr, patch.original)
         _patches.clear()
         _installed[0] = False
-        _state.set_active_session(None)
+        _state.detach("httpx")
 
 
 def is_installed() -> bool:
@@ -220,9 +227,8 @@ class _Streams:
         self.tee_async = type("AsyncRecordingStream", (_AsyncRecordingStream, async_base), {})
 
     def exception(self, plan: ReplayPlan, request: Any) -> BaseException:
-        name = (
-            ERROR_CLASSES.get(plan.error_kind or "")
-            or ((plan.exception_type or "TransportError").rsplit(".", 1)[-1])
+        name = (None if plan.error_kind is None else error_class(plan.error_kind)) or (
+            (plan.exception_type or "TransportError").rsplit(".", 1)[-1]
         )
         cls = getattr(self.module, name, None)
         if not (isinstance(cls, type) and issubclass(cls, self.module.TransportError)):

@@ -117,7 +117,8 @@ def uninstall() -> None:
             del _grpc_originals[(name, function)]
 
 
-def is_guarding() -> bool:
+def is_installed() -> bool:
+    """Whether the guard watches connections now (its audit hook stays, idle, once added)."""
     return _guarding[0] is not None
 
 

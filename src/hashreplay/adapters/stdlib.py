@@ -62,7 +62,7 @@ _ATTR = "_hashreplay_request"
 def install(session: Session) -> None:
     """Route every `http.client` request through `session` (idempotent)."""
     with _lock:
-        _state.set_active_session(session)
+        _state.attach("stdlib", session)
         if _originals:
             return
         for name in _PATCHED:
@@ -80,7 +80,7 @@ def uninstall() -> None:
         for name, original in _originals.items():
             setattr(_Conn, name, original)
         _originals.clear()
-        _state.set_active_session(None)
+        _state.detach("stdlib")
 
 
 def is_installed() -> bool:

@@ -57,7 +57,7 @@ from hashreplay.adapters._wire import (
 )
 from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.context import adapter_io
-from hashreplay.core.errors import HashReplayWarning
+from hashreplay.core.errors import HashReplayWarning, assert_never
 from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
 from hashreplay.engine.http import (
     BreakKind,
@@ -88,7 +88,7 @@ def install(session: Session) -> None:
     """Route every urllib3 request through `session`. Idempotent: a second call only swaps
     the session. A urllib3 without the seam gets a warning, and is left alone."""
     with _lock:
-        _state.set_active_session(session)
+        _state.attach("urllib3", session)
         if _original:
             return
         original = getattr(HTTPConnectionPool, "urlopen", None)
@@ -111,7 +111,7 @@ def uninstall() -> None:
     with _lock:
         if _original:
             HTTPConnectionPool.urlopen = _original.pop()  # type: ignore[method-assign]
-        _state.set_active_session(None)
+        _state.detach("urllib3")
 
 
 def is_installed() -> bool:
@@ -270,16 +270,19 @@ def _kind_exception(plan: ReplayPlan, call: _Call) -> u3exc.HTTPError:
     """urllib3's own exception for a plan's `error_kind`, before any response."""
     message = plan.exception_message
     pool = call.pool
-    if plan.error_kind == BreakKind.READ_TIMEOUT:
+    kind = plan.error_kind
+    if kind is None or kind is BreakKind.ABANDONED:
+        return u3exc.ProtocolError(f"Connection broken: {AbandonedRead(message)!r}")
+    if kind is BreakKind.READ_TIMEOUT:
         return u3exc.ReadTimeoutError(pool, call.path, message)
-    if plan.error_kind == BreakKind.CONNECT_ERROR:
+    if kind is BreakKind.CONNECT_ERROR:
         exc = rebuild_exception(u3exc.NewConnectionError, message, pool=pool, conn=None)
         assert isinstance(exc, u3exc.NewConnectionError)
         return exc
-    if plan.error_kind == BreakKind.DISCONNECT:
+    if kind is BreakKind.DISCONNECT:
         cause = http.client.RemoteDisconnected(message)
         return u3exc.ProtocolError("Connection aborted.", cause)
-    return u3exc.ProtocolError(f"Connection broken: {AbandonedRead(message)!r}")
+    assert_never(kind)
 
 
 def _replayed(call: _Call, plan: ReplayPlan) -> Any:

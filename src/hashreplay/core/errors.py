@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -169,3 +169,9 @@ def error_body(message: str, kind: str, code: str, **extra: Any) -> bytes:
 
 class HashReplayWarning(UserWarning):
     """Something works but deserves attention (a recording whose name no longer matches it)."""
+
+
+def assert_never(value: NoReturn) -> NoReturn:
+    """Exhaustive handling of a closed set (`typing.assert_never`, which Python 3.10 lacks):
+    mypy rejects a call reached with a member not handled above it."""
+    raise AssertionError(f"unhandled value: {value!r}")

@@ -52,7 +52,7 @@ class FaultSpec(NamedTuple):
     times: int | None = None
     #: only the n-th matching request (1-based)
     call: int | None = None
-    error: str | None = None
+    error: BreakKind | None = None
     after_chunks: int | None = None
     hang: bool = False
 
@@ -108,7 +108,7 @@ class FaultSpec(NamedTuple):
             endpoint=endpoint,
             times=values.get("times"),
             call=values.get("call"),
-            error=error,
+            error=None if error is None else BreakKind(error),
             after_chunks=values.get("after_chunks"),
             hang=hang,
         )

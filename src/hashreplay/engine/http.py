@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Sequence
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -85,16 +86,19 @@ class LiveExchange:
         self.chunk_at: list[float] = [] if chunk_at is None else chunk_at
 
 
-class BreakKind:
+class BreakKind(str, Enum):
     """Generic failures an adapter raises with its own client's exception class
-    (docs/design.md §11): the plan's `error_kind`."""
+    (docs/design.md §11): the plan's `error_kind`. A closed set: every adapter maps each
+    member to its client's exception and mypy checks that none is missed (`assert_never`)."""
 
     READ_TIMEOUT = "read_timeout"
     CONNECT_ERROR = "connect_error"
     DISCONNECT = "disconnect"
     #: the recording ends where its client stopped reading; reading further is an error
     ABANDONED = "abandoned"
-    ALL = (READ_TIMEOUT, CONNECT_ERROR, DISCONNECT, ABANDONED)
+
+    def __str__(self) -> str:
+        return self.value
 
 
 ABANDONED_MESSAGE = (
@@ -118,7 +122,7 @@ class ReplayPlan(NamedTuple):
     #: after `chunks` (or instead of any response when `status` is None) raise the client's
     #: own exception of this kind (a `BreakKind`), with `exception_message`; wins over
     #: `exception_type`
-    error_kind: str | None = None
+    error_kind: BreakKind | None = None
     #: seconds to wait before the head (`[0]`) and before chunk i (`[i + 1]`); empty: none.
     #: Async adapters await (`engine.pacing.asleep`), sync ones sleep (`pacing.sleep`).
     delays: tuple[float, ...] = ()
