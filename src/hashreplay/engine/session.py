@@ -247,7 +247,7 @@ class Session:
                 # nothing recorded to break yet: record it whole, and the fault applies from
                 # the next replay (docs/scenarios.md, "Faults and hangs")
                 self._recorded_first(prep.test_id, fault)
-                return Record(prep)
+                return self._refuse_placeholder(prep, url) or Record(prep)
             why = (
                 f"{fault.describe()} breaks a recorded response, and this request has none "
                 "left to break: record it first in record-if-missing mode (the fault "
