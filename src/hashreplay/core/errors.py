@@ -31,17 +31,36 @@ class RecordingError(HashReplayError):
 class BodyTooLarge(HashReplayError):
     """A body over `max_body_bytes` was not recorded (docs/design.md §13)."""
 
-    def __init__(self, *, test_id: str | None, url: str, where: str, size: int, limit: int) -> None:
+    def __init__(
+        self,
+        *,
+        test_id: str | None,
+        url: str,
+        where: str,
+        size: int,
+        limit: int,
+        arriving: bool = False,
+    ) -> None:
         self.test_id = test_id
         self.url = url
         self.size = size
         self.limit = limit
         test = test_id or "(no test)"
-        msg = (
-            f"hashreplay: not recorded: the {where} of {url} in test {test} is {size} bytes, "
-            f"over max_body_bytes ({limit}); raise it in [tool.hashreplay] of pyproject.toml "
-            f"(max_body_bytes = {_next_power(size)}) or send a smaller body"
-        )
+        if arriving:  # a live body stopped as it passed the limit (it may never have ended)
+            msg = (
+                f"hashreplay: not recorded: the {where} of {url} in test {test} passed "
+                f"max_body_bytes ({limit}) while it arrived ({size} bytes so far), so "
+                "hashreplay stopped reading it and failed the call; if it is meant to be "
+                "this large, raise it in [tool.hashreplay] of pyproject.toml "
+                f"(max_body_bytes = {_next_power(size + 1)}), else fix the upstream that "
+                "does not end it"
+            )
+        else:
+            msg = (
+                f"hashreplay: not recorded: the {where} of {url} in test {test} is {size} "
+                f"bytes, over max_body_bytes ({limit}); raise it in [tool.hashreplay] of "
+                f"pyproject.toml (max_body_bytes = {_next_power(size)}) or send a smaller body"
+            )
         super().__init__(msg)
 
 
