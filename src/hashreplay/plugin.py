@@ -271,6 +271,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     )
     if stats.passed_through:
         line += f"; {stats.passed_through} passed through"
+    if stats.not_recorded:  # docs/design.md, "Only answers are recorded"
+        calls = "call" if stats.not_recorded == 1 else "calls"
+        line += f"; {stats.not_recorded} {calls} not recorded: no response"
     unconsumed = config.stash[UNCONSUMED_KEY][0]
     if unconsumed:
         line += f"; {unconsumed} recorded response(s) left unused"

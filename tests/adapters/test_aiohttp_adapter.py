@@ -227,20 +227,21 @@ def test_gzip_is_stored_decoded_and_replayed(aio_recorder: AioRecorder) -> None:
 
 
 def test_connect_error_is_recorded_and_replayed_as_aiohttps_own(aio_recorder: AioRecorder) -> None:
+    """With record_failures = "all" (a call with no response is recorded only then)."""
     with FakeUpstream() as fake:
         dead = fake.url
 
     async def go(s: aiohttp.ClientSession) -> None:
         await s.get(f"{dead}/v1/models/x")
 
-    aio_recorder.start(Mode.RECORD)
+    aio_recorder.start(Mode.RECORD, record_failures="all")
     with pytest.raises(aiohttp.ClientConnectorError):
         run(go)
     stored = json.loads(aio_recorder.files()[0].read_text())["response"]
     assert stored["status"] is None
     assert stored["exception"]["type"].endswith("ClientConnectorError")
 
-    aio_recorder.start(Mode.REPLAY)
+    aio_recorder.start(Mode.REPLAY, record_failures="all")
     with ConnectGuard() as guard, pytest.raises(aiohttp.ClientConnectorError) as raised:
         run(go)
     assert guard.attempts == []
@@ -250,16 +251,17 @@ def test_connect_error_is_recorded_and_replayed_as_aiohttps_own(aio_recorder: Ai
 def test_read_timeout_replays_as_server_timeout(
     upstream: FakeUpstream, aio_recorder: AioRecorder
 ) -> None:
+    """With record_failures = "all": a timeout before the status line is no answer."""
     upstream.script("POST", CHAT, Scripted(delay=1.0))
     timeout = aiohttp.ClientTimeout(sock_read=0.2)
 
     async def go(s: aiohttp.ClientSession) -> None:
         await s.post(f"{upstream.url}{CHAT}", json=chat("slow"))
 
-    aio_recorder.start(Mode.RECORD)
+    aio_recorder.start(Mode.RECORD, record_failures="all")
     with pytest.raises(aiohttp.ServerTimeoutError):
         run(go, timeout=timeout)
-    aio_recorder.start(Mode.REPLAY)
+    aio_recorder.start(Mode.REPLAY, record_failures="all")
     with ConnectGuard(), pytest.raises(aiohttp.ServerTimeoutError):
         run(go, timeout=timeout)
 

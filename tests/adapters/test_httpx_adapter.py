@@ -101,6 +101,7 @@ def test_mock_asgi_and_wsgi_transports_are_untouched(module: Any, recorder: Reco
         "recorded": 0,
         "missed": 0,
         "passed_through": 0,
+        "not_recorded": 0,
     }
     assert recorder.files() == []
 
@@ -131,9 +132,10 @@ def test_live_mode_intercepts_and_writes_nothing(
 
 
 def test_connect_error_is_recorded_and_raised_again(recorder: Recorder) -> None:
+    """With record_failures = "all" (a call with no response is recorded only then)."""
     with FakeUpstream() as fake:
         dead = fake.url
-    recorder.start(Mode.RECORD)
+    recorder.start(Mode.RECORD, record_failures="all")
     with test_context(TEST_ID), httpx2.Client() as c, pytest.raises(httpx2.ConnectError):
         c.get(f"{dead}/v1/models/x")
     stored = json.loads(recorder.files()[0].read_text())
@@ -141,7 +143,7 @@ def test_connect_error_is_recorded_and_raised_again(recorder: Recorder) -> None:
     assert stored["response"]["status"] is None
     assert stored["response"]["exception"]["type"] == "httpx2.ConnectError"
 
-    recorder.start(Mode.REPLAY)
+    recorder.start(Mode.REPLAY, record_failures="all")
     with (
         ConnectGuard() as guard,
         test_context(TEST_ID),
@@ -153,11 +155,12 @@ def test_connect_error_is_recorded_and_raised_again(recorder: Recorder) -> None:
 
 
 def test_read_timeout_replays_as_read_timeout(upstream: FakeUpstream, recorder: Recorder) -> None:
+    """With record_failures = "all": a timeout before the status line is no answer."""
     upstream.script("POST", "/v1/chat/completions", Scripted(delay=1.0))
-    recorder.start(Mode.RECORD)
+    recorder.start(Mode.RECORD, record_failures="all")
     with test_context(TEST_ID), httpx.Client(timeout=0.2) as c, pytest.raises(httpx.ReadTimeout):
         c.post(f"{upstream.url}/v1/chat/completions", json=chat(""))
-    recorder.start(Mode.REPLAY)
+    recorder.start(Mode.REPLAY, record_failures="all")
     with test_context(TEST_ID), httpx.Client(timeout=0.2) as c, pytest.raises(httpx.ReadTimeout):
         c.post(f"{upstream.url}/v1/chat/completions", json=chat(""))
 

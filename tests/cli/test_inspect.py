@@ -403,7 +403,7 @@ def test_a_recorded_failure_shows_as_an_exception(
 ) -> None:
     with FakeUpstream() as fake:
         dead = fake.url  # nothing listens here any more
-    recorder.start(Mode.RECORD)
+    recorder.start(Mode.RECORD, record_failures="all")  # else a refusal is not recorded
     with test_context("tests/test_x.py::test_down"), pytest.raises(httpx2.ConnectError):
         httpx2.post(f"{dead}/v1/chat/completions", json={"model": "m", "messages": []})
     monkeypatch.chdir(recorder.root)

@@ -153,7 +153,13 @@ def test_http_under_a_call_layer_target_goes_live_uncounted(tmp_path: Path) -> N
     s = session(tmp_path, Mode.REPLAY)
     with inside_call():
         assert isinstance(s.decide(chat(), test_id=TEST), Live)
-    assert s.stats.as_dict() == {"replayed": 0, "recorded": 0, "missed": 0, "passed_through": 0}
+    assert s.stats.as_dict() == {
+        "replayed": 0,
+        "recorded": 0,
+        "missed": 0,
+        "passed_through": 0,
+        "not_recorded": 0,
+    }
 
 
 def test_a_test_marked_live_is_not_intercepted(tmp_path: Path) -> None:

@@ -28,8 +28,8 @@ def chat(*texts: str) -> dict[str, Any]:
     return {"model": "m", "messages": [{"role": "user", "content": t} for t in texts]}
 
 
-def session(root: Path, mode: Mode) -> Session:
-    return Session(load_config(root, env={}, mode=mode.value))
+def session(root: Path, mode: Mode, **overrides: object) -> Session:
+    return Session(load_config(root, env={}, mode=mode.value, **overrides))
 
 
 def record(root: Path, test_id: str | None, incoming: IncomingRequest) -> Path:
@@ -196,11 +196,12 @@ def test_untouched_recording_replays_without_warning(tmp_path: Path) -> None:
 
 def test_recorded_exception_messages_are_redacted(tmp_path: Path) -> None:
     key = "sk-proj-" + "Q9" * 16
-    s = session(tmp_path, Mode.RECORD)
+    s = session(tmp_path, Mode.RECORD, record_failures="all")  # a no-response error
     s.begin_test(TEST)
     prep = s.prepare(request(chat("x")), test_id=TEST)
     boom = ConnectionError(f"cannot reach http://h/v1?api_key={key} with Bearer {key}")
     path = s.record(prep, LiveExchange(None, [], [], exception=boom))
+    assert path is not None
     text = path.read_text()
     assert key not in text
     stored = json.loads(text)["response"]

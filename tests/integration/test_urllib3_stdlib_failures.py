@@ -39,11 +39,13 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def record_and_replay(adapters: AllAdapters, run: Any) -> tuple[Any, Any, ConnectGuard]:
-    adapters.start(Mode.RECORD)
+def record_and_replay(
+    adapters: AllAdapters, run: Any, **overrides: object
+) -> tuple[Any, Any, ConnectGuard]:
+    adapters.start(Mode.RECORD, **overrides)
     with test_context(TEST_ID):
         live = run()
-    session = adapters.start(Mode.REPLAY)
+    session = adapters.start(Mode.REPLAY, **overrides)
     with ConnectGuard() as guard, test_context(TEST_ID):
         replayed = run()
     assert session.stats.missed == 0
@@ -95,7 +97,8 @@ def test_connection_refused_replays_as_the_clients_own_error(
             return type(caught.value).__qualname__, type(inner.reason).__name__
         return outcome(call)
 
-    live, replayed, guard = record_and_replay(adapters, run)
+    # a refused connection is no answer: recorded only with record_failures = "all"
+    live, replayed, guard = record_and_replay(adapters, run, record_failures="all")
     assert live == expected
     assert replayed == live
     assert guard.attempts == []
@@ -256,6 +259,7 @@ def test_a_server_that_hangs_up_or_stalls(
             return outcome(lambda: pool.request("GET", f"{url}/plain"))[0]
         return outcome(lambda: urllib.request.urlopen(f"{url}/plain"))[0]
 
-    phases = three_phases(upstream, adapters, run)
+    # no response arrived: recorded only with record_failures = "all"
+    phases = three_phases(upstream, adapters, run, record_failures="all")
     assert phases.live == expected
     assert phases.offline == phases.fresh == expected

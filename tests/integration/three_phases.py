@@ -50,10 +50,12 @@ class Phases:
     live_calls: int
 
 
-def three_phases(upstream: FakeUpstream, rec: AllAdapters, run: Callable[[str], Any]) -> Phases:
+def three_phases(
+    upstream: FakeUpstream, rec: AllAdapters, run: Callable[[str], Any], **overrides: object
+) -> Phases:
     """Run `run(base_url)` in the three phases; asserts that replay opened no connection,
-    sent nothing to the fresh fake and missed nothing."""
-    rec.start(Mode.RECORD)
+    sent nothing to the fresh fake and missed nothing. `overrides`: config of every phase."""
+    rec.start(Mode.RECORD, **overrides)
     with test_context(TEST_ID):
         live = run(upstream.url)
     files = len(rec.files())
@@ -61,14 +63,14 @@ def three_phases(upstream: FakeUpstream, rec: AllAdapters, run: Callable[[str], 
     url = upstream.url
     upstream.stop()
 
-    session = rec.start(Mode.REPLAY)
+    session = rec.start(Mode.REPLAY, **overrides)
     with ConnectGuard() as guard, test_context(TEST_ID):
         offline = run(url)
     assert guard.attempts == []
     assert session.stats.missed == 0
 
     with FakeUpstream() as fresh_fake:
-        session = rec.start(Mode.REPLAY)
+        session = rec.start(Mode.REPLAY, **overrides)
         with test_context(TEST_ID):
             fresh = run(fresh_fake.url)
         assert fresh_fake.calls == []

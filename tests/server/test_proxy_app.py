@@ -195,8 +195,9 @@ async def test_replay_miss_is_a_non_retryable_report_with_a_hint(
 async def test_a_recorded_transport_failure_replays_as_a_gateway_error(
     make_app: AppFactory, root: Path
 ) -> None:
-    """E.g. an in-process test recorded a refused connection: replay repeats it as a 502."""
-    session = Session(load_config(root, env={}, mode="record"))
+    """E.g. an in-process test recorded a refused connection (`record_failures = "all"`):
+    replay repeats it as a 502."""
+    session = Session(load_config(root, env={}, mode="record", record_failures="all"))
     incoming = IncomingRequest(
         "POST",
         f"http://up{CHAT}",

@@ -148,6 +148,7 @@ def test_a_server_under_test_records_per_test_and_replays_offline(
         "recorded": 3,
         "missed": 0,
         "passed_through": 0,
+        "not_recorded": 0,
     }
 
     files = sorted((project / "suite" / "recordings").glob("*.json"))
@@ -179,5 +180,6 @@ def test_a_server_under_test_records_per_test_and_replays_offline(
         "recorded": 0,
         "missed": 0,
         "passed_through": 0,
+        "not_recorded": 0,
     }
     assert [f.read_bytes() for f in files] == recorded_bytes

@@ -9,7 +9,7 @@ import pytest
 from hashreplay.core.config import Config, ModeSource, load_config, load_config_reporting
 from hashreplay.core.constants import RECORDINGS_DIRNAME
 from hashreplay.core.errors import ConfigError
-from hashreplay.core.mode import Mode
+from hashreplay.core.mode import Mode, RecordFailures
 
 MODES_LISTED = "replay, record-if-missing, record, live"
 VALID_KEYS = (
@@ -25,6 +25,7 @@ VALID_KEYS = (
     "model_list_endpoints",
     "pace",
     "passthrough",
+    "record_failures",
     "record_timing",
     "recordings_dir",
     "redact_keys",
@@ -399,3 +400,16 @@ def test_reporting_refuses_when_the_mode_is_unknown(tmp_path: Path) -> None:
         load_config_reporting(tmp_path, env={"INFERENCE_MODE": "Replay"})
     write_pyproject(tmp_path, 'mode = "live"')
     assert load_config_reporting(tmp_path, env={}) == (load_config(tmp_path, env={}), None)
+
+
+def test_record_failures_defaults_to_answers_only_and_is_a_closed_set(tmp_path: Path) -> None:
+    assert load_config(tmp_path, env={}).record_failures is RecordFailures.RESPONSES
+    write_pyproject(tmp_path, 'record_failures = "all"')
+    assert load_config(tmp_path, env={}).record_failures is RecordFailures.ALL
+    pyproject = write_pyproject(tmp_path, 'record_failures = "All"')
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, env={})
+    assert str(info.value).splitlines() == [
+        f"invalid [tool.hashreplay] in {pyproject}:",
+        '  `record_failures`: \'All\' is not valid; use one of "responses", "all" (got "All")',
+    ]

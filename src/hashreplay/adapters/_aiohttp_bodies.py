@@ -29,6 +29,7 @@ from typing import Any
 
 from aiohttp import ClientPayloadError, StreamReader
 
+from hashreplay.core.errors import BodyTooLarge
 from hashreplay.engine import pacing
 from hashreplay.engine.http import LiveBody, LiveExchange
 from hashreplay.engine.keying import Prepared
@@ -171,7 +172,8 @@ class TeeReader(StreamReader):
         inner = self._inner
         if inner.exception() is not None:
             return False
-        with contextlib.suppress(RuntimeError, ValueError, ClientPayloadError):
+        # BodyTooLarge: the test is failed with it already, and a release must not raise
+        with contextlib.suppress(RuntimeError, ValueError, ClientPayloadError, BodyTooLarge):
             rest = inner.read_nowait()
             if rest:
                 self._tee.feed(rest)

@@ -69,7 +69,6 @@ from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
 from hashreplay.engine.http import (
     BreakKind,
     IncomingRequest,
-    LiveBody,
     LiveExchange,
     ReplayPlan,
 )
@@ -211,7 +210,8 @@ async def _handle(
     headers = list(resp.headers.items())
     if decompress:  # aiohttp hands the caller decoded bytes already
         headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
-    tee = Tee(session, decision.prep, LiveBody(resp.status, headers, started=started))
+    body = session.live_body(decision.prep, resp.status, headers, started=started)
+    tee = Tee(session, decision.prep, body)
     resp.content = TeeReader(resp.content, tee, loop=req.loop)
     return resp
 

@@ -26,7 +26,7 @@ from hashreplay.core.context import adapter_io
 from hashreplay.core.errors import assert_never
 from hashreplay.engine import pacing
 from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
-from hashreplay.engine.http import BreakKind, IncomingRequest, LiveBody, LiveExchange, ReplayPlan
+from hashreplay.engine.http import BreakKind, IncomingRequest, LiveExchange, ReplayPlan
 from hashreplay.engine.keying import Prepared
 from hashreplay.engine.session import Session
 
@@ -325,7 +325,9 @@ class _Tee:
         self.session = session
         self.prep = prep
         self.module = module
-        self.body = LiveBody(response.status_code, response.headers.multi_items(), started=started)
+        self.body = session.live_body(
+            prep, response.status_code, response.headers.multi_items(), started=started
+        )
         length = response.headers.get("content-length")
         self.length = int(length) if length and length.isdigit() else None
         self.received = 0

@@ -62,7 +62,6 @@ from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
 from hashreplay.engine.http import (
     BreakKind,
     IncomingRequest,
-    LiveBody,
     LiveExchange,
     ReplayPlan,
 )
@@ -363,7 +362,9 @@ class _Watch:
         self.session = session
         self.prep = prep
         self.response = response
-        self.body = LiveBody(response.status, list(response.headers.items()), started=started)
+        self.body = session.live_body(
+            prep, response.status, list(response.headers.items()), started=started
+        )
         self.reading = 0
         self.broken: BaseException | None = None
 

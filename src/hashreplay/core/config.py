@@ -25,7 +25,7 @@ from hashreplay.core.constants import (
     RECORDINGS_DIRNAME,
 )
 from hashreplay.core.errors import ConfigError
-from hashreplay.core.mode import Mode
+from hashreplay.core.mode import Mode, RecordFailures
 from hashreplay.core.network import BlockNetwork
 from hashreplay.core.root import PYPROJECT, find_root
 from hashreplay.core.scenarios import Pace, Unconsumed
@@ -84,7 +84,8 @@ class Config(BaseModel):
     #: Strings in bodies (and whole non-JSON bodies) over this many bytes are stored once in
     #: `<recordings_dir>/blobs/` and referenced (docs/design.md §13).
     blob_threshold: int = Field(default=DEFAULT_BLOB_THRESHOLD, ge=1)
-    #: Bodies over this many bytes are not recorded; larger files and blobs are not read.
+    #: Bodies over this many bytes are not recorded (checked while they arrive); blobs
+    #: larger than this are not read. A recording file is read whatever its size.
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1)
     #: Store the head and chunk offsets of every recorded response (docs/scenarios.md).
     record_timing: bool = False
@@ -92,6 +93,8 @@ class Config(BaseModel):
     pace: str = "instant"
     #: Recorded responses a replayed test did not use: "warn", "fail" or "ignore".
     unconsumed: Unconsumed = Unconsumed.WARN
+    #: What a call that got no HTTP response leaves: "responses" (nothing), "all" (its error).
+    record_failures: RecordFailures = RecordFailures.RESPONSES
 
     # Filled in by load_config, never read from the file.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
@@ -119,6 +122,11 @@ class Config(BaseModel):
     @classmethod
     def _parse_unconsumed(cls, value: object) -> Unconsumed:
         return _collected(Unconsumed.parse, value)
+
+    @field_validator("record_failures", mode="before")
+    @classmethod
+    def _parse_record_failures(cls, value: object) -> RecordFailures:
+        return _collected(RecordFailures.parse, value)
 
     @field_validator("match_headers", "keep_response_headers", mode="after")
     @classmethod

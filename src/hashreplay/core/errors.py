@@ -56,19 +56,30 @@ class BodyTooLarge(HashReplayError):
         size: int,
         limit: int,
         binary: int | None = None,
+        arriving: bool = False,
     ) -> None:
         self.test_id = test_id
         self.url = url
         self.size = size
         self.limit = limit
         test = test_id or "(no test)"
-        #: a binary body: the bytes that came, then the size its base64 text is stored at
-        stored = f"{size} bytes" if binary is None else f"{binary} bytes ({size} as base64)"
-        msg = (
-            f"hashreplay: not recorded: the {where} of {url} in test {test} is {stored}, "
-            f"over max_body_bytes ({limit}); raise it in [tool.hashreplay] of pyproject.toml "
-            f"(max_body_bytes = {_next_power(size)}) or send a smaller body"
-        )
+        if arriving:  # a live body stopped as it passed the limit (it may never have ended)
+            msg = (
+                f"hashreplay: not recorded: the {where} of {url} in test {test} passed "
+                f"max_body_bytes ({limit}) while it arrived ({size} bytes so far), so "
+                "hashreplay stopped reading it and failed the call; if it is meant to be "
+                "this large, raise it in [tool.hashreplay] of pyproject.toml "
+                f"(max_body_bytes = {_next_power(size + 1)}), else fix the upstream that "
+                "does not end it"
+            )
+        else:
+            #: a binary body: the bytes that came, then the size its base64 text is stored at
+            stored = f"{size} bytes" if binary is None else f"{binary} bytes ({size} as base64)"
+            msg = (
+                f"hashreplay: not recorded: the {where} of {url} in test {test} is {stored}, "
+                f"over max_body_bytes ({limit}); raise it in [tool.hashreplay] of "
+                f"pyproject.toml (max_body_bytes = {_next_power(size)}) or send a smaller body"
+            )
         super().__init__(msg)
 
 

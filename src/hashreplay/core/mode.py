@@ -45,3 +45,27 @@ class Mode(str, Enum):
     @property
     def may_record(self) -> bool:
         return self in (Mode.RECORD, Mode.RECORD_IF_MISSING)
+
+
+class RecordFailures(str, Enum):
+    """What a recording mode writes of a call that got no HTTP response (docs/design.md,
+    "Only answers are recorded"): `responses` nothing (the default), `all` the transport
+    error too."""
+
+    RESPONSES = "responses"
+    ALL = "all"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: object, *, source: str = "record_failures") -> RecordFailures:
+        """The setting named by `value`, or a ConfigError that lists the valid values."""
+        if isinstance(value, RecordFailures):
+            return value
+        for member in cls:
+            if member.value == value:
+                return member
+        valid = ", ".join(f'"{m.value}"' for m in cls)
+        msg = f"{source}: {value!r} is not valid; use one of {valid}"
+        raise ConfigError(msg)

@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from hashreplay.core.bodies import BodyEncoding
-from hashreplay.core.constants import FORMAT_VERSION, KEY_VERSION
+from hashreplay.core.constants import CALL_METHOD, FORMAT_VERSION, KEY_VERSION
 from hashreplay.core.streams import StreamFormat
 from hashreplay.core.templates import has_markers
 
@@ -267,3 +267,11 @@ def new_recording(
         later_responses=responses[1:],
         id_normalization_mapping=dict(id_mapping or {}),
     )
+
+
+def is_no_response(request: RecordedRequest, response: RecordedResponse) -> bool:
+    """Whether `response` is an HTTP call's transport error that got no response at all
+    (refused, DNS, TLS, a timeout before the status line): not an answer, so never written
+    under `record_failures = "responses"` (docs/design.md, "Only answers are recorded").
+    A call-layer target's exception is its answer, never this."""
+    return response.status is None and response.is_exception and request.method != CALL_METHOD

@@ -73,20 +73,15 @@ def dump_recording(recording: Recording) -> bytes:
 
 
 def parse_recording(
-    content: bytes,
-    path: Path | str | None,
-    blobs: BlobReader | None = None,
-    *,
-    max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    content: bytes, path: Path | str | None, blobs: BlobReader | None = None
 ) -> Recording:
     """Validate the bytes of a recording file; every problem names the file. Blob
-    references are resolved through `blobs` (a `RecordingError` when there is none)."""
-    if len(content) > max_bytes:
-        msg = (
-            f"the file is {len(content)} bytes, over max_body_bytes ({max_bytes}); raise "
-            "max_body_bytes in [tool.hashreplay] to read it"
-        )
-        raise RecordingError(path, msg)
+    references are resolved through `blobs` (a `RecordingError` when there is none).
+
+    A file is never refused for its size (docs/design.md, "A file it wrote is a file it
+    reads"): `max_body_bytes` limits each body as it is written, and the file that holds
+    them (indented, with headers and a sequence of responses) has no size that follows
+    from it, so any ceiling here could refuse a file this version wrote."""
     try:
         data = orjson.loads(content)
     except orjson.JSONDecodeError as exc:
@@ -136,6 +131,17 @@ class Found(NamedTuple):
 
     path: Path
     recording: Recording
+
+
+def read_file(path: Path) -> bytes:
+    """A recording file's bytes, whatever its size (FileNotFoundError passes through; other
+    problems are a RecordingError naming the file)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
 
 
 def read_limited(path: Path, max_bytes: int, what: str = "file") -> bytes:
@@ -218,12 +224,10 @@ def read_blob_file(path: Path, size: int) -> bytes:
 
 
 def read_recording(path: Path, blobs: BlobReader | None = None) -> Recording:
-    return parse_recording(read_limited(path, DEFAULT_MAX_BODY_BYTES), path, blobs)
+    return parse_recording(read_file(path), path, blobs)
 
 
-async def aread_recording(
-    path: Path, blobs: BlobReader | None = None, max_bytes: int = DEFAULT_MAX_BODY_BYTES
-) -> Recording:
+async def aread_recording(path: Path, blobs: BlobReader | None = None) -> Recording:
     import aiofiles  # only event-loop front ends read this way: not loaded at start-up
 
     try:
@@ -233,7 +237,7 @@ async def aread_recording(
         raise
     except OSError as exc:
         raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
-    return parse_recording(content, path, blobs, max_bytes=max_bytes)
+    return parse_recording(content, path, blobs)
 
 
 def _current_umask() -> int:
@@ -436,7 +440,7 @@ class Store:
         return self.dump_data(recording.model_dump(mode="json"))
 
     def parse(self, content: bytes, path: Path | str | None) -> Recording:
-        return parse_recording(content, path, self.read_blob_text, max_bytes=self.max_body_bytes)
+        return parse_recording(content, path, self.read_blob_text)
 
     @property
     def temp_dir(self) -> Path | None:
@@ -512,10 +516,10 @@ class Store:
         return [found[name] for name in sorted(found)]
 
     def read(self, path: Path) -> Recording:
-        return self.parse(read_limited(path, self.max_body_bytes), path)
+        return self.parse(read_file(path), path)
 
     async def aread(self, path: Path) -> Recording:
-        return await aread_recording(path, self.read_blob_text, self.max_body_bytes)
+        return await aread_recording(path, self.read_blob_text)
 
     def write(self, path: Path, recording: Recording) -> None:
         write_bytes_atomic(path, self.dump(recording), self.temp_dir)

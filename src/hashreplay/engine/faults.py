@@ -137,7 +137,7 @@ class FaultSpec(NamedTuple):
             if self.status is not None
             else "hang=True"
             if self.hang
-            else f"error={self.error!r}"
+            else f"error={str(self.error)!r}"
             + (f", after_chunks={self.after_chunks}" if self.after_chunks is not None else "")
         )
         for name in ("endpoint", "times", "call"):

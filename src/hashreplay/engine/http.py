@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from hashreplay.core.bodies import decode_body
 from hashreplay.core.content_coding import decoder_for
-from hashreplay.core.errors import RecordingError
+from hashreplay.core.errors import BodyTooLarge, RecordingError
 from hashreplay.core.recording import EndState, RecordedResponse
 from hashreplay.core.streams import render_stream, stream_finished, stream_format_for
 
@@ -84,6 +84,13 @@ class LiveExchange:
         self.started = started
         self.head_at = head_at
         self.chunk_at: list[float] = [] if chunk_at is None else chunk_at
+
+    @property
+    def answered(self) -> bool:
+        """Whether a response head arrived: an exchange without one (refused, DNS, TLS, a
+        timeout before the status line) is no answer (docs/design.md, "Only answers are
+        recorded"); an adapter reports it with `status` None."""
+        return self.status is not None
 
 
 class BreakKind(str, Enum):
@@ -184,8 +191,23 @@ def header_value(headers: Sequence[tuple[str, str]], name: str) -> str | None:
     return None
 
 
+class BodyLimit(NamedTuple):
+    """`max_body_bytes` for one live body being recorded, and whom to tell when it is passed
+    (the test fails even when its client swallows the error)."""
+
+    max_bytes: int
+    test_id: str | None
+    url: str
+    passed: Callable[[BodyTooLarge], None]
+
+
 class LiveBody:
     """A live response body as it passes to its client, kept decoded for the recording.
+
+    With a `limit`, the kept bytes are bounded while they arrive (docs/design.md, "Bodies
+    are limited as they arrive"): the first chunk that takes them past `max_body_bytes`
+    drops what was kept, raises `BodyTooLarge` into the client's read (the call fails), and
+    nothing is recorded for the exchange. A stream that never ends costs at most the limit.
 
     Files store decoded bodies so they stay readable; a content-encoding this process cannot
     decode is kept as it came, bytes and header, so replay hands a client what it can decode.
@@ -199,8 +221,14 @@ class LiveBody:
         *,
         keep: bool = True,
         started: float | None = None,
+        limit: BodyLimit | None = None,
     ) -> None:
         self.started = started
+        self.limit = limit
+        #: decoded bytes kept so far
+        self.size = 0
+        #: the body passed `limit`: nothing is kept or recorded any more
+        self.too_large = False
         self.head_at = time.monotonic()
         self.chunk_at: list[float] = []
         coding = (header_value(headers, "content-encoding") or "").strip().lower()
@@ -229,9 +257,29 @@ class LiveBody:
                 msg = f"cannot decode the response's content-encoding: {exc}"
                 raise ValueError(msg) from exc
         if data and self.keep:
-            self.chunks.append(data)
-            self.chunk_at.append(time.monotonic())
+            self._keep(data)
         return data
+
+    def _keep(self, data: bytes) -> None:
+        self.size += len(data)
+        limit = self.limit
+        if limit is not None and self.size > limit.max_bytes:
+            self.keep = False
+            self.too_large = True
+            self.chunks.clear()
+            self.chunk_at.clear()
+            error = BodyTooLarge(
+                test_id=limit.test_id,
+                url=limit.url,
+                where="response body",
+                size=self.size,
+                limit=limit.max_bytes,
+                arriving=True,
+            )
+            limit.passed(error)
+            raise error
+        self.chunks.append(data)
+        self.chunk_at.append(time.monotonic())
 
     def tail(self) -> bytes:
         """What the decoder still holds at the end; a ValueError for a truncated body."""
@@ -243,8 +291,7 @@ class LiveBody:
             msg = f"the compressed response body is truncated: {exc}"
             raise ValueError(msg) from exc
         if data and self.keep:
-            self.chunks.append(data)
-            self.chunk_at.append(time.monotonic())
+            self._keep(data)
         return data
 
     def exchange(
@@ -255,6 +302,8 @@ class LiveBody:
         if self._done:
             return None
         self._done = True
+        if self.too_large:
+            return None  # the call failed with BodyTooLarge: nothing to record
         if abandoned:
             fmt = stream_format_for(header_value(self.headers, "content-type"), chunked=True)
             abandoned = fmt is None or not stream_finished(fmt, self.chunks)

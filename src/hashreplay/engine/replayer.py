@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from hashreplay.core.bodies import encode_request_body
 from hashreplay.core.errors import RecordingError, ReplayMiss
 from hashreplay.core.mode import Mode
-from hashreplay.core.recording import EndState, RecordedResponse
+from hashreplay.core.recording import EndState, RecordedResponse, is_no_response
 from hashreplay.core.redact import Redactor
 from hashreplay.core.scenarios import Pace
 from hashreplay.core.store import Store
@@ -34,8 +34,18 @@ class Recorded(NamedTuple):
 
 class Replayer:
     def __init__(
-        self, view: StoreView, tests: Tests, redactor: Redactor, root: Path, pace: Pace
+        self,
+        view: StoreView,
+        tests: Tests,
+        redactor: Redactor,
+        root: Path,
+        pace: Pace,
+        *,
+        answers_only: bool = True,
     ) -> None:
+        #: record-if-missing records again a stored call that got no response
+        #: (`record_failures = "responses"`)
+        self.answers_only = answers_only
         self.view = view
         self.store: Store = view.store
         self.tests = tests
@@ -56,15 +66,22 @@ class Replayer:
             index = seq.calls
             if index >= len(seq.responses):
                 return None
-            if (
-                prep.mode is Mode.RECORD_IF_MISSING
-                and seq.responses[index].end_state is EndState.ABANDONED
+            if prep.mode is Mode.RECORD_IF_MISSING and self._record_again(
+                prep, seq.responses[index]
             ):
-                return None  # cut off when it was recorded: record it again
+                return None
             seq.calls += 1
             tests.stats.replayed += 1
             tests.use(prep.test_id, seq.path)
         return Recorded(seq.responses[index], seq.path)
+
+    def _record_again(self, prep: Prepared, response: RecordedResponse) -> bool:
+        """Whether record-if-missing treats a stored response as missing: one cut off when it
+        was recorded, and (answers only) a call that got no response, which an older version
+        stored (docs/design.md, "Only answers are recorded")."""
+        if response.end_state is EndState.ABANDONED:
+            return True
+        return self.answers_only and is_no_response(prep.request, response)
 
     def _recorded_model_list(self, prep: Prepared) -> Recorded | None:
         paths = self.view.model_list_paths(prep.hash, prep.test_id)

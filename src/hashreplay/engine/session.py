@@ -16,8 +16,14 @@ from typing import TYPE_CHECKING, Any
 from hashreplay.core.config import Config
 from hashreplay.core.constants import FAULT_HEADER, RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import current_test_id, in_call
-from hashreplay.core.errors import ConfigError, RecordingError, ReplayFailure, ReplayMiss
-from hashreplay.core.mode import Mode
+from hashreplay.core.errors import (
+    BodyTooLarge,
+    ConfigError,
+    RecordingError,
+    ReplayFailure,
+    ReplayMiss,
+)
+from hashreplay.core.mode import Mode, RecordFailures
 from hashreplay.core.normalise import KEPT_RESPONSE_HEADERS
 from hashreplay.core.recording import RecordedRequest
 from hashreplay.core.replay_env import placeholder_keys, placeholder_refusal
@@ -35,7 +41,7 @@ from hashreplay.engine.connections import Connections
 from hashreplay.engine.decision import Decision, Live, Miss, Passthrough, Record, Replay
 from hashreplay.engine.faults import ActiveFault, FaultSpec
 from hashreplay.engine.hangs import Hangs
-from hashreplay.engine.http import IncomingRequest
+from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody, LiveExchange
 from hashreplay.engine.keying import Keyer, Prepared
 from hashreplay.engine.options import TestOptions
 from hashreplay.engine.replayer import Replayer
@@ -78,7 +84,14 @@ class Session:
         self.usage = self.tests.usage
         self._recorder: Recorder | None = None
         self.pace = Pace.parse(config.pace)
-        self.replayer = Replayer(self.view, self.tests, self.redactor, config.root, self.pace)
+        self.replayer = Replayer(
+            self.view,
+            self.tests,
+            self.redactor,
+            config.root,
+            self.pace,
+            answers_only=config.record_failures is RecordFailures.RESPONSES,
+        )
         #: requests that hang (fault `hang=True`), for `wait_hanging`
         self.hangs = Hangs()
         self.files = FileIndex(self.store)
@@ -362,8 +375,11 @@ class Session:
 
     # --- record ---------------------------------------------------------------------------
 
-    def record(self, prep: Prepared, outcome: Outcome) -> Path:
-        """Stage (redact, normalise) and write one outcome; returns its file."""
+    def record(self, prep: Prepared, outcome: Outcome) -> Path | None:
+        """Stage (redact, normalise) and write one outcome; returns its file, or None for an
+        outcome that is no answer and is not recorded (`unanswered`)."""
+        if self.unanswered(prep, outcome):
+            return None
         path, content = self.recorder.stage(prep, outcome)
         if content is not None:
             try:
@@ -373,8 +389,10 @@ class Session:
                 raise
         return path
 
-    async def arecord(self, prep: Prepared, outcome: Outcome) -> Path:
+    async def arecord(self, prep: Prepared, outcome: Outcome) -> Path | None:
         """`record` for event loops: the write never blocks the loop."""
+        if self.unanswered(prep, outcome):
+            return None
         path, content = self.recorder.stage(prep, outcome)
         if content is not None:
             try:
@@ -399,6 +417,54 @@ class Session:
         """The stats count files written: a staged recording whose write failed is not."""
         with self.tests.lock:
             self.stats.recorded = max(0, self.stats.recorded - 1)
+
+    def live_body(
+        self,
+        prep: Prepared,
+        status: int,
+        headers: Sequence[tuple[str, str]],
+        *,
+        started: float | None = None,
+    ) -> LiveBody:
+        """The body of a live response being recorded for `prep`, kept within
+        `max_body_bytes` while it arrives (docs/design.md, "Bodies are limited as they
+        arrive"): every adapter records through one of these."""
+        limit = BodyLimit(
+            self.config.max_body_bytes, prep.test_id, prep.request.url, self._body_too_large
+        )
+        return LiveBody(status, headers, started=started, limit=limit)
+
+    def _body_too_large(self, error: BodyTooLarge) -> None:
+        """A live body passed `max_body_bytes`: its test fails with the error, even when
+        the client or SDK swallowed or wrapped it."""
+        with self.tests.lock:
+            state = self.tests.state(error.test_id)
+            state.misses.append(ReplayFailure(str(error), test_id=error.test_id))
+
+    def unanswered(self, prep: Prepared, outcome: Outcome) -> bool:
+        """Whether `outcome` is a live call that got no HTTP response and so is not recorded
+        (docs/design.md, "Only answers are recorded"): the one place that decides it, for
+        every adapter. It is counted for the summary; a recording it would have replaced
+        stays byte for byte and counts as used (prune keeps it); the caller raises the real
+        error. `record_failures = "all"` records it as an exception."""
+        if (
+            not isinstance(outcome, LiveExchange)
+            or outcome.answered
+            or self.config.record_failures is RecordFailures.ALL
+        ):
+            return False
+        if prep.shared:
+            kept = self.view.model_list_paths(prep.hash, prep.test_id)
+        else:
+            with self.tests.lock:
+                state = self.tests.get(prep.test_id)
+                seq = state.sequences.get(prep.hash) if state is not None else None
+            path = seq.path if seq is not None else self.store.path_for(prep.test_id, prep.hash)
+            kept = [path] if self.view.exists(path) else []
+        with self.tests.lock:
+            self.stats.not_recorded += 1
+            self.tests.use(prep.test_id, *kept)
+        return True
 
     def flush(self) -> None:
         """Wait until every recording written so far is on disk (write-behind sessions);

@@ -18,21 +18,30 @@ from hashreplay.engine.options import TestOptions
 
 
 class Stats:
-    __slots__ = ("missed", "passed_through", "recorded", "replayed")
+    __slots__ = ("missed", "not_recorded", "passed_through", "recorded", "replayed")
 
     def __init__(
-        self, replayed: int = 0, recorded: int = 0, missed: int = 0, passed_through: int = 0
+        self,
+        replayed: int = 0,
+        recorded: int = 0,
+        missed: int = 0,
+        passed_through: int = 0,
+        not_recorded: int = 0,
     ) -> None:
         self.replayed = replayed
         self.recorded = recorded
         self.missed = missed
         self.passed_through = passed_through
+        #: calls of a recording mode that got no HTTP response, so wrote nothing
+        #: (docs/design.md, "Only answers are recorded")
+        self.not_recorded = not_recorded
 
     def merge(self, other: Stats) -> None:
         self.replayed += other.replayed
         self.recorded += other.recorded
         self.missed += other.missed
         self.passed_through += other.passed_through
+        self.not_recorded += other.not_recorded
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -40,6 +49,7 @@ class Stats:
             "recorded": self.recorded,
             "missed": self.missed,
             "passed_through": self.passed_through,
+            "not_recorded": self.not_recorded,
         }
 
 

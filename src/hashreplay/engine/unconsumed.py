@@ -14,7 +14,7 @@ import orjson
 
 from hashreplay.core.constants import FORMAT_VERSION, MODEL_LIST_PREFIX
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.store import Store, read_limited
+from hashreplay.core.store import Store, read_file
 from hashreplay.engine.state import TestState
 
 
@@ -74,7 +74,7 @@ class FileIndex:
         full check). Only parsed, not validated: the suite's first test of a directory reads
         every file of it here."""
         try:
-            content = read_limited(path, self.store.max_body_bytes)
+            content = read_file(path)
             canonical = _canonical_summary(content)
             if canonical is not None:
                 return canonical

@@ -27,6 +27,7 @@ from hashreplay.core.constants import (
 )
 from hashreplay.core.diff import first_difference
 from hashreplay.core.errors import PathNotFound, RecordingError
+from hashreplay.core.mode import RecordFailures
 from hashreplay.core.names import (
     hash_of_name,
     is_model_list_name,
@@ -36,7 +37,7 @@ from hashreplay.core.names import (
 )
 from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_request_body
 from hashreplay.core.normalise_response import normalise_response
-from hashreplay.core.recording import EndState, Recording
+from hashreplay.core.recording import EndState, Recording, is_no_response
 from hashreplay.core.store import Store, dumps, parse_recording, write_bytes_atomic
 from hashreplay.core.urls import stored_url
 from hashreplay.engine.miss_report import record_target
@@ -293,6 +294,27 @@ def verify(loaded: Loaded, rules: Rules) -> list[str]:
                 "move it there or re-record the test"
             )
     problems.extend(incomplete_problems(recording))
+    if rules.config.record_failures is RecordFailures.RESPONSES:
+        problems.extend(no_response_problems(recording))
+    return problems
+
+
+def no_response_problems(recording: Recording) -> list[str]:
+    """Stored calls that got no HTTP response (an older version recorded them): replay hands
+    back the transport error, which no later run corrects, so `record-if-missing` records
+    them again (docs/design.md, "Only answers are recorded")."""
+    problems = []
+    for index, response in enumerate(recording.responses):
+        if is_no_response(recording.request, response):
+            where = "response" if index == 0 else f"later_responses[{index - 1}]"
+            exc = response.exception
+            error = f" ({exc.type}: {exc.message})" if exc is not None else ""
+            command = RECORD_COMMAND.format(nodeid=recording.test_id or "<the test>")
+            problems.append(
+                f"{where} is a call that got no HTTP response{error}, not an answer: replay "
+                f"repeats that error; re-record it with the upstream reachable ({command} "
+                "replaces it)"
+            )
     return problems
 
 

@@ -170,12 +170,24 @@ def _record(session: Session, entry: Entry) -> Path:
             prep = session.prepare_call(entry.call.name, [], entry.call.kwargs)
         response = entry.call.response
         redacted = response.replace(body=session.redactor.value(response.body))
-        return session.record(prep, redacted)
+        path = session.record(prep, redacted)
+        assert path is not None  # a call's outcome, exception or not, is its answer
+        return path
     if entry.request is None or entry.exchange is None:  # pragma: no cover - readers' duty
         msg = f"{entry.source}: an entry with neither a request nor a call"
         raise UnreadableSource(msg)
     prep = session.prepare(entry.request, test_id=entry.test_id)
-    return session.record(prep, entry.exchange)
+    path = session.record(prep, entry.exchange)
+    if path is None:
+        exc = entry.exchange.exception
+        what = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
+        msg = (
+            f"it holds a call that got no HTTP response{what}, and hashreplay records only "
+            "answers; re-record that test with the upstream reachable, or "
+            'set record_failures = "all" in [tool.hashreplay] to import it as it is'
+        )
+        raise UnreadableSource(msg)
+    return path
 
 
 # --- bringing staged files into the project ---------------------------------------------------
