@@ -54,12 +54,17 @@ class Phases(Generic[T]):
 
 
 def three_phases(
-    recorder: AioRecorder, run: Callable[[str], T], *, test_id: str = TEST_ID
+    recorder: AioRecorder,
+    run: Callable[[str], T],
+    *,
+    test_id: str = TEST_ID,
+    **overrides: object,
 ) -> Phases[T]:
     """Run `run(base_url)` live (recorded), then replayed twice; asserts that the replays
-    opened no socket, reached no server and missed nothing."""
+    opened no socket, reached no server and missed nothing. `overrides` are config keys of
+    the recording run."""
     with FakeUpstream() as fake:
-        recorder.start(Mode.RECORD)
+        recorder.start(Mode.RECORD, **overrides)
         with test_context(test_id):
             live = run(fake.url)
         dead_url = fake.url

@@ -179,7 +179,7 @@ def test_symlinked_recordings_are_refused_not_deleted(
     assert done.code == 1
     assert "cannot delete " in done.err
     assert (
-        f"its recordings directory {recordings} is a symlink to {moved}: prune deletes "
+        f"its recordings directory suite/recordings is a symlink to {moved}: prune deletes "
         "nothing through a link; replace the link with a directory, or delete the file "
         "yourself"
     ) in done.err
@@ -215,7 +215,7 @@ def test_prune_leaves_what_is_not_a_blob(
     )
     assert (
         f"will not touch {notes.relative_to(root)}: is not a blob (a blob is a file named by "
-        f"the 32 hex digits of its xxh3): prune leaves it; move it out of {blobs}"
+        f"the 32 hex digits of its xxh3): prune leaves it; move it out of recordings/blobs"
     ) in done.err
     assert (
         f"/{link.name}: is a symlink to {precious}, not a blob: "

@@ -76,7 +76,11 @@ def test_acompletion_ollama(aio_recorder: AioRecorder) -> None:
 
         return asyncio.run(go())
 
-    phases = three_phases(aio_recorder, run)
+    # litellm also asks Ollama's default address (localhost:11434/api/show) for the model's
+    # details, whatever `api_base` says; nothing listens there, so that call gets no
+    # response, which is recorded only under record_failures = "all" (docs/design.md §15):
+    # without it, replay would miss it, as it must for a call never recorded
+    phases = three_phases(aio_recorder, run, record_failures="all")
     # `ollama/` models go to /api/generate with litellm's prompt template around the text
     assert phases.live["text"].startswith("echo: ")
     assert "hello ollama" in phases.live["text"]

@@ -123,6 +123,7 @@ class Forwarder:
                 decision.error,
                 self.settings,
                 stored_url=decision.prep.request.url,
+                sent_url=session.redactor.url(request.url),
                 asked=request.asked,
                 forwarded=_shown_url(request),
             )

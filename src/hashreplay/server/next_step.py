@@ -54,20 +54,24 @@ def with_serve_next_step(
     settings: ServeSettings,
     *,
     stored_url: str | None = None,
+    sent_url: str | None = None,
     asked: str | None = None,
     forwarded: str | None = None,
 ) -> ReplayMiss:
     """The same miss, its report ending with the proxy's way to record instead of pytest's.
 
     With `asked` (the URL the client used, the proxy's host:port), the report's first line
-    names that instead of `stored_url` (the URL as stored: a loopback upstream without its
-    port, docs/design.md §13), followed by the upstream URL the request maps to."""
+    names that instead of the URL the engine named (`sent_url`, the upstream URL the request
+    was routed to, or `stored_url`, the URL as stored: a loopback upstream without its port,
+    docs/design.md §13), followed by the upstream URL the request maps to."""
     lines = []
+    named = [f" {url} " for url in (sent_url, stored_url) if url]
     for index, line in enumerate(miss.report.splitlines()):
+        shown = next((url for url in named if url in line), None) if index == 0 else None
         if line.startswith(RECORD_LINE):
             lines.append(serve_next_step(miss.test_id, settings))
-        elif index == 0 and asked and stored_url and f" {stored_url} " in line:
-            lines.append(line.replace(f" {stored_url} ", f" {asked} ", 1))
+        elif asked and shown is not None:
+            lines.append(line.replace(shown, f" {asked} ", 1))
             if forwarded:
                 lines.append(f"  upstream:  {forwarded}")
         else:
