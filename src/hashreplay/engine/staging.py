@@ -29,8 +29,8 @@ from hashreplay.core.recording import (
     Timing,
 )
 from hashreplay.core.redact import Redactor, merge_spans
-from hashreplay.core.secret_values import NO_SECRETS, SecretValues
-from hashreplay.core.streams import parse_stream, redact_across, stream_format_for
+from hashreplay.core.secret_values import NO_SECRETS, SecretValues, redact_across
+from hashreplay.core.streams import parse_stream, stream_format_for
 from hashreplay.core.templates import escape
 from hashreplay.core.writer import Content
 from hashreplay.engine.http import LiveExchange, header_value
@@ -86,7 +86,7 @@ def _across_pieces(
     response: RecordedResponse, redactor: Redactor, secrets: SecretValues
 ) -> RecordedResponse:
     """The response with secrets split between its stream's pieces removed
-    (`core.streams.redact_across`: pieces keep their count)."""
+    (`core.secret_values.redact_across`: pieces keep their count)."""
     body = response.body
     if not response.is_streaming or not isinstance(body, list) or len(body) < 2:
         return response
