@@ -16,7 +16,7 @@ import copy
 import functools
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
@@ -250,6 +250,15 @@ def scrub_recording(recording: Recording, secrets: SecretValues) -> Recording:
     if not secrets:
         return recording
     return recording_from_json(secrets.value(recording.model_dump(mode="json")))
+
+
+def carries_any(
+    redactor: Redactor, url: str, headers: Sequence[tuple[str, str]], values: Container[str]
+) -> bool:
+    """Whether a request's credentials (auth headers, key parameters, userinfo) include one
+    of `values` (keyless replay's placeholders, docs/design.md §7)."""
+    secret_headers, _ = redactor.split_headers(headers)
+    return any(value in values for value in request_secrets(redactor, url, secret_headers).values)
 
 
 # --- secrets across pieces -------------------------------------------------------------------
