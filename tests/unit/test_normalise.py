@@ -18,9 +18,9 @@ from hashreplay.core.normalise import (
     new_id_registry,
     normalise_number,
     normalise_request_body,
-    normalise_response_values,
     normalise_text,
 )
+from hashreplay.core.normalise_response import normalise_response_values
 
 HASH = "0123456789abcdef0123456789abcdef"
 STABLE = "rec-0123456789ab"

@@ -30,9 +30,9 @@ from hashreplay.core.store import (
     dump_recording,
     dumps,
     parse_recording,
-    write_bytes_atomic,
 )
 from hashreplay.core.streams import StreamFormat
+from hashreplay.core.temp_files import write_bytes_atomic
 
 HASH = "0123456789abcdef0123456789abcdef"
 NODE = "tests/a/b/test_x.py::test_y[p]"
@@ -489,7 +489,7 @@ CHILD = textwrap.dedent(
 
     Path.replace = slow_replace
 
-    from hashreplay.core.store import write_bytes_atomic
+    from hashreplay.core.temp_files import write_bytes_atomic
 
     write_bytes_atomic(Path(sys.argv[1]), b'{"big": "' + b"x" * 5_000_000 + b'"}\\n')
     print("DONE", flush=True)
@@ -557,10 +557,10 @@ def test_format_version_must_be_the_integer(tmp_path: Path, version: str) -> Non
 
 def test_new_recordings_get_ordinary_permissions(tmp_path: Path) -> None:
     target = tmp_path / "r.json"
-    store_module.write_bytes_atomic(target, b"{}\n")
+    write_bytes_atomic(target, b"{}\n")
     mask = os.umask(0)
     os.umask(mask)
     assert target.stat().st_mode & 0o777 == 0o666 & ~mask
     target.chmod(0o640)
-    store_module.write_bytes_atomic(target, b"{}\n")
+    write_bytes_atomic(target, b"{}\n")
     assert target.stat().st_mode & 0o777 == 0o640  # a replaced file keeps its mode

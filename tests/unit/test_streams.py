@@ -9,6 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hashreplay.core.constants import SECRET_PLACEHOLDER
+from hashreplay.core.redact import Redactor
+from hashreplay.core.secret_values import SecretValues, redact_across
 from hashreplay.core.streams import (
     StreamFormat,
     data_values,
@@ -293,10 +296,6 @@ def test_binary_event_streams_are_raw_chunks_however_they_arrived() -> None:
 
 # --- secrets split between pieces --------------------------------------------------------------
 
-from hashreplay.core.constants import SECRET_PLACEHOLDER  # noqa: E402
-from hashreplay.core.redact import Redactor  # noqa: E402
-from hashreplay.core.secret_values import SecretValues  # noqa: E402
-from hashreplay.core.streams import redact_across  # noqa: E402
 
 KEY = "sk-proj-" + "Ab1" * 8
 

@@ -266,3 +266,18 @@ def body_bytes(body: Any) -> tuple[bytes, Any]:
         data = b"".join(parts)
         return data, data
     return b"", body
+
+
+def reason_phrase(status: int) -> str:
+    """The standard reason phrase of a status (empty for one HTTP does not name)."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def seconds(value: Any) -> float | None:
+    """A timeout value in seconds, or None when it is not a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None

@@ -36,7 +36,6 @@ import time
 import warnings
 from collections.abc import Callable, Generator, Iterator
 from contextvars import ContextVar
-from http import HTTPStatus
 from typing import Any
 
 from urllib3 import exceptions as u3exc
@@ -53,7 +52,9 @@ from hashreplay.adapters._wire import (
     caused_by,
     find_exception_class,
     httplib_response,
+    reason_phrase,
     rebuild_exception,
+    seconds,
 )
 from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.context import adapter_io
@@ -237,18 +238,12 @@ def _read_timeout(call: _Call) -> float | None:
     whichever is shorter; urllib3's default sentinel is the socket module's default."""
     timeout = call.kwargs.get("timeout", call.pool.timeout)
     if isinstance(timeout, Timeout):
-        values = [_seconds(getattr(timeout, "_read", None)), _seconds(timeout.total)]
+        values = [seconds(getattr(timeout, "_read", None)), seconds(timeout.total)]
         found = [v for v in values if v is not None]
         return min(found) if found else None
-    if _seconds(timeout) is None and timeout is not None:
-        return _seconds(socket.getdefaulttimeout())
-    return _seconds(timeout)
-
-
-def _seconds(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None
+    if seconds(timeout) is None and timeout is not None:
+        return seconds(socket.getdefaulttimeout())
+    return seconds(timeout)
 
 
 def _before_response(call: _Call, plan: ReplayPlan) -> BaseException:
@@ -305,7 +300,7 @@ def _replayed(call: _Call, plan: ReplayPlan) -> Any:
     else:  # a whole body in hand: no HTTP parsing needed (~1 ms a call)
         headers = HTTPHeaderDict(plan.headers)
         body = b"".join(plan.chunks)
-        kwargs = {"body": io.BytesIO(body), "version": 11, "reason": _reason(plan.status)}
+        kwargs = {"body": io.BytesIO(body), "version": 11, "reason": reason_phrase(plan.status)}
     retries = _retries(call)
     response_cls: type[HTTPResponse] = getattr(pool, "ResponseCls", HTTPResponse)
     return response_cls(
@@ -320,13 +315,6 @@ def _replayed(call: _Call, plan: ReplayPlan) -> Any:
         request_url=call.path,
         **kwargs,
     )
-
-
-def _reason(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return ""
 
 
 def _exception(plan: ReplayPlan, pool: Any, url: str) -> BaseException:

@@ -1,4 +1,4 @@
-"""Shared blobs for large values (docs/design.md §13, contract): the pure rules, no I/O.
+"""Shared blobs for large values (docs/design.md §13, contract): their rules and their files.
 
 A string inside a stored body (a base64 image, audio, a PDF), or a whole non-JSON body
 (stored as text or base64), longer than `blob_threshold` bytes is kept once in
@@ -7,19 +7,27 @@ its place: `{"__blob__": "<hex>", "size": <bytes>, "type": "<media type>"}`. Key
 on the full value before anything is stored, so a blob never changes a hash; the store puts
 the value back on every read, so replay is byte-identical. Only the bodies are searched
 (`request.body`, `response.body`, `later_responses[*].body`), never headers or ids.
+
+A blob file is read bounded: never through a symlink, only a regular file of the size its
+reference says, at most that size plus one byte, and checked against its name.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import errno
+import os
+import stat
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import orjson
 import xxhash
 
 from hashreplay.core.constants import BLOB_REF_KEY
+from hashreplay.core.errors import RecordingError
 
 _REF_KEYS = frozenset({BLOB_REF_KEY, "size", "type"})
 _HEX = frozenset("0123456789abcdef")
@@ -215,3 +223,119 @@ def references(data: dict[str, Any]) -> list[BlobRef]:
     for _where, holder in _bodies(data):
         _map_refs(holder.get("body"), note)
     return found
+
+
+# --- blob files ------------------------------------------------------------------------------
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_BLOB_FIX = "restore it from version control or re-record the test"
+
+
+def read_blob_file(path: Path, size: int) -> bytes:
+    """The bytes of a blob file that its reference says holds `size` bytes: never through
+    a symlink, only a regular file, and never more than `size` + 1 bytes read.
+    FileNotFoundError passes through; anything else is a RecordingError on `path` whose
+    problem reads after the blob's name ("is a symlink to …")."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or path.is_symlink():
+            try:
+                target: object = path.readlink()
+            except OSError:
+                target = "?"
+            msg = (
+                f"is a symlink to {target}: a blob is read only as a file of the store; "
+                f"replace the link with the blob itself ({_BLOB_FIX})"
+            )
+            raise RecordingError(path, msg) from None
+        raise RecordingError(path, f"cannot be read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RecordingError(path, f"is not a regular file; {_BLOB_FIX}")
+        if info.st_size != size:
+            msg = (
+                f"is {info.st_size} bytes, its reference says {size} (changed or "
+                f"corrupted); {_BLOB_FIX}"
+            )
+            raise RecordingError(path, msg)
+        parts: list[bytes] = []
+        left = size + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            parts.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise RecordingError(path, f"cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(parts)
+    if len(data) != size:
+        msg = (
+            f"holds {'more' if len(data) > size else 'fewer'} than the {size} bytes its "
+            f"reference says (changed while read?); {_BLOB_FIX}"
+        )
+        raise RecordingError(path, msg)
+    return data
+
+
+def holds_blob(path: Path, size: int) -> bool:
+    """Whether a blob file is in place: a regular file (not a link) of the right size. Its
+    name is the digest of its bytes, so one of the right size is read back and checked."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size == size
+
+
+def read_blob(
+    blobs_dir: Path, ref: BlobRef, source: Path | str | None, max_body_bytes: int
+) -> bytes:
+    """The bytes of a referenced blob, checked against its name; a RecordingError naming
+    the recording and the blob when it is missing, a symlink or not a regular file, not
+    the size its reference says, or not what its name says. Never reads more than the
+    referenced size and one byte (a blob linked to `/dev/zero` costs nothing)."""
+    path = blobs_dir / ref.digest
+    if ref.size > max_body_bytes:
+        msg = (
+            f"blob {path}: the blob is {ref.size} bytes, over "
+            f"max_body_bytes ({max_body_bytes}); raise max_body_bytes in "
+            "[tool.hashreplay] to read it"
+        )
+        raise RecordingError(source, msg)
+    try:
+        data = read_blob_file(path, ref.size)
+    except FileNotFoundError:
+        msg = (
+            f"blob {path} is missing (a {ref.size}-byte {ref.media_type} value); restore "
+            "it from version control or re-record the test"
+        )
+        raise RecordingError(source, msg) from None
+    except RecordingError as exc:
+        raise RecordingError(source, f"blob {path} {exc.problem}") from None
+    if blob_digest(data) != ref.digest:
+        msg = f"blob {path} does not match its name (changed or corrupted); re-record it"
+        raise RecordingError(source, msg)
+    return data
+
+
+def read_blob_text(
+    blobs_dir: Path, ref: BlobRef, source: Path | str | None, max_body_bytes: int
+) -> str:
+    """The string a blob stands for (a blob always holds UTF-8 text); a RecordingError
+    naming the recording and the blob when it cannot be read or decoded."""
+    raw = read_blob(blobs_dir, ref, source, max_body_bytes)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        msg = (
+            f"blob {blobs_dir / ref.digest} is not UTF-8 text (byte {exc.start} of "
+            f"{len(raw)}), so it cannot be the value its reference stands for; {_BLOB_FIX}"
+        )
+        raise RecordingError(source, msg) from None

@@ -1,9 +1,8 @@
-"""Request and response normalisers (docs/design.md §3, §5).
-
-The request normaliser makes semantically equal requests byte-equal before hashing; the
-response normaliser replaces per-call values (ids, timestamps, durations) before writing, so
-a re-record of unchanged behaviour is a zero-line diff. Provider rules are data (the tables
-below), not code paths. Both functions are deterministic and idempotent.
+"""The request normaliser (docs/design.md §3): semantically equal requests made byte-equal
+before hashing (numbers, text, volatile values, ids a test received mapped back to their
+stable form), the id registry that maps them, and the headers a file keeps. The response
+normaliser, which replaces per-call values before writing, is `core/normalise_response.py`.
+Both are deterministic and idempotent.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from typing import Any, Protocol
 
-from hashreplay.core.constants import FIXED_EPOCH, SECRET_PLACEHOLDER, STABLE_ID_PREFIX
+from hashreplay.core.constants import SECRET_PLACEHOLDER, STABLE_ID_PREFIX
 from hashreplay.core.volatile import Placeholders, VolatilePatterns
 
 FLOAT_DIGITS = 5
@@ -24,35 +23,6 @@ _QUANTUM = Decimal(1).scaleb(-FLOAT_DIGITS)
 _INT64 = 2**63
 
 # --- response rules (data, not code) -------------------------------------------------------
-
-#: Keys whose non-null string values are per-call ids, replaced by stable `rec-…` ids.
-RESPONSE_ID_KEYS: frozenset[str] = frozenset({"id", "call_id", "responseId"})
-#: Keys whose non-null values are creation/completion times: numbers → 0, strings → epoch.
-RESPONSE_TIME_KEYS: frozenset[str] = frozenset(
-    {"created", "created_at", "completed_at", "createTime", "updateTime"}
-)
-#: Keys whose non-null values are measured durations (Ollama reports nanoseconds, Bedrock's
-#: Converse API `metrics.latencyMs`) → 0.
-RESPONSE_DURATION_KEYS: frozenset[str] = frozenset(
-    {
-        "total_duration",
-        "load_duration",
-        "prompt_eval_duration",
-        "eval_duration",
-        "processing_ms",
-        "latencyMs",
-    }
-)
-#: Keys whose non-null values vary per call or per backend without meaning for the caller
-#: (random stream padding, the serving configuration's fingerprint) → a fixed value.
-RESPONSE_CLEARED_KEYS: Mapping[str, Any] = {
-    "obfuscation": "",
-    "system_fingerprint": "fp_recorded",
-}
-
-#: Top-level keys of an AWS event stream payload whose string values are random padding
-#: (Bedrock pads every event with `"p": "abcdef…"` of random length) → a fixed value.
-EVENTSTREAM_CLEARED_KEYS: Mapping[str, str] = {"p": ""}
 
 #: Response headers kept by default: the ones that change how a client parses or retries.
 KEPT_RESPONSE_HEADERS: frozenset[str] = frozenset(
@@ -316,121 +286,6 @@ class IdRegistry:
 
 def new_id_registry(request_hash: str, facts: Mapping[str, str] | None = None) -> IdRegistry:
     return IdRegistry(base=request_hash[:12], facts=dict(facts or {}))
-
-
-def normalise_response_values(
-    values: Iterable[Any],
-    ids: IdRegistry,
-    *,
-    rewrite_ids: bool = True,
-    rewrite_times: bool = True,
-    where: str = "response.body",
-    item_suffix: str = "",
-    known_ids: Mapping[str, str] | None = None,
-) -> list[Any]:
-    """Normalise the body (or the ordered stream chunks) of one response.
-
-    Ids are collected over all values first (so a chunk that references an id defined by a
-    later chunk is still mapped), then every occurrence of an original id anywhere in the
-    values is replaced by its stable form. `known_ids` are ids the same test received earlier
-    (a response that echoes `previous_response_id`): mapped too, not registered again. Model
-    lists pass `rewrite_ids=False,
-    rewrite_times=False`: their ids are model names and their times are facts.
-    """
-    values = list(values)
-    if rewrite_ids:
-        for index, value in enumerate(values):
-            label = where if len(values) == 1 else f"{where}[{index}]{item_suffix}"
-            _collect_ids(value, ids, label, known_ids)
-    mapping = {**(known_ids or {}), **ids.stable} if rewrite_ids else {}
-    return [_rewrite(value, mapping, rewrite_times) for value in values]
-
-
-def _collect_ids(
-    value: Any, ids: IdRegistry, where: str, known: Mapping[str, str] | None = None
-) -> None:
-    _Collector(ids, where, known).walk(value)
-
-
-class _Collector:
-    """One pass registering the ids of a response value; a field's label (`where`) is only
-    written out for the fields that hold an id, not for every field walked past."""
-
-    def __init__(self, ids: IdRegistry, where: str, known: Mapping[str, str] | None) -> None:
-        self.ids = ids
-        self.where = where
-        self.known = known
-        self.path: list[str | int] = []
-
-    def label(self) -> str:
-        return self.where + "".join(
-            f"[{step}]" if type(step) is int else f".{step}" for step in self.path
-        )
-
-    def walk(self, value: Any) -> None:
-        path = self.path
-        if isinstance(value, dict):
-            known = self.known
-            for key, item in value.items():
-                if (
-                    key in RESPONSE_ID_KEYS
-                    and isinstance(item, str)
-                    and item
-                    and not item.startswith(STABLE_ID_PREFIX)
-                    and not (known is not None and item in known)
-                ):
-                    path.append(key)
-                    self.ids.assign(item, self.label())
-                    path.pop()
-                elif isinstance(item, (dict, list)):
-                    path.append(key)
-                    self.walk(item)
-                    path.pop()
-        elif isinstance(value, list):
-            for index, item in enumerate(value):
-                if isinstance(item, (dict, list)):
-                    path.append(index)
-                    self.walk(item)
-                    path.pop()
-
-
-def _rewrite(value: Any, id_map: Mapping[str, str], times: bool) -> Any:
-    if isinstance(value, str):
-        return map_ids(value, id_map) if id_map else value
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if times and item is not None and key in _FIXED_KEYS:
-                replaced = _fixed_value(key, item)
-                if replaced is not _KEEP:
-                    out[key] = replaced
-                    continue
-            out[key] = item if type(item) in _PLAIN else _rewrite(item, id_map, times)
-        return out
-    if isinstance(value, list):
-        return [item if type(item) in _PLAIN else _rewrite(item, id_map, times) for item in value]
-    return value
-
-
-#: Values `_rewrite` returns as they are (exact types).
-_PLAIN = frozenset({int, float, bool, type(None)})
-
-
-_KEEP = object()
-
-
-def _fixed_value(key: str, value: Any) -> Any:
-    if key in RESPONSE_TIME_KEYS and not isinstance(value, (dict, list, bool)):
-        return FIXED_EPOCH if isinstance(value, str) else 0
-    if key in RESPONSE_DURATION_KEYS and isinstance(value, (int, float)):
-        return 0
-    if key in RESPONSE_CLEARED_KEYS and not isinstance(value, (dict, list)):
-        return RESPONSE_CLEARED_KEYS[key]
-    return _KEEP
-
-
-#: Every key `_fixed_value` may replace: a set lookup spares the call for the others.
-_FIXED_KEYS = RESPONSE_TIME_KEYS | RESPONSE_DURATION_KEYS | frozenset(RESPONSE_CLEARED_KEYS)
 
 
 # --- headers -------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The response normaliser (docs/design.md §5): volatile ids, times and
-durations in a body or in stream payloads replaced by stable values before writing.
+"""The response normaliser (docs/design.md §5): volatile ids, times and durations in a body
+or in stream payloads replaced by stable values before writing, by rules that are data (the
+tables below), not code paths.
 
 AWS event streams are raw chunks of binary frames: each frame's JSON payload is normalised
 like an SSE event's data, and the frame re-encoded with its lengths and CRCs computed afresh
@@ -7,15 +8,12 @@ like an SSE event's data, and the frame re-encoded with its lengths and CRCs com
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hashreplay.core.bodies import BodyEncoding
-from hashreplay.core.normalise import (
-    EVENTSTREAM_CLEARED_KEYS,
-    IdRegistry,
-    normalise_response_values,
-)
+from hashreplay.core.constants import FIXED_EPOCH, STABLE_ID_PREFIX
+from hashreplay.core.normalise import IdRegistry, map_ids
 from hashreplay.core.recording import RecordedResponse
 from hashreplay.core.streams import (
     EventStreamFrames,
@@ -24,6 +22,155 @@ from hashreplay.core.streams import (
     is_eventstream,
     with_data_values,
 )
+
+# --- response rules (data, not code) -------------------------------------------------------
+
+#: Keys whose non-null string values are per-call ids, replaced by stable `rec-…` ids.
+RESPONSE_ID_KEYS: frozenset[str] = frozenset({"id", "call_id", "responseId"})
+#: Keys whose non-null values are creation/completion times: numbers → 0, strings → epoch.
+RESPONSE_TIME_KEYS: frozenset[str] = frozenset(
+    {"created", "created_at", "completed_at", "createTime", "updateTime"}
+)
+#: Keys whose non-null values are measured durations (Ollama reports nanoseconds, Bedrock's
+#: Converse API `metrics.latencyMs`) → 0.
+RESPONSE_DURATION_KEYS: frozenset[str] = frozenset(
+    {
+        "total_duration",
+        "load_duration",
+        "prompt_eval_duration",
+        "eval_duration",
+        "processing_ms",
+        "latencyMs",
+    }
+)
+#: Keys whose non-null values vary per call or per backend without meaning for the caller
+#: (random stream padding, the serving configuration's fingerprint) → a fixed value.
+RESPONSE_CLEARED_KEYS: Mapping[str, Any] = {
+    "obfuscation": "",
+    "system_fingerprint": "fp_recorded",
+}
+
+#: Top-level keys of an AWS event stream payload whose string values are random padding
+#: (Bedrock pads every event with `"p": "abcdef…"` of random length) → a fixed value.
+EVENTSTREAM_CLEARED_KEYS: Mapping[str, str] = {"p": ""}
+
+
+# --- values in a body -------------------------------------------------------------------------
+
+
+def normalise_response_values(
+    values: Iterable[Any],
+    ids: IdRegistry,
+    *,
+    rewrite_ids: bool = True,
+    rewrite_times: bool = True,
+    where: str = "response.body",
+    item_suffix: str = "",
+    known_ids: Mapping[str, str] | None = None,
+) -> list[Any]:
+    """Normalise the body (or the ordered stream chunks) of one response.
+
+    Ids are collected over all values first (so a chunk that references an id defined by a
+    later chunk is still mapped), then every occurrence of an original id anywhere in the
+    values is replaced by its stable form. `known_ids` are ids the same test received earlier
+    (a response that echoes `previous_response_id`): mapped too, not registered again. Model
+    lists pass `rewrite_ids=False,
+    rewrite_times=False`: their ids are model names and their times are facts.
+    """
+    values = list(values)
+    if rewrite_ids:
+        for index, value in enumerate(values):
+            label = where if len(values) == 1 else f"{where}[{index}]{item_suffix}"
+            _collect_ids(value, ids, label, known_ids)
+    mapping = {**(known_ids or {}), **ids.stable} if rewrite_ids else {}
+    return [_rewrite(value, mapping, rewrite_times) for value in values]
+
+
+def _collect_ids(
+    value: Any, ids: IdRegistry, where: str, known: Mapping[str, str] | None = None
+) -> None:
+    _Collector(ids, where, known).walk(value)
+
+
+class _Collector:
+    """One pass registering the ids of a response value; a field's label (`where`) is only
+    written out for the fields that hold an id, not for every field walked past."""
+
+    def __init__(self, ids: IdRegistry, where: str, known: Mapping[str, str] | None) -> None:
+        self.ids = ids
+        self.where = where
+        self.known = known
+        self.path: list[str | int] = []
+
+    def label(self) -> str:
+        return self.where + "".join(
+            f"[{step}]" if type(step) is int else f".{step}" for step in self.path
+        )
+
+    def walk(self, value: Any) -> None:
+        path = self.path
+        if isinstance(value, dict):
+            known = self.known
+            for key, item in value.items():
+                if (
+                    key in RESPONSE_ID_KEYS
+                    and isinstance(item, str)
+                    and item
+                    and not item.startswith(STABLE_ID_PREFIX)
+                    and not (known is not None and item in known)
+                ):
+                    path.append(key)
+                    self.ids.assign(item, self.label())
+                    path.pop()
+                elif isinstance(item, (dict, list)):
+                    path.append(key)
+                    self.walk(item)
+                    path.pop()
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, (dict, list)):
+                    path.append(index)
+                    self.walk(item)
+                    path.pop()
+
+
+def _rewrite(value: Any, id_map: Mapping[str, str], times: bool) -> Any:
+    if isinstance(value, str):
+        return map_ids(value, id_map) if id_map else value
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if times and item is not None and key in _FIXED_KEYS:
+                replaced = _fixed_value(key, item)
+                if replaced is not _KEEP:
+                    out[key] = replaced
+                    continue
+            out[key] = item if type(item) in _PLAIN else _rewrite(item, id_map, times)
+        return out
+    if isinstance(value, list):
+        return [item if type(item) in _PLAIN else _rewrite(item, id_map, times) for item in value]
+    return value
+
+
+#: Values `_rewrite` returns as they are (exact types).
+_PLAIN = frozenset({int, float, bool, type(None)})
+
+
+_KEEP = object()
+
+
+def _fixed_value(key: str, value: Any) -> Any:
+    if key in RESPONSE_TIME_KEYS and not isinstance(value, (dict, list, bool)):
+        return FIXED_EPOCH if isinstance(value, str) else 0
+    if key in RESPONSE_DURATION_KEYS and isinstance(value, (int, float)):
+        return 0
+    if key in RESPONSE_CLEARED_KEYS and not isinstance(value, (dict, list)):
+        return RESPONSE_CLEARED_KEYS[key]
+    return _KEEP
+
+
+#: Every key `_fixed_value` may replace: a set lookup spares the call for the others.
+_FIXED_KEYS = RESPONSE_TIME_KEYS | RESPONSE_DURATION_KEYS | frozenset(RESPONSE_CLEARED_KEYS)
 
 
 def normalise_response(

@@ -235,7 +235,7 @@ class Redactor:
     def spans(self, text: str) -> list[tuple[int, int]]:
         """Where secrets are in `text`: (start, end) pairs, sorted, not overlapping. What
         `text` replaces, and what a stream's pieces are scanned with as one text, so a key
-        split between two events is still found (`core.streams.redact_across`)."""
+        split between two events is still found (`core.secret_values.redact_across`)."""
         found: list[tuple[int, int]] = []
         for match in _shapes().finditer(text):
             found.append(match.span())

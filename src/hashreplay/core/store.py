@@ -9,12 +9,7 @@ recording that refers to them and puts them back on every read.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import errno
 import os
-import stat
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -24,9 +19,11 @@ import orjson
 from hashreplay.core.blobs import (
     BlobRef,
     binary_size,
-    blob_digest,
     body_sizes,
+    holds_blob,
     join_blobs,
+    read_blob,
+    read_blob_text,
     split_blobs,
 )
 from hashreplay.core.body_checks import check_bodies
@@ -45,15 +42,15 @@ from hashreplay.core.recording import FormatError, Recording, recording_from_jso
 from hashreplay.core.store_paths import read_contained, recordings_dir_for
 from hashreplay.core.temp_files import (
     TEMP_DIRNAME,
+    awrite_bytes_atomic,
     state_temp_dir,
     sweep_temp_files,
-    temp_prefix,
+    write_bytes_atomic,
 )
 
 if TYPE_CHECKING:
     from hashreplay.core.config import Config
 
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 #: Reads the value one blob stands for, for the recording at a path (or raises
 #: RecordingError).
 BlobReader = Callable[[BlobRef, "Path | str | None"], str]
@@ -167,62 +164,6 @@ def read_limited(path: Path, max_bytes: int, what: str = "file") -> bytes:
     return data
 
 
-_BLOB_FIX = "restore it from version control or re-record the test"
-
-
-def read_blob_file(path: Path, size: int) -> bytes:
-    """The bytes of a blob file that its reference says holds `size` bytes: never through
-    a symlink, only a regular file, and never more than `size` + 1 bytes read.
-    FileNotFoundError passes through; anything else is a RecordingError on `path` whose
-    problem reads after the blob's name ("is a symlink to …")."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        if exc.errno == errno.ELOOP or path.is_symlink():
-            try:
-                target: object = path.readlink()
-            except OSError:
-                target = "?"
-            msg = (
-                f"is a symlink to {target}: a blob is read only as a file of the store; "
-                f"replace the link with the blob itself ({_BLOB_FIX})"
-            )
-            raise RecordingError(path, msg) from None
-        raise RecordingError(path, f"cannot be read: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise RecordingError(path, f"is not a regular file; {_BLOB_FIX}")
-        if info.st_size != size:
-            msg = (
-                f"is {info.st_size} bytes, its reference says {size} (changed or "
-                f"corrupted); {_BLOB_FIX}"
-            )
-            raise RecordingError(path, msg)
-        parts: list[bytes] = []
-        left = size + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            parts.append(chunk)
-            left -= len(chunk)
-    except OSError as exc:
-        raise RecordingError(path, f"cannot be read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    data = b"".join(parts)
-    if len(data) != size:
-        msg = (
-            f"holds {'more' if len(data) > size else 'fewer'} than the {size} bytes its "
-            f"reference says (changed while read?); {_BLOB_FIX}"
-        )
-        raise RecordingError(path, msg)
-    return data
-
-
 def read_recording(path: Path, blobs: BlobReader | None = None) -> Recording:
     return parse_recording(read_file(path), path, blobs)
 
@@ -238,95 +179,6 @@ async def aread_recording(path: Path, blobs: BlobReader | None = None) -> Record
     except OSError as exc:
         raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
     return parse_recording(content, path, blobs)
-
-
-def _current_umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-#: Permissions of a new recording: what `open()` would give (mkstemp makes files 0600,
-#: which would make every recording unreadable to the rest of a team's tooling).
-_FILE_MODE = 0o666 & ~_current_umask()
-
-
-def _temp_in(directory: Path, path: Path) -> tuple[int, str]:
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=temp_prefix(path), suffix=".tmp")
-    try:
-        mode = path.stat().st_mode & 0o777  # an existing file keeps its permissions
-    except OSError:
-        mode = _FILE_MODE
-    os.fchmod(fd, mode)
-    return fd, tmp
-
-
-def _write_temp(directory: Path, path: Path, content: bytes) -> str:
-    fd, tmp = _temp_in(directory, path)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        with contextlib.suppress(OSError):
-            Path(tmp).unlink()
-        raise
-    return tmp
-
-
-def write_bytes_atomic(path: Path, content: bytes, temp_dir: Path | None = None) -> None:
-    """Write via a temp file (in `temp_dir`, else beside `path`), flush + fsync, then
-    `os.replace`. A `temp_dir` on another file system falls back to beside `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _write_temp(temp_dir or path.parent, path, content)
-    try:
-        Path(tmp).replace(path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            Path(tmp).unlink()
-        if temp_dir is None or exc.errno != errno.EXDEV:
-            raise
-        write_bytes_atomic(path, content)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            Path(tmp).unlink()
-        raise
-
-
-async def awrite_bytes_atomic(path: Path, content: bytes, temp_dir: Path | None = None) -> None:
-    import aiofiles  # only event-loop front ends write this way: not loaded at start-up
-    import aiofiles.os
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _temp_in(temp_dir or path.parent, path)
-    os.close(fd)
-    try:
-        async with aiofiles.open(tmp, "wb") as f:
-            await f.write(content)
-            await f.flush()
-            await asyncio.to_thread(os.fsync, f.fileno())
-        await aiofiles.os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            Path(tmp).unlink()
-        if temp_dir is None or exc.errno != errno.EXDEV:
-            raise
-        await awrite_bytes_atomic(path, content)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            Path(tmp).unlink()
-        raise
-
-
-def _holds(path: Path, size: int) -> bool:
-    """Whether a blob file is in place: a regular file (not a link) of the right size. Its
-    name is the digest of its bytes, so one of the right size is read back and checked."""
-    try:
-        info = path.lstat()
-    except OSError:
-        return False
-    return stat.S_ISREG(info.st_mode) and info.st_size == size
 
 
 class Store:
@@ -365,45 +217,10 @@ class Store:
         return self.blobs_dir / digest
 
     def read_blob(self, ref: BlobRef, source: Path | str | None = None) -> bytes:
-        """The bytes of a referenced blob, checked against its name; a RecordingError naming
-        the recording and the blob when it is missing, a symlink or not a regular file, not
-        the size its reference says, or not what its name says. Never reads more than the
-        referenced size and one byte (a blob linked to `/dev/zero` costs nothing)."""
-        path = self.blob_path(ref.digest)
-        if ref.size > self.max_body_bytes:
-            msg = (
-                f"blob {path}: the blob is {ref.size} bytes, over "
-                f"max_body_bytes ({self.max_body_bytes}); raise max_body_bytes in "
-                "[tool.hashreplay] to read it"
-            )
-            raise RecordingError(source, msg)
-        try:
-            data = read_blob_file(path, ref.size)
-        except FileNotFoundError:
-            msg = (
-                f"blob {path} is missing (a {ref.size}-byte {ref.media_type} value); restore "
-                "it from version control or re-record the test"
-            )
-            raise RecordingError(source, msg) from None
-        except RecordingError as exc:
-            raise RecordingError(source, f"blob {path} {exc.problem}") from None
-        if blob_digest(data) != ref.digest:
-            msg = f"blob {path} does not match its name (changed or corrupted); re-record it"
-            raise RecordingError(source, msg)
-        return data
+        return read_blob(self.blobs_dir, ref, source, self.max_body_bytes)
 
     def read_blob_text(self, ref: BlobRef, source: Path | str | None = None) -> str:
-        """The string a blob stands for (a blob always holds UTF-8 text); a RecordingError
-        naming the recording and the blob when it cannot be read or decoded."""
-        raw = self.read_blob(ref, source)
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            msg = (
-                f"blob {self.blob_path(ref.digest)} is not UTF-8 text (byte {exc.start} of "
-                f"{len(raw)}), so it cannot be the value its reference stands for; {_BLOB_FIX}"
-            )
-            raise RecordingError(source, msg) from None
+        return read_blob_text(self.blobs_dir, ref, source, self.max_body_bytes)
 
     def dump_data(self, data: dict[str, Any]) -> bytes:
         """The bytes of a recording's JSON as stored: bodies over `max_body_bytes` refused,
@@ -416,7 +233,7 @@ class Store:
         stored, blobs = split_blobs(data, self.blob_threshold)
         for digest, raw in sorted(blobs.items()):
             path = self.blob_path(digest)
-            if not _holds(path, len(raw)):
+            if not holds_blob(path, len(raw)):
                 # through a temp file in `.hashreplay/tmp/` like recordings: a writer killed
                 # midway leaves nothing `git add -A` would stage (docs/design.md §4)
                 write_bytes_atomic(path, raw, self.temp_dir)

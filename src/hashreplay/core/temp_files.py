@@ -1,4 +1,5 @@
-"""Temp files of atomic writes (docs/design.md §4): where they go, and sweeping stale ones.
+"""Atomic writes and their temp files (docs/design.md §4): writing through a temp file,
+where it goes, and sweeping stale ones.
 
 A recording is written to a temp file, fsynced, then renamed over its target. A writer
 killed in between leaves the temp file behind. So temp files go to `.hashreplay/tmp/` at the
@@ -10,10 +11,13 @@ writer's process id, so a sweep at start removes those of dead writers (and any 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
 import os
 import random
 import re
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -140,3 +144,82 @@ def sweep_temp_files(directories: Iterable[Path]) -> list[Path]:
                     path.unlink()
                     removed.append(path)
     return removed
+
+
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+#: Permissions of a new recording: what `open()` would give (mkstemp makes files 0600,
+#: which would make every recording unreadable to the rest of a team's tooling).
+_FILE_MODE = 0o666 & ~_current_umask()
+
+
+def _temp_in(directory: Path, path: Path) -> tuple[int, str]:
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=temp_prefix(path), suffix=".tmp")
+    try:
+        mode = path.stat().st_mode & 0o777  # an existing file keeps its permissions
+    except OSError:
+        mode = _FILE_MODE
+    os.fchmod(fd, mode)
+    return fd, tmp
+
+
+def _write_temp(directory: Path, path: Path, content: bytes) -> str:
+    fd, tmp = _temp_in(directory, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise
+    return tmp
+
+
+def write_bytes_atomic(path: Path, content: bytes, temp_dir: Path | None = None) -> None:
+    """Write via a temp file (in `temp_dir`, else beside `path`), flush + fsync, then
+    `os.replace`. A `temp_dir` on another file system falls back to beside `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _write_temp(temp_dir or path.parent, path, content)
+    try:
+        Path(tmp).replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        if temp_dir is None or exc.errno != errno.EXDEV:
+            raise
+        write_bytes_atomic(path, content)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise
+
+
+async def awrite_bytes_atomic(path: Path, content: bytes, temp_dir: Path | None = None) -> None:
+    import aiofiles  # only event-loop front ends write this way: not loaded at start-up
+    import aiofiles.os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _temp_in(temp_dir or path.parent, path)
+    os.close(fd)
+    try:
+        async with aiofiles.open(tmp, "wb") as f:
+            await f.write(content)
+            await f.flush()
+            await asyncio.to_thread(os.fsync, f.fileno())
+        await aiofiles.os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        if temp_dir is None or exc.errno != errno.EXDEV:
+            raise
+        await awrite_bytes_atomic(path, content)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise

@@ -131,6 +131,16 @@ class FaultSpec(NamedTuple):
         """Breaks the recorded response (after some chunks) rather than replacing it."""
         return self.error is not None and self.after_chunks is not None
 
+    def nothing_to_break(self, test_id: str | None) -> str:
+        """Why a fault that breaks a recorded response is a miss in replay mode when the
+        request has no recording left to break, and the command that records it."""
+        command = f": INFERENCE_MODE=record-if-missing pytest {test_id}" if test_id else ""
+        return (
+            f"{self.describe()} breaks a recorded response, and this request has none left to "
+            "break: record it first in record-if-missing mode (the fault applies from the next "
+            f"replay){command}"
+        )
+
     def describe(self) -> str:
         what = (
             f"status={self.status}"

@@ -17,42 +17,39 @@ from hashreplay.core.config import Config
 from hashreplay.core.constants import FAULT_HEADER, RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import current_test_id, in_call
 from hashreplay.core.errors import (
-    BodyTooLarge,
     ConfigError,
     RecordingError,
-    ReplayFailure,
     ReplayMiss,
 )
-from hashreplay.core.mode import Mode, RecordFailures
+from hashreplay.core.mode import RecordFailures
 from hashreplay.core.normalise import KEPT_RESPONSE_HEADERS
 from hashreplay.core.recording import RecordedRequest
 from hashreplay.core.replay_env import placeholder_keys, placeholder_refusal
-from hashreplay.core.scenarios import Pace, Unconsumed
+from hashreplay.core.scenarios import Pace
 from hashreplay.core.secret_values import (
     NO_SECRETS,
     SecretValues,
     SeenSecrets,
-    request_secrets,
+    carries_any,
 )
 from hashreplay.core.store import Store
 from hashreplay.core.store_paths import RecordingsDirOutside
 from hashreplay.core.writer import BackgroundWriter
 from hashreplay.engine.connections import Connections
 from hashreplay.engine.decision import Decision, Live, Miss, Passthrough, Record, Replay
-from hashreplay.engine.faults import ActiveFault, FaultSpec
+from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.hangs import Hangs
-from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody, LiveExchange
+from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody
 from hashreplay.engine.keying import Keyer, Prepared
-from hashreplay.engine.options import TestOptions
+from hashreplay.engine.lifecycle import TestBook
 from hashreplay.engine.replayer import Replayer
 from hashreplay.engine.scenario import (
     Scenario,
     fault_for,
     fault_response,
-    unmatched_faults,
 )
 from hashreplay.engine.state import Stats, Tests
-from hashreplay.engine.unconsumed import FileIndex, Unused, unused
+from hashreplay.engine.unconsumed import FileIndex
 from hashreplay.engine.view import StoreView
 
 if TYPE_CHECKING:
@@ -61,7 +58,7 @@ if TYPE_CHECKING:
 __all__ = ["Prepared", "Session", "Stats"]
 
 
-class Session:
+class Session(TestBook):
     """One record/replay session (a pytest run, a server process, a proxy)."""
 
     def __init__(
@@ -118,74 +115,10 @@ class Session:
                         self.redactor,
                         kept,
                         record_timing=self.config.record_timing,
+                        answers_only=self.config.record_failures is RecordFailures.RESPONSES,
                     )
                 recorder = self._recorder
         return recorder
-
-    # --- tests ----------------------------------------------------------------------------
-
-    def begin_test(self, test_id: str | None, mode: Mode | None = None) -> None:
-        self.tests.begin(test_id, mode)
-
-    def set_test_mode(self, test_id: str | None, mode: Mode) -> None:
-        """Run one test in another mode (the `hashreplay` marker), keeping its state."""
-        self.tests.set_mode(test_id, mode)
-
-    def end_test(self, test_id: str | None) -> list[ReplayFailure]:
-        """Forget a test's state; returns the misses it had (the plugin fails the test).
-        Requests it left hanging return with their error."""
-        self.hangs.release(test_id)
-        return self.tests.end(test_id)
-
-    def set_test_options(
-        self,
-        test_id: str | None,
-        *,
-        timing: bool | None = None,
-        pace: Pace | None = None,
-        unconsumed: Unconsumed | None = None,
-        faults: Sequence[FaultSpec] = (),
-    ) -> None:
-        """A test's scenario options (the markers); None keeps the configuration's."""
-        with self.tests.lock:
-            self.tests.state(test_id).options = TestOptions(
-                timing, pace, unconsumed, [ActiveFault(f) for f in faults]
-            )
-
-    def wait_hanging(self, test_id: str | None, timeout: float | None) -> None:
-        """Return once a request of the test hangs (a HangTimeout after `timeout` s; None:
-        no limit)."""
-        self.hangs.wait_hanging(test_id, timeout)
-
-    def leftovers(self, test_id: str | None) -> tuple[Unconsumed, list[Unused], list[str]]:
-        """At a test's end: its `unconsumed` policy, the recorded responses it did not use
-        (replaying modes only) and the faults that matched nothing."""
-        with self.tests.lock:
-            state = self.tests.get(test_id)
-            if state is None:
-                return self.config.unconsumed, [], []
-            policy = state.options.unconsumed or self.config.unconsumed
-            faults = unmatched_faults(state.options)
-            mode = state.mode or self.tests.default_mode
-        if policy is Unconsumed.IGNORE or mode not in (Mode.REPLAY, Mode.RECORD_IF_MISSING):
-            return policy, [], faults
-        # the test's files are read outside the lock (once per directory and session)
-        files = [] if state.passed_through else self.files.files_of(test_id)
-        with self.tests.lock:
-            return policy, unused(state, files), faults
-
-    def take_misses(self, test_id: str | None) -> list[ReplayFailure]:
-        return self.tests.take_misses(test_id)
-
-    def run_id_for(self, test_id: str | None) -> str:
-        return self.tests.run_id_for(test_id)
-
-    def enter_run(self, test_id: str | None, run_id: str | None) -> None:
-        """Called by servers for each request: a new run id of a test starts it afresh."""
-        self.tests.enter_run(test_id, run_id)
-
-    def mode_for(self, test_id: str | None) -> Mode:
-        return self.tests.mode_for(test_id)
 
     # --- the decision ---------------------------------------------------------------------
 
@@ -195,7 +128,11 @@ class Session:
             test_id = current_test_id()
         gate = self._gate(request.url, test_id)
         if gate is not None:
-            if type(gate) is Live and self._placeholders and self._carries_placeholder(request):
+            if (
+                type(gate) is Live
+                and self._placeholders
+                and carries_any(self.redactor, request.url, request.headers, self._placeholders)
+            ):
                 return self._refuse_placeholder(self.prepare(request, test_id), request.url) or gate
             return gate
         prep = self.prepare(request, test_id)
@@ -261,43 +198,10 @@ class Session:
                 # the next replay (docs/scenarios.md, "Faults and hangs")
                 self._recorded_first(prep.test_id, fault)
                 return self._refuse_placeholder(prep, url) or Record(prep)
-            why = (
-                f"{fault.describe()} breaks a recorded response, and this request has none "
-                "left to break: record it first in record-if-missing mode (the fault "
-                "applies from the next replay)"
-                + (
-                    f": INFERENCE_MODE=record-if-missing pytest {prep.test_id}"
-                    if prep.test_id
-                    else ""
-                )
-            )
-            return Miss(prep, self.replayer.failure(prep, why))
+            return Miss(prep, self.replayer.failure(prep, fault.nothing_to_break(prep.test_id)))
         if prep.mode.may_record:
             return self._refuse_placeholder(prep, url) or Record(prep)
         return Miss(prep, self.miss(prep, request=request))
-
-    def _recorded_first(self, test_id: str | None, fault: FaultSpec) -> None:
-        with self.tests.lock:
-            state = self.tests.get(test_id)
-            if state is None:
-                return
-            noted = state.options.recorded_first
-            if fault.describe() not in noted:
-                noted.append(fault.describe())
-
-    def recorded_first(self, test_id: str | None) -> list[str]:
-        """The faults of a test that found nothing recorded to break in a recording mode, so
-        the request was recorded whole (they apply from the next replay)."""
-        with self.tests.lock:
-            state = self.tests.get(test_id)
-            return [] if state is None else list(state.options.recorded_first)
-
-    def _carries_placeholder(self, request: IncomingRequest) -> bool:
-        """Whether a request not otherwise keyed carries a placeholder as a credential
-        (only then is it keyed, to fail its test with a report)."""
-        secret_headers, _ = self.redactor.split_headers(request.headers)
-        found = request_secrets(self.redactor, request.url, secret_headers)
-        return any(value in self._placeholders for value in found.values)
 
     def _refuse_placeholder(self, prep: Prepared, url: str) -> Miss | None:
         """A request about to go to the network with keyless replay's placeholder as its
@@ -320,12 +224,6 @@ class Session:
             ):
                 return True
         return False
-
-    def _count_passthrough(self, test_id: str | None = None) -> None:
-        with self.tests.lock:
-            self.stats.passed_through += 1
-            if test_id is not None:
-                self.tests.state(test_id).passed_through = True
 
     # --- keying ---------------------------------------------------------------------------
 
@@ -377,46 +275,12 @@ class Session:
 
     def record(self, prep: Prepared, outcome: Outcome) -> Path | None:
         """Stage (redact, normalise) and write one outcome; returns its file, or None for an
-        outcome that is no answer and is not recorded (`unanswered`)."""
-        if self.unanswered(prep, outcome):
-            return None
-        path, content = self.recorder.stage(prep, outcome)
-        if content is not None:
-            try:
-                self.view.write(path, content)
-            except BaseException:
-                self._not_written()
-                raise
-        return path
+        outcome that is no answer and is not recorded (`Recorder.unanswered`)."""
+        return self.recorder.record(prep, outcome)
 
     async def arecord(self, prep: Prepared, outcome: Outcome) -> Path | None:
         """`record` for event loops: the write never blocks the loop."""
-        if self.unanswered(prep, outcome):
-            return None
-        path, content = self.recorder.stage(prep, outcome)
-        if content is not None:
-            try:
-                await self.view.awrite(path, content)
-            except BaseException:
-                self._not_written()
-                raise
-        return path
-
-    def uncount_cut_off(self, prep: Prepared) -> None:
-        """A response the client cut off (recorded as abandoned) does not count as a call of
-        its request's sequence: the next identical request of the test takes its place and
-        replaces it (docs/design.md §12). For servers, whose clients may never start a new
-        run that would record it again."""
-        with self.tests.lock:
-            state = self.tests.get(prep.test_id)
-            seq = state.sequences.get(prep.hash) if state is not None else None
-            if seq is not None and seq.calls > 0:
-                seq.calls -= 1
-
-    def _not_written(self) -> None:
-        """The stats count files written: a staged recording whose write failed is not."""
-        with self.tests.lock:
-            self.stats.recorded = max(0, self.stats.recorded - 1)
+        return await self.recorder.arecord(prep, outcome)
 
     def live_body(
         self,
@@ -433,38 +297,6 @@ class Session:
             self.config.max_body_bytes, prep.test_id, prep.request.url, self._body_too_large
         )
         return LiveBody(status, headers, started=started, limit=limit)
-
-    def _body_too_large(self, error: BodyTooLarge) -> None:
-        """A live body passed `max_body_bytes`: its test fails with the error, even when
-        the client or SDK swallowed or wrapped it."""
-        with self.tests.lock:
-            state = self.tests.state(error.test_id)
-            state.misses.append(ReplayFailure(str(error), test_id=error.test_id))
-
-    def unanswered(self, prep: Prepared, outcome: Outcome) -> bool:
-        """Whether `outcome` is a live call that got no HTTP response and so is not recorded
-        (docs/design.md, "Only answers are recorded"): the one place that decides it, for
-        every adapter. It is counted for the summary; a recording it would have replaced
-        stays byte for byte and counts as used (prune keeps it); the caller raises the real
-        error. `record_failures = "all"` records it as an exception."""
-        if (
-            not isinstance(outcome, LiveExchange)
-            or outcome.answered
-            or self.config.record_failures is RecordFailures.ALL
-        ):
-            return False
-        if prep.shared:
-            kept = self.view.model_list_paths(prep.hash, prep.test_id)
-        else:
-            with self.tests.lock:
-                state = self.tests.get(prep.test_id)
-                seq = state.sequences.get(prep.hash) if state is not None else None
-            path = seq.path if seq is not None else self.store.path_for(prep.test_id, prep.hash)
-            kept = [path] if self.view.exists(path) else []
-        with self.tests.lock:
-            self.stats.not_recorded += 1
-            self.tests.use(prep.test_id, *kept)
-        return True
 
     def flush(self) -> None:
         """Wait until every recording written so far is on disk (write-behind sessions);

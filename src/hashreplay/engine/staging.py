@@ -29,8 +29,8 @@ from hashreplay.core.recording import (
     Timing,
 )
 from hashreplay.core.redact import Redactor, merge_spans
-from hashreplay.core.secret_values import NO_SECRETS, SecretValues
-from hashreplay.core.streams import parse_stream, redact_across, stream_format_for
+from hashreplay.core.secret_values import NO_SECRETS, SecretValues, redact_across
+from hashreplay.core.streams import parse_stream, stream_format_for
 from hashreplay.core.templates import escape
 from hashreplay.core.writer import Content
 from hashreplay.engine.http import LiveExchange, header_value
@@ -86,7 +86,7 @@ def _across_pieces(
     response: RecordedResponse, redactor: Redactor, secrets: SecretValues
 ) -> RecordedResponse:
     """The response with secrets split between its stream's pieces removed
-    (`core.streams.redact_across`: pieces keep their count)."""
+    (`core.secret_values.redact_across`: pieces keep their count)."""
     body = response.body
     if not response.is_streaming or not isinstance(body, list) or len(body) < 2:
         return response
@@ -194,8 +194,11 @@ class Recorder:
         kept_headers: frozenset[str],
         *,
         record_timing: bool = False,
+        answers_only: bool = True,
     ) -> None:
         self.record_timing = record_timing
+        #: `record_failures = "responses"`: a call that got no response is never written
+        self.answers_only = answers_only
         self.tests = tests
         self.view = view
         self.redactor = redactor
@@ -252,3 +255,58 @@ class Recorder:
         if self.view.exists(path):
             return path, None  # the same model set is stored already
         return path, model_list_content(self.view.store, prep, response, later=later)
+
+    def record(self, prep: Prepared, outcome: Outcome) -> Path | None:
+        """Stage (redact, normalise) and write one outcome; returns its file, or None for an
+        outcome that is no answer and is not recorded (`unanswered`)."""
+        if self.unanswered(prep, outcome):
+            return None
+        path, content = self.stage(prep, outcome)
+        if content is not None:
+            try:
+                self.view.write(path, content)
+            except BaseException:
+                self._not_written()
+                raise
+        return path
+
+    async def arecord(self, prep: Prepared, outcome: Outcome) -> Path | None:
+        """`record` for event loops: the write never blocks the loop."""
+        if self.unanswered(prep, outcome):
+            return None
+        path, content = self.stage(prep, outcome)
+        if content is not None:
+            try:
+                await self.view.awrite(path, content)
+            except BaseException:
+                self._not_written()
+                raise
+        return path
+
+    def _not_written(self) -> None:
+        """The stats count files written: a staged recording whose write failed is not."""
+        with self.tests.lock:
+            self.tests.stats.recorded = max(0, self.tests.stats.recorded - 1)
+
+    def unanswered(self, prep: Prepared, outcome: Outcome) -> bool:
+        """Whether `outcome` is a live call that got no HTTP response and so is not recorded
+        (docs/design.md, "Only answers are recorded"): the one place that decides it, for
+        every adapter. It is counted for the summary; a recording it would have replaced
+        stays byte for byte and counts as used (prune keeps it); the caller raises the real
+        error. `record_failures = "all"` records it as an exception."""
+        if not self.answers_only or not isinstance(outcome, LiveExchange) or outcome.answered:
+            return False
+        if prep.shared:
+            kept = self.view.model_list_paths(prep.hash, prep.test_id)
+        else:
+            with self.tests.lock:
+                state = self.tests.get(prep.test_id)
+                seq = state.sequences.get(prep.hash) if state is not None else None
+            path = (
+                seq.path if seq is not None else self.view.store.path_for(prep.test_id, prep.hash)
+            )
+            kept = [path] if self.view.exists(path) else []
+        with self.tests.lock:
+            self.tests.stats.not_recorded += 1
+            self.tests.use(prep.test_id, *kept)
+        return True

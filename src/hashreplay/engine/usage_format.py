@@ -10,7 +10,7 @@ from typing import Any
 from hashreplay.core.constants import STATE_DIRNAME
 from hashreplay.core.mode import Mode
 from hashreplay.core.secret_values import SecretValues
-from hashreplay.core.store import write_bytes_atomic
+from hashreplay.core.temp_files import write_bytes_atomic
 
 USAGE_VERSION = 1
 USAGE_FILENAME = "usage.json"

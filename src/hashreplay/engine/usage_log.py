@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_fie
 from hashreplay.core.errors import UsageError
 from hashreplay.core.mode import Mode
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues
-from hashreplay.core.store import dumps, write_bytes_atomic
+from hashreplay.core.store import dumps
+from hashreplay.core.temp_files import write_bytes_atomic
 from hashreplay.engine.usage_format import (
     GITIGNORE_CONTENT,
     INTERCEPTING,

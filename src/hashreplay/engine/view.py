@@ -12,7 +12,8 @@ from pathlib import Path
 
 from hashreplay.core.names import model_list_name_prefix, recording_name
 from hashreplay.core.recording import Recording
-from hashreplay.core.store import Found, Store, awrite_bytes_atomic, write_bytes_atomic
+from hashreplay.core.store import Found, Store
+from hashreplay.core.temp_files import awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.writer import BackgroundWriter, Content
 
 

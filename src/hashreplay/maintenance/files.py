@@ -38,7 +38,8 @@ from hashreplay.core.names import (
 from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_request_body
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.recording import EndState, Recording, is_no_response
-from hashreplay.core.store import Store, dumps, parse_recording, write_bytes_atomic
+from hashreplay.core.store import Store, dumps, parse_recording
+from hashreplay.core.temp_files import write_bytes_atomic
 from hashreplay.core.urls import stored_url
 from hashreplay.engine.miss_report import record_target
 from hashreplay.engine.session import Session

@@ -24,7 +24,7 @@ from hashreplay.core.context import test_context
 from hashreplay.core.errors import HashReplayError
 from hashreplay.core.mode import Mode
 from hashreplay.core.recording import RecordedResponse
-from hashreplay.core.store import write_bytes_atomic
+from hashreplay.core.temp_files import write_bytes_atomic
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session
 from hashreplay.maintenance.files import SKIP_DIRS
