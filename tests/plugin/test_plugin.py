@@ -65,6 +65,9 @@ PYPROJECT = """
 addopts = "-p no:hypothesispytest"
 asyncio_mode = "auto"
 asyncio_default_fixture_loop_scope = "function"
+
+# the project opts in to hashreplay (docs/design.md §14 Activation)
+[tool.hashreplay]
 """
 
 
@@ -112,7 +115,7 @@ def test_record_stop_upstream_replay_offline(
 
 
 def test_env_and_config_modes(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    project.makepyprojecttoml(PYPROJECT + '\n[tool.hashreplay]\nmode = "record-if-missing"\n')
+    project.makepyprojecttoml(PYPROJECT + 'mode = "record-if-missing"\n')
     first = project.runpytest("-k", "test_chat")
     first.assert_outcomes(passed=1, deselected=3)
     first.stdout.fnmatch_lines(["*0 replayed, 1 recorded, 0 missed (record-if-missing)"])
@@ -212,7 +215,7 @@ def test_invalid_mode_is_a_usage_error(
 
 
 def test_unknown_config_key_is_a_usage_error(project: pytest.Pytester) -> None:
-    project.makepyprojecttoml(PYPROJECT + "\n[tool.hashreplay]\nreplay_mode = 1\n")
+    project.makepyprojecttoml(PYPROJECT + "replay_mode = 1\n")
     result = project.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unknown key 'replay_mode'; valid keys are: *"])
@@ -274,7 +277,7 @@ def test_xdist_workers_counts_are_merged(project: pytest.Pytester) -> None:
 
 
 def test_bad_callables_entry_is_a_usage_error(project: pytest.Pytester) -> None:
-    project.makepyprojecttoml(PYPROJECT + '\n[tool.hashreplay]\ncallables = ["nowhere.at_all:f"]\n')
+    project.makepyprojecttoml(PYPROJECT + 'callables = ["nowhere.at_all:f"]\n')
     result = project.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(

@@ -19,8 +19,8 @@ import threading
 
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import TEST_ID_HEADER
+from hashreplay.engine.keyless import Placeholders
 from hashreplay.engine.session import Session
-from hashreplay.keyless import Placeholders
 
 logger = logging.getLogger("hashreplay")
 
