@@ -26,7 +26,9 @@ def pytest_configure(config: pytest.Config) -> None:
             f"turns off for its own tests: run `{COMMAND}`"
         )
         raise pytest.UsageError(msg)
-    if not config.pluginmanager.has_plugin("hashreplay-run"):
+    from hashreplay.plugin import RUN_KEY  # the plugin's state, there once it is on
+
+    if config.stash.get(RUN_KEY, None) is None:
         msg = (
             "the example suite replays through hashreplay, which this repository does not "
             f"turn on without a mode: run `{COMMAND}`"

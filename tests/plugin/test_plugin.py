@@ -330,3 +330,37 @@ def test_miss_in_a_session_fixture_fails_the_test_that_needs_it(project: pytest.
             "*to record it: INFERENCE_MODE=record-if-missing pytest suite",
         ]
     )
+
+
+def test_a_miss_fails_an_xfail_test_and_conftest_wrappers_see_the_failure(
+    project: pytest.Pytester,
+) -> None:
+    """The hooks keep the plugin module's place among pytest's plugins: the miss is turned
+    into a failure after `xfail` had its say, and before a conftest wrapper looks."""
+    project.makeconftest(
+        """
+        import pytest
+
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_makereport(item, call):
+            report = yield
+            if call.when == "call":
+                print(f"SEEN: {item.name} {report.outcome}")
+            return report
+        """
+    )
+    project.makepyfile(
+        test_xfail="""
+        import os, httpx2, pytest
+
+        @pytest.mark.xfail(reason="the app is expected to fail here")
+        def test_swallowed_miss():
+            try:
+                httpx2.get(os.environ["FAKE_URL"] + "/plain")
+            except Exception:
+                pass
+        """
+    )
+    result = project.runpytest("-s", "test_xfail.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*SEEN: test_swallowed_miss failed*"])

@@ -6,12 +6,14 @@ project opted in (docs/design.md §14 Activation). A project opts in with a
 (`INFERENCE_MODE`, `--inference-mode`). Until then the plugin only registers its options,
 markers and fixture: no adapter, no network guard, no placeholders, no files, no summary.
 Once opted in, one `PluginRun` (`plugin/run.py`) holds the run's state under one
-`config.stash` key and its hooks do the work.
+`config.stash` key, and each hook below hands off to it.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
+from typing import Any
 
 import pytest
 
@@ -73,7 +75,72 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as exc:
         raise pytest.UsageError(f"hashreplay: {exc}") from None
     config.stash[RUN_KEY] = run
-    config.pluginmanager.register(run, "hashreplay-run")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run = config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.unconfigure()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    run = session.config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.sessionstart(session)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    run = item.config.stash.get(RUN_KEY, None)
+    if run is None:
+        return (yield)
+    return (yield from run.runtest_protocol(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(
+    fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
+) -> Generator[None, object, object]:
+    run = request.config.stash.get(RUN_KEY, None)
+    if run is None:
+        return (yield)
+    return (yield from run.fixture_setup(fixturedef))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    run = item.config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.runtest_setup(item)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    run = item.config.stash.get(RUN_KEY, None)
+    if run is None:
+        return (yield)
+    return (yield from run.runtest_makereport(item, call))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    run = session.config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.sessionfinish(session)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any) -> None:
+    """pytest-xdist: a worker finished (the controller adds up its state)."""
+    run = node.config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.testnodedown(node)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    run = config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.terminal_summary(terminalreporter)
 
 
 @pytest.fixture

@@ -1,14 +1,13 @@
 """The plugin's one state object: everything a pytest run of an opted-in project holds, and
 the hooks that use it (as syrupy's `SnapshotSession`).
 
-`PluginRun` is registered as a plugin of its own only in a project that opted in
-(docs/design.md §14 Activation), so a project that did not pays for none of these hooks.
-Registered at configure time, it would run before the conftests' hooks; `trylast` keeps its
-wrappers innermost (closest to the test, so every other wrapper sees the report a miss
-failed) and its summary and teardown after theirs, as when the module held the hooks.
-Per test it does no more than set the test id context and hand the test's markers to the
-engine. pytest-xdist: each worker sends its counts, usage and unrecorded connections in
-`workeroutput`; the controller adds them up in `pytest_testnodedown`, both below.
+It exists only in a project that opted in (docs/design.md §14 Activation). The hooks in
+`plugin/__init__.py` each hand off to the method of the same name here; they stay in the
+module so that they keep the module's place among pytest's plugins (a miss fails a test
+after `xfail` has had its say, conftest wrappers see the failed report). Per test it does no
+more than set the test id context and hand the test's markers to the engine. pytest-xdist:
+each worker sends its counts, usage and unrecorded connections in `workeroutput`; the
+controller adds them up in `testnodedown`, both below.
 """
 
 from __future__ import annotations
@@ -76,23 +75,21 @@ class PluginRun:
             self.placeholders.remove()
             raise
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_unconfigure(self) -> None:
+    def unconfigure(self) -> None:
         if adapters.active_session() is self.session:
             adapters.deactivate()
         with contextlib.suppress(RecordingError):  # reported at session finish already
             self.session.close()
         self.placeholders.remove()
 
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
+    def sessionstart(self, session: pytest.Session) -> None:
         self.usage = UsageCollector()
         tracker = UsageTracker(session.config, self.session, self.usage)
         session.config.pluginmanager.register(tracker, "hashreplay-usage")
 
     # --- per test ---------------------------------------------------------------------------
 
-    @pytest.hookimpl(wrapper=True, trylast=True)
-    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
+    def runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
         session = self.session
         session.begin_test(item.nodeid)
         set_process_test_id(item.nodeid)
@@ -104,10 +101,7 @@ class PluginRun:
             session.end_test(item.nodeid)
             self.placeholders.apply(session.config.mode)
 
-    @pytest.hookimpl(wrapper=True, trylast=True)
-    def pytest_fixture_setup(
-        self, fixturedef: pytest.FixtureDef[Any]
-    ) -> Generator[None, object, object]:
+    def fixture_setup(self, fixturedef: pytest.FixtureDef[Any]) -> Generator[None, object, object]:
         if fixturedef.scope == "function":
             return (yield)
         fixture_id = fixture_test_id(fixturedef)
@@ -125,7 +119,7 @@ class PluginRun:
             pytest.fail("\n\n".join(miss.report for miss in misses), pytrace=False)
         return result
 
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+    def runtest_setup(self, item: pytest.Item) -> None:
         try:
             mode = apply_markers(item, self.session, item.get_closest_marker(MARKER))
         except ConfigError as exc:
@@ -135,8 +129,7 @@ class PluginRun:
             # placeholder keys only while replaying: a test marked record uses the real ones
             self.placeholders.apply(mode)
 
-    @pytest.hookimpl(wrapper=True, trylast=True)
-    def pytest_runtest_makereport(
+    def runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
@@ -157,7 +150,7 @@ class PluginRun:
 
     # --- end of the run ---------------------------------------------------------------------
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def sessionfinish(self, session: pytest.Session) -> None:
         self._flush_recordings(session)
         if self.usage is None:  # the session never started
             return
@@ -185,7 +178,7 @@ class PluginRun:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _worker_output(self) -> dict[str, Any]:
-        """What a pytest-xdist worker sends its controller (read by `pytest_testnodedown`)."""
+        """What a pytest-xdist worker sends its controller (read by `testnodedown`)."""
         assert self.usage is not None
         return {
             "stats": self.session.stats.as_dict(),
@@ -197,8 +190,7 @@ class PluginRun:
             "usage": worker_piece(self.session, self.usage),
         }
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any) -> None:
+    def testnodedown(self, node: Any) -> None:
         """pytest-xdist: add a finished worker's state to the controller's."""
         sent: dict[str, Any] = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT) or {}
         if sent.get("stats"):
@@ -210,8 +202,7 @@ class PluginRun:
             worker = getattr(getattr(node, "gateway", None), "id", "?")
             merge_worker_piece(self.usage, sent.get("usage"), worker)
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def terminal_summary(self, terminalreporter: Any) -> None:
         settings = self.session.config
         stats = Stats()
         stats.merge(self.session.stats)
