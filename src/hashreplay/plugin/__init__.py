@@ -117,10 +117,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
     run = item.config.stash.get(RUN_KEY, None)
-    if run is None:
-        return (yield)
-    return (yield from run.runtest_makereport(item, call))
+    return report if run is None else run.runtest_makereport(item, call, report)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

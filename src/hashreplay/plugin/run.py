@@ -130,9 +130,9 @@ class PluginRun:
             self.placeholders.apply(mode)
 
     def runtest_makereport(
-        self, item: pytest.Item, call: pytest.CallInfo[None]
-    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-        report = yield
+        self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport
+    ) -> pytest.TestReport:
+        """The report as pytest made it, failed for a miss, checked for leftovers."""
         misses = self.session.take_misses(item.nodeid)
         if misses:
             text = "\n\n".join(miss.report for miss in misses)
