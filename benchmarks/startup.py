@@ -59,7 +59,7 @@ t2 = time.perf_counter()
 plugin.pytest_configure(config)
 run = config.stash[plugin.RUN_KEY] if hasattr(plugin, "RUN_KEY") else None  # plugin/ package
 if run is not None:
-    run.pytest_sessionstart(SimpleNamespace(config=config))
+    run.sessionstart(SimpleNamespace(config=config))
 else:  # a tree from before the plugin was a package: six stash keys
     plugin.pytest_sessionstart(SimpleNamespace(config=config))
 t3 = time.perf_counter()
@@ -90,7 +90,7 @@ else:
 t5 = time.perf_counter()
 assert (root / ".hashreplay" / "usage.json").stat().st_size > len(tests) * 100
 if run is not None:
-    run.pytest_unconfigure()
+    run.unconfigure()
 else:
     plugin.pytest_unconfigure(config)
 print(json.dumps({"file": plugin.__file__, "import": t1 - t0, "activation": t3 - t2,
