@@ -57,11 +57,18 @@ config = _prepareconfig(["-q", "-p", "no:cacheprovider", "tests"])
 loaded = set(sys.modules)
 t2 = time.perf_counter()
 plugin.pytest_configure(config)
-plugin.pytest_sessionstart(SimpleNamespace(config=config))
+run = config.stash[plugin.RUN_KEY] if hasattr(plugin, "RUN_KEY") else None  # plugin/ package
+if run is not None:
+    run.sessionstart(SimpleNamespace(config=config))
+else:  # a tree from before the plugin was a package: six stash keys
+    plugin.pytest_sessionstart(SimpleNamespace(config=config))
 t3 = time.perf_counter()
 activated = sorted(set(sys.modules) - loaded)
-collector = config.stash[plugin.USAGE_KEY]
-session = config.stash[plugin.SESSION_KEY]
+if run is not None:
+    collector, session = run.usage, run.session
+else:
+    collector = config.stash[plugin.USAGE_KEY]
+    session = config.stash[plugin.SESSION_KEY]
 root = session.config.root
 tests = [f"tests/test_m{i % 20:02d}.py::test_{i:03d}" for i in range(int(sys.argv[1]))]
 files = {t: {root / "tests" / "recordings" / f"{i:03d}.json"} for i, t in enumerate(tests)}
@@ -73,12 +80,19 @@ for t in tests:
         collector.note_report(t, when, "passed")
     collector.note_finish(t, 0, session.config.mode)
 collector.add_files(files, root)
-from hashreplay.pytest_usage import finish_usage
 ended = SimpleNamespace(config=config, shouldstop=False, shouldfail=False, exitstatus=0)
-finish_usage(ended, plugin.SESSION_KEY, plugin.USAGE_KEY)  # as pytest_sessionfinish does
+if run is not None:  # as pytest_sessionfinish does
+    from hashreplay.plugin.usage import finish_usage
+    finish_usage(ended, session, collector)
+else:
+    from hashreplay.pytest_usage import finish_usage
+    finish_usage(ended, plugin.SESSION_KEY, plugin.USAGE_KEY)
 t5 = time.perf_counter()
 assert (root / ".hashreplay" / "usage.json").stat().st_size > len(tests) * 100
-plugin.pytest_unconfigure(config)
+if run is not None:
+    run.unconfigure()
+else:
+    plugin.pytest_unconfigure(config)
 print(json.dumps({"file": plugin.__file__, "import": t1 - t0, "activation": t3 - t2,
                   "usage": t5 - t4, "imported": imported, "activated": activated}))
 """
@@ -107,6 +121,8 @@ version = "0"
 
 [tool.pytest.ini_options]
 testpaths = ["tests"]
+
+[tool.hashreplay]
 """
 
 
@@ -166,7 +182,7 @@ def run(
 def probe(rev: Rev, project: Path, tests: int) -> None:
     done, _, _ = run([sys.executable, "-c", PROBE, str(tests)], project, rev.env)
     data = json.loads(done.stdout.strip().splitlines()[-1])
-    expected = (rev.tree / "src" / "hashreplay" / "plugin.py").resolve()
+    expected = plugin_file(rev.tree).resolve()
     if Path(data["file"]).resolve() != expected:
         msg = f"{rev.name}: hashreplay.plugin came from {data['file']}, not {expected}"
         raise RuntimeError(msg)
@@ -236,13 +252,20 @@ def table(revs: list[Rev], tests: int) -> list[str]:
     return lines
 
 
+def plugin_file(tree: Path) -> Path:
+    """The plugin's module in a source tree: `plugin/__init__.py`, or `plugin.py` before
+    the plugin became a package."""
+    package = tree / "src" / "hashreplay" / "plugin" / "__init__.py"
+    return package if package.is_file() else tree / "src" / "hashreplay" / "plugin.py"
+
+
 def parse_rev(text: str) -> tuple[str, Path]:
     name, sep, tree = text.partition("=")
     if not sep:
         name, tree = Path(text).name, text
     path = Path(tree).resolve()
-    if not (path / "src" / "hashreplay" / "plugin.py").is_file():
-        msg = f"--rev {text}: no src/hashreplay/plugin.py under {path}"
+    if not plugin_file(path).is_file():
+        msg = f"--rev {text}: no hashreplay plugin under {path / 'src' / 'hashreplay'}"
         raise SystemExit(msg)
     return name, path
 

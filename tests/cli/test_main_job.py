@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -48,14 +50,21 @@ def test_the_main_job_replays_the_examples_offline() -> None:
     assert "0 recorded, 0 missed (replay)" in done.stdout
 
 
-def test_without_the_plugin_the_examples_say_how_to_run_them() -> None:
+@pytest.mark.parametrize(
+    "args", [[], ["-p", "hashreplay"]], ids=["plugin-off", "plugin-on-but-no-mode"]
+)
+def test_run_otherwise_the_examples_say_how_to_run_them(args: list[str]) -> None:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("INFERENCE_MODE", "HASHREPLAY_"))
+    }
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "examples/", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "examples/", "-p", "no:cacheprovider", *args],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
-    assert done.returncode != 0
-    assert "run `pytest -p hashreplay examples/`" in done.stderr + done.stdout
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "run `INFERENCE_MODE=replay pytest -p hashreplay examples/`" in done.stderr + done.stdout

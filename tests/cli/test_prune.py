@@ -39,6 +39,9 @@ PYPROJECT = """
 [tool.pytest.ini_options]
 testpaths = ["suite"]
 addopts = "-p no:hypothesispytest -p no:asyncio"
+
+# the project opts in to hashreplay (docs/design.md §16 Activation)
+[tool.hashreplay]
 """
 
 

@@ -1,5 +1,6 @@
 """The README's quick start, run literally (each line through bash) in a new git project of
-one's own, against the fake upstream; then replayed with the fake gone and no key."""
+one's own: `hashreplay init`, recording against the fake upstream, the commit; then plain
+`pytest` replays with the fake gone and no key."""
 
 from __future__ import annotations
 
@@ -60,8 +61,8 @@ def bash(line: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProce
 
 def test_the_quick_start_works_as_written(tmp_path: Path) -> None:
     lines = quick_start()
-    assert len(lines) == 3
-    record, commit, replay = lines
+    assert len(lines) == 4
+    init, record, commit, replay = lines
     project = tmp_path / "my-app"
     (project / "tests").mkdir(parents=True)
     (project / "tests" / "test_chat.py").write_text(TEST_CHAT)
@@ -81,11 +82,16 @@ def test_the_quick_start_works_as_written(tmp_path: Path) -> None:
         NO_COLOR="1",
     )
 
+    done = bash(init, project, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[tool.hashreplay]" in (project / "pyproject.toml").read_text()
+
     with FakeUpstream() as fake:
         live = {**env, "OPENAI_BASE_URL": f"{fake.url}/v1", "OPENAI_API_KEY": "sk-real-0123456789"}
         done = bash(record, project, live)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "2 recorded" in done.stdout
+        assert "run `hashreplay init`" not in done.stdout  # the project has the table
     done = bash(commit, project, env)
     assert done.returncode == 0, done.stdout + done.stderr
     tracked = subprocess.run(
@@ -93,6 +99,7 @@ def test_the_quick_start_works_as_written(tmp_path: Path) -> None:
     ).stdout.splitlines()
     assert [f for f in tracked if f.startswith("recordings/models-")], tracked
     assert [f for f in tracked if f.startswith("tests/recordings/")], tracked
+    assert {"pyproject.toml", ".gitattributes"} <= set(tracked)
 
     # CI: the fake is gone (its port refuses) and there is no key
     offline = {**env, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}

@@ -114,7 +114,8 @@ def test_status_and_prune_from_a_subdirectory_find_the_root(
     suite: pytest.Pytester, cli: Cli, monkeypatch: pytest.MonkeyPatch, table: str
 ) -> None:
     pyproject = suite.path / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text() + "\n" + table)
+    # the suite opts in through the mode given below, with or without the table
+    pyproject.write_text(pyproject.read_text().replace("[tool.hashreplay]", table))
     suite.runpytest("--inference-mode=record").assert_outcomes(passed=4)
     write_suite(
         suite,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -13,8 +12,7 @@ from hashreplay.core.recording import RecordedRequest, RecordedResponse, new_rec
 from hashreplay.engine.usage_collector import UsageCollector
 from hashreplay.engine.usage_log import RunUsage, TestUsage, read_usage, write_usage
 from hashreplay.maintenance.prune import REASON_GONE, REASON_UNUSED, plan_prune
-from hashreplay.plugin import USAGE_KEY
-from hashreplay.pytest_usage import merge_worker_usage
+from hashreplay.plugin.usage import merge_worker_piece
 
 
 @pytest.mark.parametrize(
@@ -69,10 +67,7 @@ def test_workers_are_merged_and_a_silent_worker_makes_the_run_partial(tmp_path: 
 
     crashed = UsageCollector()
     crashed.merge_worker(worker_a.piece.model_dump(mode="json"))
-    stash = pytest.Stash()
-    stash[USAGE_KEY] = crashed
-    node = SimpleNamespace(config=SimpleNamespace(stash=stash), gateway=SimpleNamespace(id="gw1"))
-    merge_worker_usage(node, USAGE_KEY)  # testnodedown of a worker that died: no workeroutput
+    merge_worker_piece(crashed, None, "gw1")  # testnodedown of a worker that died: no piece
     partial = crashed.finish(root=tmp_path, mode=Mode.REPLAY, reasons=[])
     assert not partial.full_suite
     assert partial.partial_reasons == [

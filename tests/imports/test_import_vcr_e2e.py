@@ -53,6 +53,9 @@ PYPROJECT = """
 addopts = "-p no:hypothesispytest"
 asyncio_default_fixture_loop_scope = "function"
 markers = ["vcr: pytest-recording's marker"]
+
+# the project opts in to hashreplay (docs/design.md §16 Activation)
+[tool.hashreplay]
 """
 
 

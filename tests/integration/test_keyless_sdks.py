@@ -83,6 +83,7 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
         monkeypatch.delenv(name, raising=False)
     pytester.makepyprojecttoml(
         '[tool.pytest.ini_options]\naddopts = "-p no:hypothesispytest -p no:asyncio"\n'
+        "[tool.hashreplay]\n"
     )
     pytester.makepyfile(test_app=APP)
     return pytester

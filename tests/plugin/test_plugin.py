@@ -65,6 +65,9 @@ PYPROJECT = """
 addopts = "-p no:hypothesispytest"
 asyncio_mode = "auto"
 asyncio_default_fixture_loop_scope = "function"
+
+# the project opts in to hashreplay (docs/design.md §16 Activation)
+[tool.hashreplay]
 """
 
 
@@ -112,7 +115,7 @@ def test_record_stop_upstream_replay_offline(
 
 
 def test_env_and_config_modes(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    project.makepyprojecttoml(PYPROJECT + '\n[tool.hashreplay]\nmode = "record-if-missing"\n')
+    project.makepyprojecttoml(PYPROJECT + 'mode = "record-if-missing"\n')
     first = project.runpytest("-k", "test_chat")
     first.assert_outcomes(passed=1, deselected=3)
     first.stdout.fnmatch_lines(["*0 replayed, 1 recorded, 0 missed (record-if-missing)"])
@@ -212,7 +215,7 @@ def test_invalid_mode_is_a_usage_error(
 
 
 def test_unknown_config_key_is_a_usage_error(project: pytest.Pytester) -> None:
-    project.makepyprojecttoml(PYPROJECT + "\n[tool.hashreplay]\nreplay_mode = 1\n")
+    project.makepyprojecttoml(PYPROJECT + "replay_mode = 1\n")
     result = project.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unknown key 'replay_mode'; valid keys are: *"])
@@ -278,7 +281,7 @@ def test_xdist_workers_counts_are_merged(project: pytest.Pytester) -> None:
 
 
 def test_bad_callables_entry_is_a_usage_error(project: pytest.Pytester) -> None:
-    project.makepyprojecttoml(PYPROJECT + '\n[tool.hashreplay]\ncallables = ["nowhere.at_all:f"]\n')
+    project.makepyprojecttoml(PYPROJECT + 'callables = ["nowhere.at_all:f"]\n')
     result = project.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
@@ -331,3 +334,37 @@ def test_miss_in_a_session_fixture_fails_the_test_that_needs_it(project: pytest.
             "*to record it: INFERENCE_MODE=record-if-missing pytest suite",
         ]
     )
+
+
+def test_a_miss_fails_an_xfail_test_and_conftest_wrappers_see_the_failure(
+    project: pytest.Pytester,
+) -> None:
+    """The hooks keep the plugin module's place among pytest's plugins: the miss is turned
+    into a failure after `xfail` had its say, and before a conftest wrapper looks."""
+    project.makeconftest(
+        """
+        import pytest
+
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_makereport(item, call):
+            report = yield
+            if call.when == "call":
+                print(f"SEEN: {item.name} {report.outcome}")
+            return report
+        """
+    )
+    project.makepyfile(
+        test_xfail="""
+        import os, httpx2, pytest
+
+        @pytest.mark.xfail(reason="the app is expected to fail here")
+        def test_swallowed_miss():
+            try:
+                httpx2.get(os.environ["FAKE_URL"] + "/plain")
+            except Exception:
+                pass
+        """
+    )
+    result = project.runpytest("-s", "test_xfail.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*SEEN: test_swallowed_miss failed*"])

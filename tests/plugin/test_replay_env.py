@@ -10,7 +10,7 @@ import pytest
 from hashreplay import Mode
 from hashreplay.core.config import load_config
 from hashreplay.core.replay_env import DEFAULT_REPLAY_ENV, PLACEHOLDER, missing, replay_env_values
-from hashreplay.keyless import Placeholders
+from hashreplay.engine.keyless import Placeholders
 
 pytest_plugins = ["pytester"]
 
@@ -39,6 +39,7 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
         monkeypatch.delenv(name, raising=False)
     pytester.makepyprojecttoml(
         '[tool.pytest.ini_options]\naddopts = "-p no:hypothesispytest -p no:asyncio"\n'
+        "[tool.hashreplay]\n"
     )
     pytester.makepyfile(test_app=APP)
     return pytester

@@ -69,7 +69,9 @@ def test_modules_after_activation():
     assert sorted(m for m in sys.modules if m in heavy or m.startswith(prefixes)) == []
 """
     )
-    result = pytester.runpytest_subprocess("-p", "hashreplay.plugin", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(
+        "-p", "hashreplay.plugin", "-p", "no:cacheprovider", "--inference-mode=replay"
+    )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["hashreplay: 0 replayed, 0 recorded, 0 missed (replay)"])
 

@@ -110,7 +110,7 @@ def test_recorded_pace_without_timing_fails_the_test_saying_how_to_record_it(
         answer = c.post(f"{upstream.url}/v1/chat/completions", json=BODY)
     assert answer.status_code == 404
     (miss,) = session.take_misses(TEST_ID)
-    assert "@pytest.mark.hashreplay(timing=True)" in miss.report
+    assert "@pytest.mark.hashreplay(record_timing=True)" in miss.report
     assert "record_timing = true" in miss.report
 
 

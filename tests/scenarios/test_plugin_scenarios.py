@@ -16,6 +16,9 @@ PYPROJECT = """
 addopts = "-p no:hypothesispytest"
 asyncio_mode = "auto"
 asyncio_default_fixture_loop_scope = "function"
+
+# the project opts in to hashreplay (docs/design.md §16 Activation)
+[tool.hashreplay]
 """
 
 TESTS = """

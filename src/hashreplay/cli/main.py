@@ -72,6 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hashreplay {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
+    init = sub.add_parser(
+        "init",
+        help="turn hashreplay on for this project: [tool.hashreplay] in pyproject.toml, "
+        "then git-setup",
+    )
+    _add_root(init)
+    init.set_defaults(textconv=None)  # git-setup's default textconv command
+
     status = sub.add_parser("status", help="mode, recordings directories, tokens they hold")
     _add_root(status)
     _add_usage_logs(status)
@@ -198,6 +206,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         assert server is not None  # the sub-command exists only when the module does
         code: int = server.run(args)
         return code
+    if args.command == "init":  # before any configuration is read: it may write the table
+        from hashreplay.cli.init import init
+
+        return init(args, Console())
     if args.command in ("textconv", "diff"):  # no project needed: they read the files given
         from hashreplay.cli import review
 

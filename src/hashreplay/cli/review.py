@@ -167,6 +167,15 @@ def attribute_pattern(directory: str) -> str:
     return pattern
 
 
+def in_git_repository(directory: Path) -> bool:
+    """Whether `directory` is inside a git repository (False too when git cannot run)."""
+    try:
+        _git(["rev-parse", "--git-dir"], cwd=directory)
+    except GitError:
+        return False
+    return True
+
+
 def setup_git(root: Path, common_dir: Path, command: str) -> GitSetup:
     """Add the attribute lines that are missing to `<root>/.gitattributes` and set
     `diff.hashreplay.textconv` in the repository's local configuration."""

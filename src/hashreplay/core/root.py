@@ -75,6 +75,12 @@ def _hashreplay_table(directory: Path) -> Path | None:
     return path if path.is_file() and "hashreplay" in _toml_tables(path) else None
 
 
+def has_hashreplay_table(directory: Path) -> bool:
+    """Whether `directory` has a `pyproject.toml` with a `[tool.hashreplay]` table, empty or
+    not: how a project opts in to the pytest plugin (docs/design.md, Activation)."""
+    return _hashreplay_table(directory) is not None
+
+
 def _ini_has(path: Path, section: str) -> bool:
     import configparser  # only for a setup.cfg / tox.ini: not at import
 

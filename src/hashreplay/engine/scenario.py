@@ -35,7 +35,7 @@ FAULT_MESSAGE = "hashreplay: fault {kind} injected by {spec}"
 NO_TIMING = (
     'pace = "recorded" needs the recording\'s timing, and {path} has none: re-record the test '
     "with timing (record_timing = true in [tool.hashreplay], or "
-    "@pytest.mark.hashreplay(timing=True)), e.g. INFERENCE_MODE=record pytest <the test>"
+    "@pytest.mark.hashreplay(record_timing=True)), e.g. INFERENCE_MODE=record pytest <the test>"
 )
 
 

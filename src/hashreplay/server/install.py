@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.context import conversation
+from hashreplay.engine.keyless import Placeholders
 from hashreplay.engine.session import Session
-from hashreplay.keyless import Placeholders
 
 logger = logging.getLogger("hashreplay")
 

@@ -1,6 +1,9 @@
 """Keyless replay for the front ends (docs/design.md §2): placeholders for unset provider key
 variables while a replay-mode run or test runs, taken away again for tests in another mode
-and when the run ends. Only variables that were unset are ever touched."""
+and when the run ends. Only variables that were unset are ever touched.
+
+Used by the pytest plugin and by `hashreplay.install()`, so it lives below both (the plugin
+package imports pytest; a server process calling `install()` must not)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The usage log (`.hashreplay/usage.json`) and `--hashreplay-prune` for the pytest plugin:
 which tests ran to completion and which recording files each used, merged across xdist
-workers, written once by the controller (or the only process)."""
+workers (`plugin/run.py` carries each worker's piece to the controller), written once by the
+controller (or the only process)."""
 
 from __future__ import annotations
 
@@ -99,25 +100,27 @@ def _partial_reasons(session: pytest.Session) -> list[str]:
     return reasons
 
 
-def finish_usage(
-    session: pytest.Session,
-    session_key: pytest.StashKey[Session],
-    usage_key: pytest.StashKey[UsageCollector],
-) -> None:
-    """Workers hand their view to the controller; the controller (or the only process)
-    writes the run's usage log and, with `--hashreplay-prune`, prunes."""
+def worker_piece(engine: Session, collector: UsageCollector) -> Any:
+    """A pytest-xdist worker's whole view (outcomes and files), for its controller."""
+    collector.add_files(engine.usage, engine.config.root)
+    return engine.seen_secrets.scrubber.value(collector.piece_json())
+
+
+def merge_worker_piece(collector: UsageCollector, piece: Any, worker: str) -> None:
+    """Add a finished worker's view to the controller's; a worker that sent none (it
+    crashed) makes the run partial, so prune spares its tests."""
+    if piece is None:
+        collector.note(f"worker {worker} ended without reporting its usage")
+    else:
+        collector.merge_worker(piece)
+
+
+def finish_usage(session: pytest.Session, engine: Session, collector: UsageCollector) -> None:
+    """The controller (or the only process) writes the run's usage log and, with
+    `--hashreplay-prune`, prunes."""
     config = session.config
-    engine = config.stash.get(session_key, None)
-    collector = config.stash.get(usage_key, None)
-    if engine is None or collector is None:
-        return
     root = engine.config.root
     collector.add_files(engine.usage, root)
-    workeroutput = getattr(config, "workeroutput", None)
-    if workeroutput is not None:
-        piece = collector.piece_json()
-        workeroutput["hashreplay_usage"] = engine.seen_secrets.scrubber.value(piece)
-        return
     run = collector.finish(root=root, mode=engine.config.mode, reasons=_partial_reasons(session))
     # test ids as recordings store them (docs/design.md §7): written, and pruned with
     run = scrubbed_usage(run, engine.seen_secrets.scrubber, engine.redactor.text)
@@ -177,15 +180,3 @@ def _unresolved(path: Path, root: Path) -> str:
         except ValueError:
             continue
     return str(path)
-
-
-def merge_worker_usage(node: Any, usage_key: pytest.StashKey[UsageCollector]) -> None:
-    collector = node.config.stash.get(usage_key, None)
-    if collector is None:
-        return
-    data = getattr(node, "workeroutput", {}).get("hashreplay_usage")
-    if data is None:
-        worker = getattr(getattr(node, "gateway", None), "id", "?")
-        collector.note(f"worker {worker} ended without reporting its usage")
-    else:
-        collector.merge_worker(data)

@@ -1,0 +1,154 @@
+"""The pytest plugin (`pytest11` entry point `hashreplay`; `-p no:hashreplay` turns it off).
+
+A thin shell: one option group, two markers, one fixture, and the decision whether this
+project opted in (docs/design.md §16 Activation). A project opts in with a
+`[tool.hashreplay]` table in the `pyproject.toml` at pytest's rootdir, or by giving a mode
+(`INFERENCE_MODE`, `--inference-mode`). Until then the plugin only registers its options,
+markers and fixture: no adapter, no network guard, no placeholders, no files, no summary.
+Once opted in, one `PluginRun` (`plugin/run.py`) holds the run's state under one
+`config.stash` key, and each hook below hands off to it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from hashreplay.core.config import load_config
+from hashreplay.core.constants import MODE_ENV, MODE_OPTION
+from hashreplay.core.errors import ConfigError
+from hashreplay.core.mode import Mode
+from hashreplay.core.root import has_hashreplay_table
+from hashreplay.plugin.markers import MARKER_LINES, HashReplayFixture
+from hashreplay.plugin.run import RUN_KEY, PluginRun
+
+__all__ = ["RUN_KEY", "PluginRun", "hashreplay"]
+
+_MODES = ", ".join(m.value for m in Mode)
+
+#: Why the plugin does nothing here, and how to turn it on.
+NOT_OPTED_IN = (
+    "hashreplay is not active in this project: run `hashreplay init` (adds [tool.hashreplay] "
+    f"to pyproject.toml), or give a mode ({MODE_ENV}=replay or {MODE_OPTION}=replay)"
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("hashreplay", "hashreplay: record and replay LLM/HTTP calls")
+    group.addoption(
+        MODE_OPTION,
+        dest="hashreplay_mode",
+        default=None,
+        metavar="MODE",
+        help=f"one of {_MODES} (default: ${MODE_ENV}, then [tool.hashreplay] mode, then "
+        "replay); giving a mode turns hashreplay on in a project without [tool.hashreplay]",
+    )
+    group.addoption(
+        "--hashreplay-prune",
+        dest="hashreplay_prune",
+        action="store_true",
+        default=False,
+        help="at the end of the run, delete the recordings it shows to be unused "
+        "(as `hashreplay prune` does)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKER_LINES:
+        config.addinivalue_line("markers", line)
+    option = config.getoption("hashreplay_mode")
+    try:
+        has_table = has_hashreplay_table(config.rootpath)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"hashreplay: {exc}") from None
+    if not (has_table or option or os.environ.get(MODE_ENV)):
+        if config.getoption("hashreplay_prune"):
+            raise pytest.UsageError(f"hashreplay: --hashreplay-prune: {NOT_OPTED_IN}")
+        return
+    try:
+        settings = load_config(config.rootpath, mode=option)
+        run = PluginRun(config, settings, has_table=has_table)
+        run.start()
+    except ConfigError as exc:
+        raise pytest.UsageError(f"hashreplay: {exc}") from None
+    config.stash[RUN_KEY] = run
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run = config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.unconfigure()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    run = session.config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.sessionstart(session)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    run = item.config.stash.get(RUN_KEY, None)
+    if run is None:
+        return (yield)
+    return (yield from run.runtest_protocol(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(
+    fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
+) -> Generator[None, object, object]:
+    run = request.config.stash.get(RUN_KEY, None)
+    if run is None:
+        return (yield)
+    return (yield from run.fixture_setup(fixturedef))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    run = item.config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.runtest_setup(item)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    run = item.config.stash.get(RUN_KEY, None)
+    return report if run is None else run.runtest_makereport(item, call, report)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    run = session.config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.sessionfinish(session)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any) -> None:
+    """pytest-xdist: a worker finished (the controller adds up its state)."""
+    run = node.config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.testnodedown(node)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    run = config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.terminal_summary(terminalreporter)
+
+
+@pytest.fixture
+def hashreplay(request: pytest.FixtureRequest) -> HashReplayFixture:
+    """hashreplay inside a test: `mode`, `test_id`, `conversation(name)`, `wait_hanging()`.
+
+    Fails the test, saying how to turn hashreplay on, in a project that has not opted in
+    (there is nothing to wait for or record under)."""
+    run = request.config.stash.get(RUN_KEY, None)
+    if run is None:
+        pytest.fail(f"the hashreplay fixture: {NOT_OPTED_IN}", pytrace=False)
+    return HashReplayFixture(run.session, request.node.nodeid)

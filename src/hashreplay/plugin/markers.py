@@ -1,0 +1,207 @@
+"""The plugin's markers and fixture (docs/scenarios.md): the `hashreplay` marker's per-test
+options, `hashreplay_fault` markers, the `hashreplay` fixture, and the end-of-test report of
+unconsumed recordings and faults that matched nothing.
+
+The marker's keywords are the configuration's names (`record_timing`, `pace`, `unconsumed`,
+`mode`), so a setting reads the same in `[tool.hashreplay]` and on a test; `timing` stays
+as an alias of `record_timing`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+from contextlib import AbstractContextManager
+from typing import Any
+
+import pytest
+
+from hashreplay.core.constants import FAULT_MARKER
+from hashreplay.core.context import conversation
+from hashreplay.core.errors import ConfigError, HashReplayWarning, RecordingError
+from hashreplay.core.mode import Mode
+from hashreplay.core.scenarios import Pace, Unconsumed
+from hashreplay.engine.faults import FaultSpec
+from hashreplay.engine.hangs import check_timeout, hang_timeout
+from hashreplay.engine.session import Session
+
+MARKER = "hashreplay"
+_MODES = ", ".join(m.value for m in Mode)
+#: The `hashreplay` marker's keywords: the `[tool.hashreplay]` names, and `timing`, the
+#: alias of `record_timing` that suites written before the names matched still use.
+MARKER_KEYWORDS = ("mode", "record_timing", "pace", "unconsumed")
+_ALIASES = {"timing": "record_timing"}
+
+#: The `markers` ini lines: what `pytest --markers` shows.
+MARKER_LINES = (
+    f"{MARKER}(mode=None, record_timing=None, pace=None, unconsumed=None): run this test in "
+    f"another hashreplay mode ({_MODES}), record timing (alias: timing=), pace its replay "
+    '("instant", "recorded", "fixed:<ms>"), treat unused recordings ("warn", "fail", "ignore")',
+    f"{FAULT_MARKER}(status=None, headers=None, body=None, endpoint=None, times=None, "
+    "call=None, error=None, after_chunks=None, hang=False): answer matching requests with "
+    'a fault instead of their recording (error: "read_timeout", "connect_error", '
+    '"disconnect")',
+)
+
+
+def marker_options(marker: pytest.Mark | None) -> dict[str, Any]:
+    """The closest `hashreplay` marker's keywords under their configuration names (the
+    positional argument is the mode); a ConfigError names a keyword it does not know."""
+    if marker is None:
+        return {}
+    source = f"@pytest.mark.{MARKER}"
+    if len(marker.args) > 1:
+        msg = f"{source} takes one positional argument (the mode), got {len(marker.args)}"
+        raise ConfigError(msg)
+    options: dict[str, Any] = {"mode": marker.args[0]} if marker.args else {}
+    for given, value in marker.kwargs.items():
+        name = _ALIASES.get(given, given)
+        if name not in MARKER_KEYWORDS:
+            msg = (
+                f"{source} has no keyword {given!r}; it takes "
+                + ", ".join(f"{k}=" for k in MARKER_KEYWORDS)
+                + " (timing= is an alias of record_timing=)"
+            )
+            raise ConfigError(msg)
+        if name in options:
+            msg = f"{source}: {name} is given twice ({given}= and {name}=, or positionally)"
+            raise ConfigError(msg)
+        options[name] = value
+    return options
+
+
+def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | None) -> Mode | None:
+    """Hand the test's scenario options (its closest `hashreplay` marker, its fault markers)
+    to the engine and return the marker's mode (None: the run's); a ConfigError names the
+    marker."""
+    options = marker_options(marker)
+    source = f"@pytest.mark.{MARKER}"
+    mode = options.get("mode")
+    timing = options.get("record_timing")
+    if timing is not None and not isinstance(timing, bool):
+        msg = f"{source} record_timing={timing!r} must be True or False"
+        raise ConfigError(msg)
+    pace = options.get("pace")
+    unconsumed = options.get("unconsumed")
+    faults = [
+        FaultSpec.parse(m.kwargs, source=f"@pytest.mark.{FAULT_MARKER}")
+        for m in reversed(list(item.iter_markers(FAULT_MARKER)))
+    ]
+    if timing is not None or pace is not None or unconsumed is not None or faults:
+        session.set_test_options(
+            item.nodeid,
+            timing=timing,
+            pace=None if pace is None else Pace.parse(pace, source=f"{source} pace"),
+            unconsumed=None
+            if unconsumed is None
+            else Unconsumed.parse(unconsumed, source=f"{source} unconsumed"),
+            faults=faults,
+        )
+    return None if mode is None else Mode.parse(mode, source=f"{source} mode")
+
+
+def report_leftovers(item: pytest.Item, session: Session, report: pytest.TestReport) -> int:
+    """Warn about (or fail the test for) what it left unused, and say which faults had
+    nothing to break yet; returns how many responses were left unused."""
+    _report_recorded_first(item, session, report)
+    try:
+        policy, unused, faults = session.leftovers(item.nodeid)
+    except RecordingError as exc:  # its recordings directory cannot be read (a symlink out)
+        if report.passed:
+            report.outcome = "failed"
+            report.longrepr = f"hashreplay: {item.nodeid}: {exc}"
+        return 0
+    if not unused and not faults:
+        return 0
+    root = session.config.root
+    lines = [u.describe(root) for u in unused] + faults
+    count = sum(u.count for u in unused)
+    head = f"hashreplay: {item.nodeid} left {count} recorded response(s) unused" + (
+        f" and {len(faults)} fault(s) unmatched" if faults else ""
+    )
+    text = "\n".join([head, *(f"  {line}" for line in lines)])
+    hint = (
+        "\n  (the test makes fewer calls than were recorded: re-record it with "
+        'INFERENCE_MODE=record, or set unconsumed = "ignore")'
+    )
+    if policy is Unconsumed.FAIL and report.passed:
+        report.outcome = "failed"
+        report.longrepr = text + hint
+    elif policy is not Unconsumed.IGNORE:
+        item.warn(HashReplayWarning(text))
+    return count
+
+
+def _report_recorded_first(item: pytest.Item, session: Session, report: pytest.TestReport) -> None:
+    """A fault that breaks a recorded response found none in a recording mode, so the call
+    was recorded whole: the test did not see the fault this time. Its failure (likely, as
+    it expects the fault) says why; a pass gets a warning."""
+    faults = session.recorded_first(item.nodeid)
+    if not faults:
+        return
+    text = "\n".join(
+        f"hashreplay: {item.nodeid}: {fault} had no recorded response to break, so the "
+        "call was made live and recorded whole; the fault applies from the next replay: "
+        f"pytest {item.nodeid}"
+        for fault in faults
+    )
+    if report.failed and report.longrepr is not None:
+        report.longrepr = f"{report.longrepr}\n\n{text}"
+    else:
+        item.warn(HashReplayWarning(text))
+
+
+class HashReplayFixture:
+    """What the `hashreplay` fixture gives a test. Inside a test the fixture's name shadows
+    the `hashreplay` module, so it offers what a test needs from the module too
+    (`conversation`)."""
+
+    def __init__(self, session: Session, test_id: str) -> None:
+        self._session = session
+        self._test_id = test_id
+
+    def __repr__(self) -> str:
+        return f"<hashreplay fixture of {self._test_id} ({self.mode.value})>"
+
+    @property
+    def test_id(self) -> str:
+        """The id this test's calls are recorded under (its pytest node id)."""
+        return self._test_id
+
+    @property
+    def mode(self) -> Mode:
+        """The mode this test runs in: the run's, or its marker's."""
+        return self._session.mode_for(self._test_id)
+
+    @staticmethod
+    def conversation(name: str) -> AbstractContextManager[None]:
+        """`hashreplay.conversation(name)`: run a block as conversation `name`, so identical
+        requests of concurrent conversations keep their own recorded sequences."""
+        return conversation(name)
+
+    def wait_hanging(self, timeout: float | None = 5.0) -> Any:
+        """Return once a request of this test hangs (`hashreplay_fault(hang=True)`); a
+        HangTimeout after `timeout` seconds (None: no limit). Inside a running event loop it
+        returns an awaitable instead: `await hashreplay.wait_hanging()`."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self._session.wait_hanging(self._test_id, timeout)
+            return None
+        return self._await_hanging(timeout)
+
+    def _await_hanging(self, timeout: float | None) -> Coroutine[Any, Any, None]:
+        check_timeout(timeout)  # at the call, not when awaited
+        hangs, test_id = self._session.hangs, self._test_id
+
+        async def wait() -> None:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not hangs.hanging(test_id):
+                if deadline is not None and time.monotonic() >= deadline:
+                    assert timeout is not None  # a deadline comes from a timeout
+                    # the timeout the test gave, not the poll's own zero wait
+                    raise hang_timeout(test_id, timeout)
+                await asyncio.sleep(0.005)
+
+        return wait()

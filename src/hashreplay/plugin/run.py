@@ -1,0 +1,240 @@
+"""The plugin's one state object: everything a pytest run of an opted-in project holds, and
+the hooks that use it (as syrupy's `SnapshotSession`).
+
+It exists only in a project that opted in (docs/design.md §16 Activation). The hooks in
+`plugin/__init__.py` each hand off to the method of the same name here; they stay in the
+module so that they keep the module's place among pytest's plugins (a miss fails a test
+after `xfail` has had its say, conftest wrappers see the failed report). Per test it does no
+more than set the test id context and hand the test's markers to the engine. pytest-xdist:
+each worker sends its counts, usage and unrecorded connections in `workeroutput`; the
+controller adds them up in `testnodedown`, both below.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from hashreplay import adapters
+from hashreplay.core.config import Config
+from hashreplay.core.constants import FIXTURE_MARK
+from hashreplay.core.context import process_test_id, set_process_test_id, test_context
+from hashreplay.core.errors import ConfigError, RecordingError, RecordingWriteError, ReplayFailure
+from hashreplay.core.mode import Mode
+from hashreplay.engine.keyless import Placeholders
+from hashreplay.engine.session import Session, Stats
+from hashreplay.engine.usage_collector import UsageCollector
+from hashreplay.plugin.markers import MARKER, apply_markers, report_leftovers
+from hashreplay.plugin.usage import UsageTracker, finish_usage, merge_worker_piece, worker_piece
+
+#: The one `config.stash` key of the plugin: the run's `PluginRun`, in an opted-in project.
+RUN_KEY = pytest.StashKey["PluginRun"]()
+
+#: The `workeroutput` key a pytest-xdist worker sends its state under.
+_WORKER_OUTPUT = "hashreplay"
+
+#: What a recording run in a project without `[tool.hashreplay]` ends with.
+INIT_HINT = (
+    "hashreplay: this project has no [tool.hashreplay] table in pyproject.toml, so plain "
+    "`pytest` will not replay these recordings: run `hashreplay init` once"
+)
+
+
+class PluginRun:
+    """The state of one pytest run of an opted-in project, and the hooks that use it."""
+
+    def __init__(self, config: pytest.Config, settings: Config, *, has_table: bool) -> None:
+        self.config = config
+        # write-behind: a record-mode call costs no disk latency; flushed at session end
+        self.session = Session(settings, write_behind=True)
+        self.placeholders = Placeholders(settings)
+        #: whether the project opted in with `[tool.hashreplay]` (else only through a mode)
+        self.has_table = has_table
+        #: the counts pytest-xdist workers reported (this process's are the session's own)
+        self.worker_stats = Stats()
+        #: connections that nothing recorded, reported by workers (label -> openers)
+        self.worker_unrecorded: dict[str, set[str]] = {}
+        #: recorded responses that tests left unused (this process and its workers)
+        self.unconsumed = 0
+        #: which tests ran and which files each used; made when the session starts
+        self.usage: UsageCollector | None = None
+
+    # --- start and end --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Intercept: sweep what killed writers left, placeholders, adapters, guard. A
+        ConfigError (a bad `callables` entry) leaves nothing changed."""
+        self.session.store.sweep_temp_files()
+        self.placeholders.apply(self.session.config.mode)
+        try:
+            adapters.activate(self.session)
+        except ConfigError:
+            self.placeholders.remove()
+            raise
+
+    def unconfigure(self) -> None:
+        if adapters.active_session() is self.session:
+            adapters.deactivate()
+        with contextlib.suppress(RecordingError):  # reported at session finish already
+            self.session.close()
+        self.placeholders.remove()
+
+    def sessionstart(self, session: pytest.Session) -> None:
+        self.usage = UsageCollector()
+        tracker = UsageTracker(session.config, self.session, self.usage)
+        session.config.pluginmanager.register(tracker, "hashreplay-usage")
+
+    # --- per test ---------------------------------------------------------------------------
+
+    def runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
+        session = self.session
+        session.begin_test(item.nodeid)
+        set_process_test_id(item.nodeid)
+        try:
+            with test_context(item.nodeid):
+                return (yield)
+        finally:
+            set_process_test_id(None)
+            session.end_test(item.nodeid)
+            self.placeholders.apply(session.config.mode)
+
+    def fixture_setup(self, fixturedef: pytest.FixtureDef[Any]) -> Generator[None, object, object]:
+        if fixturedef.scope == "function":
+            return (yield)
+        fixture_id = fixture_test_id(fixturedef)
+        self.session.begin_test(fixture_id)
+        outer = process_test_id()
+        set_process_test_id(fixture_id)
+        try:
+            with test_context(fixture_id):
+                result = yield
+        finally:
+            set_process_test_id(outer)
+        misses = self.session.take_misses(fixture_id)
+        if misses:
+            # fail the setup of the test that needed the fixture, with the report
+            pytest.fail("\n\n".join(miss.report for miss in misses), pytrace=False)
+        return result
+
+    def runtest_setup(self, item: pytest.Item) -> None:
+        try:
+            mode = apply_markers(item, self.session, item.get_closest_marker(MARKER))
+        except ConfigError as exc:
+            raise pytest.UsageError(f"hashreplay: {item.nodeid}: {exc}") from None
+        if mode is not None:
+            self.session.set_test_mode(item.nodeid, mode)
+            # placeholder keys only while replaying: a test marked record uses the real ones
+            self.placeholders.apply(mode)
+
+    def runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport
+    ) -> pytest.TestReport:
+        """The report as pytest made it, failed for a miss, checked for leftovers."""
+        misses = self.session.take_misses(item.nodeid)
+        if misses:
+            text = "\n\n".join(miss.report for miss in misses)
+            own = call.excinfo.value if call.excinfo is not None else None
+            if report.failed and report.longrepr is not None and not isinstance(own, ReplayFailure):
+                text += (
+                    "\n\n--- the test's own failure, likely caused by the miss ---\n"
+                    f"{report.longrepr}"
+                )
+            report.outcome = "failed"
+            report.longrepr = text
+        if call.when == "call":
+            self.unconsumed += report_leftovers(item, self.session, report)
+        return report
+
+    # --- end of the run ---------------------------------------------------------------------
+
+    def sessionfinish(self, session: pytest.Session) -> None:
+        self._flush_recordings(session)
+        if self.usage is None:  # the session never started
+            return
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:  # a pytest-xdist worker: the controller reports
+            workeroutput[_WORKER_OUTPUT] = self._worker_output()
+        else:
+            finish_usage(session, self.session, self.usage)
+
+    def _flush_recordings(self, session: pytest.Session) -> None:
+        """Every recording of the run on disk before usage is written or anything is
+        pruned; a write that failed (disk full, no permission) fails the run, naming the
+        file."""
+        hr = self.session
+        try:
+            hr.flush()
+        except RecordingError as exc:
+            if isinstance(exc, RecordingWriteError):
+                # the summary counts files that exist: each failure was one counted recording
+                hr.stats.recorded = max(0, hr.stats.recorded - len(exc.failures))
+            reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                for line in f"hashreplay: {exc}".splitlines():
+                    reporter.write_line(line, red=True)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _worker_output(self) -> dict[str, Any]:
+        """What a pytest-xdist worker sends its controller (read by `testnodedown`)."""
+        assert self.usage is not None
+        return {
+            "stats": self.session.stats.as_dict(),
+            "unconsumed": self.unconsumed,
+            "unrecorded": {
+                label: sorted(openers)
+                for label, openers in self.session.connections.unrecorded.items()
+            },
+            "usage": worker_piece(self.session, self.usage),
+        }
+
+    def testnodedown(self, node: Any) -> None:
+        """pytest-xdist: add a finished worker's state to the controller's."""
+        sent: dict[str, Any] = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT) or {}
+        if sent.get("stats"):
+            self.worker_stats.merge(Stats(**sent["stats"]))
+        self.unconsumed += sent.get("unconsumed", 0)
+        for label, openers in sent.get("unrecorded", {}).items():
+            self.worker_unrecorded.setdefault(label, set()).update(openers)
+        if self.usage is not None:
+            worker = getattr(getattr(node, "gateway", None), "id", "?")
+            merge_worker_piece(self.usage, sent.get("usage"), worker)
+
+    def terminal_summary(self, terminalreporter: Any) -> None:
+        settings = self.session.config
+        stats = Stats()
+        stats.merge(self.session.stats)
+        stats.merge(self.worker_stats)
+        line = (
+            f"hashreplay: {stats.replayed} replayed, {stats.recorded} recorded, "
+            f"{stats.missed} missed ({settings.mode.value})"
+        )
+        if stats.passed_through:
+            line += f"; {stats.passed_through} passed through"
+        if stats.not_recorded:  # docs/design.md, "Only answers are recorded"
+            calls = "call" if stats.not_recorded == 1 else "calls"
+            line += f"; {stats.not_recorded} {calls} not recorded: no response"
+        if self.unconsumed:
+            line += f"; {self.unconsumed} recorded response(s) left unused"
+        terminalreporter.write_line(line)
+        connections = self.session.connections
+        for label, openers in self.worker_unrecorded.items():
+            connections.unrecorded.setdefault(label, set()).update(openers)
+        unrecorded = connections.summary()
+        if unrecorded:
+            terminalreporter.write_line(f"hashreplay: {unrecorded}", yellow=True)
+        if not self.has_table and settings.mode in (Mode.RECORD, Mode.RECORD_IF_MISSING):
+            terminalreporter.write_line(INIT_HINT, yellow=True)
+
+
+def fixture_test_id(fixturedef: pytest.FixtureDef[Any]) -> str:
+    """The id a class-, module-, package- or session-scoped fixture records under: its own,
+    so its calls do not belong to whichever test happened to set it up first (with `-k`,
+    another test would, and replay would miss). Its file part names where it is defined, so
+    its recordings sit in that directory's `recordings/`."""
+    base = fixturedef.baseid
+    if ".py" not in base:
+        base = f"{base}/conftest.py" if base else "conftest.py"
+    return f"{base}{FIXTURE_MARK}{fixturedef.argname}"
