@@ -26,6 +26,7 @@ from hashreplay.core.mode import Mode
 if TYPE_CHECKING:
     from hashreplay.adapters.callables import record_callable, unpatch_callables
     from hashreplay.asgi import TestIdMiddleware
+    from hashreplay.asgi import TestIdMiddleware as ASGITestIdMiddleware
     from hashreplay.server.install import install, uninstall
     from hashreplay.wsgi import TestIdMiddleware as WSGITestIdMiddleware
 
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
 #: Names loaded on first use, so `import hashreplay` (which the pytest plugin's import runs)
 #: stays light: `name -> (module, attribute)`.
 _LAZY = {
+    # the pair by server interface; `TestIdMiddleware` is the ASGI one, as `hashreplay.asgi`
+    # names it (docs/design.md §8)
+    "ASGITestIdMiddleware": ("hashreplay.asgi", "TestIdMiddleware"),
     "TestIdMiddleware": ("hashreplay.asgi", "TestIdMiddleware"),
     "WSGITestIdMiddleware": ("hashreplay.wsgi", "TestIdMiddleware"),
     "install": ("hashreplay.server.install", "install"),
@@ -66,6 +70,7 @@ def _version() -> str:
 
 
 __all__ = [
+    "ASGITestIdMiddleware",
     "BodyTooLarge",
     "ConfigError",
     "HashReplayError",

@@ -12,6 +12,7 @@ import hashreplay
 #: What users call. Internals (Session, Store, Redactor, request_hash, …) stay importable
 #: from their own modules but are not promised.
 PUBLIC = {
+    "ASGITestIdMiddleware",
     "BodyTooLarge",
     "ConfigError",
     "HashReplayError",
@@ -82,3 +83,11 @@ def test_import_hashreplay_loads_no_client_adapter_or_server() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_middlewares_are_a_pair_by_server_interface() -> None:
+    from hashreplay import asgi, wsgi
+
+    assert hashreplay.ASGITestIdMiddleware is asgi.TestIdMiddleware
+    assert hashreplay.WSGITestIdMiddleware is wsgi.TestIdMiddleware
+    assert hashreplay.TestIdMiddleware is hashreplay.ASGITestIdMiddleware  # the contract name
