@@ -102,7 +102,7 @@ def test_the_same_project_with_the_table_is_intercepted(
     assert upstream.calls == []  # replay never reached the upstream
     result.stdout.fnmatch_lines(
         [
-            "*hashreplay: no recording for GET http://localhost/v1/models (replay mode)*",
+            "*hashreplay: no recording for GET http://127.0.0.1:*/v1/models (replay mode)*",
             f"*hashreplay: blocked a connection to {REMOTE}:9 in replay mode*",
             "*the network guard's audit hook*",
             "hashreplay: 0 replayed, 0 recorded, 2 missed (replay)",  # the miss and the block

@@ -78,7 +78,7 @@ def test_a_recorded_base_exception_fails_only_its_test(
 ) -> None:
     monkeypatch.setenv("FAKE_URL", upstream.url)
     monkeypatch.delenv("INFERENCE_MODE", raising=False)
-    pytester.makepyprojecttoml(PYPROJECT + "\n[tool.hashreplay]\n")
+    pytester.makepyprojecttoml(PYPROJECT)
     (pytester.path / "suite").mkdir()
     (pytester.path / "suite" / "test_app.py").write_text(TESTS)
     pytester.runpytest_subprocess("--inference-mode=record").assert_outcomes(passed=6)

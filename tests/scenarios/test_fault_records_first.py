@@ -17,6 +17,9 @@ PYPROJECT = """
 [tool.pytest.ini_options]
 addopts = "-p no:hypothesispytest"
 asyncio_default_fixture_loop_scope = "function"
+
+# the project opts in to hashreplay (docs/design.md §16 Activation)
+[tool.hashreplay]
 """
 
 TESTS = """
