@@ -20,8 +20,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-import requests
-import urllib3
 
 from hashreplay import Mode, test_context
 from hashreplay.engine.faults import FaultSpec
@@ -30,6 +28,10 @@ from hashreplay.engine.session import Session
 from tests.fakes.upstream import FakeUpstream, Scripted
 from tests.integration.three_phases import AllAdapters, adapters
 from tests.scenarios.test_pacing import FakeClock, clock
+from tests.sdks import sdk
+
+requests = sdk("requests")
+urllib3 = sdk("urllib3")
 
 __all__ = ["adapters", "clock"]  # fixtures, used by name
 
