@@ -14,6 +14,7 @@ from hashreplay.adapters import ADAPTERS, _state, activate, deactivate
 from hashreplay.core.config import load_config
 from hashreplay.engine.http import BreakKind, ReplayPlan
 from hashreplay.engine.session import Session
+from tests.sdks import sdk
 
 
 def _session(root: Path) -> Session:
@@ -21,6 +22,7 @@ def _session(root: Path) -> Session:
 
 
 def test_every_registered_adapter_is_a_module_with_the_seam() -> None:
+    sdk("urllib3")  # the urllib3 adapter imports it (the `sdks` extra brings it)
     names = [entry.module for entry in ADAPTERS]
     assert len(names) == len(set(names))
     for name in names:
@@ -33,7 +35,7 @@ def test_activate_installs_and_deactivate_restores_every_registered_adapter(
     tmp_path: Path,
 ) -> None:
     importlib.import_module("aiohttp")
-    importlib.import_module("urllib3")
+    sdk("urllib3")
     session = _session(tmp_path)
     activate(session)
     try:
@@ -48,6 +50,7 @@ def test_activate_installs_and_deactivate_restores_every_registered_adapter(
 
 
 def test_one_adapters_uninstall_leaves_another_its_session(tmp_path: Path) -> None:
+    sdk("urllib3")
     urllib3_adapter = adapters.adapter("urllib3")
     stdlib_adapter = adapters.adapter("stdlib")
     session = _session(tmp_path)
@@ -79,9 +82,9 @@ def _plan(kind: BreakKind) -> ReplayPlan:
 async def test_every_adapter_raises_its_clients_own_exception_for_every_break_kind(
     kind: BreakKind,
 ) -> None:
+    urllib3 = sdk("urllib3")  # the `sdks` extra brings it
+    u3exc = sdk("urllib3.exceptions")
     import aiohttp
-    import urllib3
-    import urllib3.exceptions as u3exc
     from yarl import URL
 
     from hashreplay.adapters import _wire

@@ -11,19 +11,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import urllib3
-from urllib3.connectionpool import HTTPConnectionPool
-from urllib3.response import HTTPResponse
 
 from hashreplay import Mode, test_context
 from hashreplay.adapters import _state, _wire, activate, deactivate
 from hashreplay.adapters import stdlib as stdlib_adapter
-from hashreplay.adapters import urllib3 as urllib3_adapter
 from hashreplay.core.config import load_config
 from hashreplay.core.errors import HashReplayWarning
 from hashreplay.engine.http import ReplayPlan
 from hashreplay.engine.session import Session
 from tests.fakes.upstream import FakeUpstream
+from tests.sdks import sdk
+
+urllib3 = sdk("urllib3")
+HTTPConnectionPool = sdk("urllib3.connectionpool").HTTPConnectionPool
+HTTPResponse = sdk("urllib3.response").HTTPResponse
+
+from hashreplay.adapters import urllib3 as urllib3_adapter  # noqa: E402  (imports urllib3)
 
 TEST_ID = "tests/test_adapter.py::test_it"
 CONN_METHODS = ("putrequest", "putheader", "endheaders", "send", "getresponse")

@@ -7,10 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
-from urllib3.connectionpool import HTTPConnectionPool
 
 from hashreplay import Mode, test_context
 from hashreplay.core.normalise import new_id_registry
@@ -20,6 +17,11 @@ from hashreplay.core.streams import EventStreamFrames, StreamFormat, decode_chun
 from tests.fakes.bedrock import EVENTSTREAM, event_frame
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.three_phases import TEST_ID, AllAdapters, adapters, three_phases
+from tests.sdks import sdk
+
+boto3 = sdk("boto3")
+Config = sdk("botocore.config").Config
+HTTPConnectionPool = sdk("urllib3.connectionpool").HTTPConnectionPool
 
 __all__ = ["adapters"]
 

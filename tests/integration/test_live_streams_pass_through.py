@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import requests
 
 from hashreplay import Mode, test_context
 from tests.integration.three_phases import TEST_ID, AllAdapters, adapters
+from tests.sdks import sdk
 
 __all__ = ["adapters"]
 
@@ -71,6 +71,7 @@ def _events(adapters: AllAdapters) -> list[object]:
 def test_requests_sees_the_first_event_before_the_stream_ends(
     two_part: TwoPartStream, adapters: AllAdapters
 ) -> None:
+    requests = sdk("requests")  # the `sdks` extra
     adapters.start(Mode.RECORD)
     with test_context(TEST_ID), requests.get(f"{two_part.url}/sse", stream=True) as r:
         lines = []
@@ -104,6 +105,7 @@ def test_http_client_sees_the_first_event_before_the_stream_ends(
 def test_a_stream_closed_early_is_recorded_as_far_as_it_was_read(
     two_part: TwoPartStream, adapters: AllAdapters
 ) -> None:
+    requests = sdk("requests")  # the `sdks` extra
     adapters.start(Mode.RECORD)
     with test_context(TEST_ID), requests.get(f"{two_part.url}/sse", stream=True) as r:
         first = next(line for line in r.iter_lines(chunk_size=None) if line)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import requests
-import urllib3
-
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.three_phases import AllAdapters, adapters, three_phases
+from tests.sdks import sdk
+
+requests = sdk("requests")
+urllib3 = sdk("urllib3")
 
 __all__ = ["adapters"]
 

@@ -14,14 +14,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import requests
-import urllib3
 
 from hashreplay import Mode, test_context
 from hashreplay.core.constants import MISS_HEADER, TEST_ID_HEADER
 from tests.fakes.upstream import FakeUpstream, Scripted
 from tests.guards import ConnectGuard
 from tests.integration.three_phases import TEST_ID, AllAdapters, adapters, three_phases
+from tests.sdks import sdk
+
+requests = sdk("requests")
+urllib3 = sdk("urllib3")
 
 __all__ = ["adapters"]
 

@@ -22,13 +22,15 @@ from typing import Any
 
 import aiohttp  # noqa: F401  # imported here, in pytester's baseline (see tests/conftest.py)
 import pytest
-import requests  # noqa: F401
 
 from hashreplay.cli.main import main
 from hashreplay.core.config import load_config
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session
 from tests.fakes.upstream import FakeUpstream
+from tests.sdks import preload, sdk
+
+preload("requests")  # in pytester's baseline where installed (see tests/conftest.py)
 
 pytest_plugins = ["pytester"]
 
@@ -148,6 +150,8 @@ def test_swallowed():
 def test_an_endless_stream_is_stopped_at_max_body_bytes_with_memory_bounded(
     pytester: pytest.Pytester, endless: EndlessUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    sdk("requests")  # the inner suite drives requests and urllib3 too (the `sdks` extra)
+    sdk("urllib3")
     monkeypatch.delenv("INFERENCE_MODE", raising=False)
     monkeypatch.setenv("FAKE_URL", endless.url)
     monkeypatch.setenv("LIMIT", str(LIMIT))

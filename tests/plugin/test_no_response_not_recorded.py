@@ -15,10 +15,12 @@ from pathlib import Path
 
 import aiohttp  # noqa: F401  # imported here, in pytester's baseline (see tests/conftest.py)
 import pytest
-import requests  # noqa: F401
 
 from hashreplay.cli.main import main
 from tests.fakes.upstream import FakeUpstream, Scripted
+from tests.sdks import preload, sdk
+
+preload("requests")  # in pytester's baseline where installed (see tests/conftest.py)
 
 pytest_plugins = ["pytester"]
 
@@ -114,6 +116,9 @@ def closed_port_url() -> str:
 
 
 def make_project(pytester: pytest.Pytester, tests: str, extra: str = "") -> Path:
+    if tests is CLIENTS:  # it drives requests and urllib3 too (the `sdks` extra)
+        sdk("requests")
+        sdk("urllib3")
     pytester.makepyprojecttoml(PYPROJECT.format(extra=extra))
     (pytester.path / "suite").mkdir(exist_ok=True)
     (pytester.path / "suite" / "test_app.py").write_text(tests)

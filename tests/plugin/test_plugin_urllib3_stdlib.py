@@ -3,12 +3,16 @@ sessions: recorded, then replayed with the upstream stopped and no socket opened
 
 from __future__ import annotations
 
-import boto3  # noqa: F401  # imported here, in pytester's baseline (see tests/conftest.py)
 import pytest
-import requests  # noqa: F401
 
 from tests.fakes.upstream import FakeUpstream
 from tests.plugin.test_plugin import GUARD_CONFTEST, PYPROJECT, recordings
+from tests.sdks import sdk
+
+# Imported here, in pytester's baseline (see tests/conftest.py); the inner suite drives them.
+sdk("boto3")
+sdk("requests")
+sdk("urllib3")
 
 pytest_plugins = ["pytester"]
 

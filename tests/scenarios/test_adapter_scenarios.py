@@ -1,8 +1,7 @@
-"""Faults, hangs, pacing and stream end states with every adapter besides httpx (issue 14
-item 3: they "apply to every adapter"): requests and raw urllib3 (the urllib3 adapter),
-`urllib.request` (the http.client adapter) and raw aiohttp, each recorded against a real
-server and replayed with the plan fields of docs/design.md §11 carried out with the client
-library's own exceptions."""
+"""Faults, hangs, pacing and stream end states with every adapter besides httpx (they apply
+to every adapter): requests and raw urllib3 (the urllib3 adapter), `urllib.request` (the
+http.client adapter) and raw aiohttp, each recorded against a real server and replayed with
+the plan fields of docs/design.md §11 carried out with the client library's own exceptions."""
 
 from __future__ import annotations
 
@@ -20,8 +19,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-import requests
-import urllib3
 
 from hashreplay import Mode, test_context
 from hashreplay.engine.faults import FaultSpec
@@ -29,9 +26,14 @@ from hashreplay.engine.hangs import HangTimeout
 from hashreplay.engine.session import Session
 from tests.fakes.upstream import FakeUpstream, Scripted
 from tests.integration.three_phases import AllAdapters, adapters
-from tests.scenarios.test_pacing import FakeClock, clock
+from tests.scenarios.hang_spy import HangWait, hang_waits
+from tests.scenarios.test_pacing import FakeClock, LoopClock, clock, loop_clock
+from tests.sdks import sdk
 
-__all__ = ["adapters", "clock"]  # fixtures, used by name
+requests = sdk("requests")
+urllib3 = sdk("urllib3")
+
+__all__ = ["adapters", "clock", "hang_waits", "loop_clock"]  # fixtures, used by name
 
 TEST_ID = "tests/test_app.py::test_every_client"
 CHAT = "/v1/chat/completions"
@@ -272,19 +274,22 @@ HANG_RAISED: dict[str, type[BaseException]] = {
 }
 
 
-def test_a_hang_ends_with_the_clients_own_timeout_quickly(
-    recorded: str, adapters: AllAdapters, client: Client
+def test_a_hang_ends_with_the_clients_own_timeout(
+    recorded: str, adapters: AllAdapters, client: Client, hang_waits: list[HangWait]
 ) -> None:
     replaying(adapters, {"hang": True})
     start = time.monotonic()
     with test_context(TEST_ID), pytest.raises(HANG_RAISED[client.name]):
         client.chat(recorded, 0.2)
-    assert 0.15 <= time.monotonic() - start < 1.0
+    assert time.monotonic() - start >= 0.15  # it really waited
+    # it waited at most the client's own read timeout (handed to the hang, not timed here),
+    # and that ended it: the test had not ended
+    assert hang_waits == [HangWait(0.2, "returned")]
 
 
 @pytest.mark.parametrize("client", ["requests", "urllib3", "urllib"], indirect=True)
 def test_a_sync_hang_is_seen_by_wait_hanging_and_ends_with_the_test(
-    recorded: str, adapters: AllAdapters, client: Client
+    recorded: str, adapters: AllAdapters, client: Client, hang_waits: list[HangWait]
 ) -> None:
     session = replaying(adapters, {"hang": True})
     raised: list[BaseException] = []
@@ -297,28 +302,28 @@ def test_a_sync_hang_is_seen_by_wait_hanging_and_ends_with_the_test(
                 raised.append(exc)
 
     thread = threading.Thread(target=call)
-    start = time.monotonic()
     thread.start()
-    session.wait_hanging(TEST_ID, 1.0)
+    session.wait_hanging(TEST_ID, 30)  # generous limits: they only stop a broken run
     assert thread.is_alive()
+    assert hang_waits == [HangWait(None)]  # no timeout of its own: only the test's end frees it
     session.end_test(TEST_ID)
-    thread.join(1.0)
+    thread.join(30)
     assert not thread.is_alive()
-    assert time.monotonic() - start < 1.0
+    assert hang_waits == [HangWait(None, "returned")]  # freed by the test's end
     assert isinstance(raised[0], HANG_RAISED[client.name])
 
 
 @pytest.mark.parametrize("client", ["aiohttp"], indirect=True)
 def test_an_aiohttp_hang_ends_with_its_total_timeout_or_a_cancel(
-    recorded: str, adapters: AllAdapters, client: Client
+    recorded: str, adapters: AllAdapters, client: Client, hang_waits: list[HangWait]
 ) -> None:
     session = replaying(adapters, {"hang": True})
-    start = time.monotonic()
     with test_context(TEST_ID), pytest.raises(asyncio.TimeoutError):
         client.chat(recorded, aiohttp.ClientTimeout(total=0.2))
-    assert time.monotonic() - start < 1.0
+    # aiohttp's total timeout cancelled the hanging request (its wait had no read timeout)
+    assert hang_waits == [HangWait(None, "cancelled")]
 
-    async def run() -> float:
+    async def run() -> None:
         async def call() -> str:
             async with (
                 aiohttp.ClientSession() as s,
@@ -326,7 +331,6 @@ def test_an_aiohttp_hang_ends_with_its_total_timeout_or_a_cancel(
             ):
                 return await r.text()
 
-        start = time.monotonic()
         task = asyncio.ensure_future(call())
         while True:  # the engine's wait, polled so the loop keeps running the task
             try:
@@ -337,10 +341,10 @@ def test_an_aiohttp_hang_ends_with_its_total_timeout_or_a_cancel(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        return time.monotonic() - start
 
     with test_context(TEST_ID):
-        assert asyncio.run(run()) < 1.0
+        asyncio.run(run())
+    assert hang_waits[1:] == [HangWait(None, "cancelled")]  # the test's cancel ended it
 
 
 # --- pacing ----------------------------------------------------------------------------------
@@ -367,37 +371,29 @@ def test_fixed_pace_waits_before_each_chunk_through_the_clock(
 
 @pytest.mark.parametrize("client", ["aiohttp"], indirect=True)
 def test_aiohttp_pacing_awaits_and_the_loop_stays_responsive(
-    recorded: str, adapters: AllAdapters, client: Client
+    recorded: str, adapters: AllAdapters, client: Client, loop_clock: LoopClock
 ) -> None:
     replaying(adapters, pace="fixed:50")
 
-    async def run() -> tuple[float, int, int]:
-        ticks = 0
+    async def run() -> int:
         done = asyncio.Event()
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while not done.is_set():
-                ticks += 1
-                await asyncio.sleep(0.005)
-
-        task = asyncio.ensure_future(ticker())
-        start = time.monotonic()
-        got = []
+        task = asyncio.ensure_future(loop_clock.ticker(done))
         async with (
             aiohttp.ClientSession() as s,
             s.post(f"{recorded}{CHAT}", data=STREAM_BODY, headers=HEADERS) as r,
         ):
             got = [chunk async for chunk in r.content.iter_any()]
-        elapsed = time.monotonic() - start
         done.set()
         await task
-        return elapsed, ticks, len(got)
+        return len(got)
 
     with test_context(TEST_ID):
-        elapsed, ticks, chunks = asyncio.run(run())
-    assert elapsed >= 0.05 * chunks * 0.9
-    assert ticks >= chunks * 3  # the loop ran other tasks while the replay waited
+        chunks = asyncio.run(run())
+    # 50 ms before each chunk, awaited (never blocking the loop), and another task ran during
+    # every wait: shown by the fake clock, whatever the machine's speed
+    assert [w for w in loop_clock.waits if w] == [0.05] * chunks
+    assert loop_clock.blocking == []
+    assert min(loop_clock.ran_during) >= 1
 
 
 # --- stream end states when recording ----------------------------------------------------------

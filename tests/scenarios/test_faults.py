@@ -1,4 +1,4 @@
-"""Faults and hangs (issue 14 item 3) with the real openai SDK (sync and async) and a raw
+"""Faults and hangs with the real openai SDK (sync and async) and a raw
 httpx stream: each fault kind, a 429 the SDK retries before the recorded 200, a hang the
 test cancels once `wait_hanging` returns. Faults answer before any recorded response is
 consumed and are never recorded."""
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
 import httpx2
@@ -20,6 +19,9 @@ from hashreplay.engine.hangs import HangTimeout
 from hashreplay.engine.session import Session
 from tests.conftest import Recorder
 from tests.fakes.upstream import FakeUpstream
+from tests.scenarios.hang_spy import HangWait, hang_waits
+
+__all__ = ["hang_waits"]  # the fixture, used by name
 
 TEST_ID = "tests/test_app.py::test_agent"
 KEY = "sk-proj-abcdefghijklmnopqrstuvwxyz0123"
@@ -164,11 +166,12 @@ def test_the_sdk_stream_breaks_after_n_chunks_sync_and_async(
         asyncio.run(run())
 
 
-def test_a_hang_is_cancelled_after_wait_hanging_returns(recorded: str, recorder: Recorder) -> None:
+def test_a_hang_is_cancelled_after_wait_hanging_returns(
+    recorded: str, recorder: Recorder, hang_waits: list[HangWait]
+) -> None:
     session = replaying(recorder, {"hang": True})
 
-    async def run() -> float:
-        start = time.monotonic()
+    async def run() -> None:
         task = asyncio.ensure_future(
             aclient(recorded, timeout=None).chat.completions.create(
                 model="gpt-fake-1", messages=MESSAGES
@@ -183,17 +186,21 @@ def test_a_hang_is_cancelled_after_wait_hanging_returns(recorded: str, recorder:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        return time.monotonic() - start
 
     with test_context(TEST_ID):
-        assert asyncio.run(run()) < 1.0
+        asyncio.run(run())
+    # no timeout of its own (it would wait until the test's end): the cancel ended it at once
+    assert hang_waits == [HangWait(None, "cancelled")]
 
 
-def test_a_sync_hang_ends_with_the_clients_own_timeout(recorded: str, recorder: Recorder) -> None:
+def test_a_sync_hang_ends_with_the_clients_own_timeout(
+    recorded: str, recorder: Recorder, hang_waits: list[HangWait]
+) -> None:
     replaying(recorder, {"hang": True})
     c = openai.OpenAI(base_url=f"{recorded}/v1", api_key=KEY, max_retries=0, timeout=0.2)
     with test_context(TEST_ID), pytest.raises(openai.APITimeoutError):
         chat(c)
+    assert hang_waits == [HangWait(0.2, "returned")]  # the SDK's timeout, handed to the hang
 
 
 def test_wait_hanging_says_when_nothing_hangs(recorder: Recorder) -> None:

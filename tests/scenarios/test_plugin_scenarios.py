@@ -8,6 +8,9 @@ import json
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
+from tests.sdks import preload, sdk
+
+preload("requests")  # in pytester's baseline where installed (see tests/conftest.py)
 
 pytest_plugins = ["pytester"]
 
@@ -188,6 +191,7 @@ async def test_aiohttp_paced():
 def test_fault_and_pace_markers_with_requests_urllib_and_aiohttp(
     project: pytest.Pytester, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    sdk("requests")  # the inner suite drives it (the `sdks` extra)
     project.makepyfile(test_others=OTHER_CLIENTS)
     recorded = project.runpytest("test_others.py", "--inference-mode=record")
     recorded.assert_outcomes(passed=4)
