@@ -15,12 +15,31 @@ import os
 import re
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from hashreplay.core.constants import RECORDINGS_DIRNAME
+from hashreplay.core.constants import RECORDINGS_DIRNAME, STATE_DIRNAME
 from hashreplay.core.errors import RecordingError
 
 __all__ = ["RecordingsDirOutside", "outside_root", "read_contained", "recordings_dir_for"]
 
 #: compiled on first use (the `re` module's cache), not at import: start-up time
+#: Directories never searched for recordings.
+SKIP_DIRS: frozenset[str] = frozenset(
+    {
+        ".venv",
+        ".git",
+        "node_modules",
+        STATE_DIRNAME,
+        "site-packages",
+        "__pycache__",
+        ".tox",
+        ".nox",
+        ".pytest_cache",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".hypothesis",
+    }
+)
+
+
 _SEPARATORS = r"[\\/]"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from hashreplay.core.bodies import decode_body
 from hashreplay.core.content_coding import decoder_for
@@ -19,8 +19,14 @@ from hashreplay.core.errors import BodyTooLarge, RecordingError
 from hashreplay.core.recording import EndState, RecordedResponse
 from hashreplay.core.streams import render_stream, stream_finished, stream_format_for
 
-if TYPE_CHECKING:
-    from hashreplay.engine.hangs import Hang
+
+class Hanging(Protocol):
+    """A plan's hang (`engine.hangs.Hang`): the adapter waits on it with its client's read
+    timeout (docs/design.md §11, "Scenarios: what an adapter does with a plan")."""
+
+    def wait(self, timeout: float | None) -> None: ...
+
+    async def await_(self, timeout: float | None) -> None: ...
 
 
 class IncomingRequest:
@@ -134,7 +140,7 @@ class ReplayPlan(NamedTuple):
     #: Async adapters await (`engine.pacing.asleep`), sync ones sleep (`pacing.sleep`).
     delays: tuple[float, ...] = ()
     #: never answer: wait on it until the client's timeout or cancellation fires
-    hang: Hang | None = None
+    hang: Hanging | None = None
 
     @property
     def broken(self) -> bool:

@@ -23,7 +23,6 @@ from hashreplay.core.constants import (
     KEY_VERSION,
     RECORD_COMMAND,
     RECORDINGS_DIRNAME,
-    STATE_DIRNAME,
 )
 from hashreplay.core.diff import first_difference
 from hashreplay.core.errors import PathNotFound, RecordingError
@@ -39,29 +38,11 @@ from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_req
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.recording import EndState, Recording, is_no_response
 from hashreplay.core.store import Store, dumps, parse_recording
+from hashreplay.core.store_paths import SKIP_DIRS
 from hashreplay.core.temp_files import write_bytes_atomic
 from hashreplay.core.urls import stored_url
 from hashreplay.engine.miss_report import record_target
 from hashreplay.engine.session import Session
-
-#: Directories never searched for recordings.
-SKIP_DIRS: frozenset[str] = frozenset(
-    {
-        ".venv",
-        ".git",
-        "node_modules",
-        STATE_DIRNAME,
-        "site-packages",
-        "__pycache__",
-        ".tox",
-        ".nox",
-        ".pytest_cache",
-        ".mypy_cache",
-        ".ruff_cache",
-        ".hypothesis",
-    }
-)
-
 
 # --- finding files --------------------------------------------------------------------------
 

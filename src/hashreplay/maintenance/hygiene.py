@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hashreplay.core.constants import BLOBS_DIRNAME, RECORDINGS_DIRNAME
-from hashreplay.core.store_paths import outside_root
+from hashreplay.core.store_paths import SKIP_DIRS, outside_root
 from hashreplay.core.temp_files import is_temp_name
-from hashreplay.maintenance.files import SKIP_DIRS
 
 __all__ = ["Stray", "find_strays"]
 

@@ -24,10 +24,10 @@ from hashreplay.core.context import test_context
 from hashreplay.core.errors import HashReplayError
 from hashreplay.core.mode import Mode
 from hashreplay.core.recording import RecordedResponse
+from hashreplay.core.store_paths import SKIP_DIRS
 from hashreplay.core.temp_files import write_bytes_atomic
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session
-from hashreplay.maintenance.files import SKIP_DIRS
 
 
 class UnreadableSource(HashReplayError):
