@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from hashreplay.cli.main import normalize_script
+from hashreplay.cli import normalize_script
 
 if __name__ == "__main__":
     sys.exit(normalize_script(sys.argv[1:]))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from hashreplay.core.context import conversation, current_test_id, test_context
 from hashreplay.core.errors import (
     BodyTooLarge,
     ConfigError,
@@ -21,13 +20,14 @@ from hashreplay.core.errors import (
     RecordingError,
     ReplayMiss,
 )
-from hashreplay.core.mode import Mode
+from hashreplay.core.keys import conversation, current_test_id, test_context
+from hashreplay.core.modes import Mode
 
 if TYPE_CHECKING:
     from hashreplay.adapters.callables import record_callable, unpatch_callables
     from hashreplay.asgi import TestIdMiddleware
     from hashreplay.asgi import TestIdMiddleware as ASGITestIdMiddleware
-    from hashreplay.server.install import install, uninstall
+    from hashreplay.install import install, uninstall
     from hashreplay.wsgi import TestIdMiddleware as WSGITestIdMiddleware
 
     __version__: str
@@ -40,9 +40,9 @@ _LAZY = {
     "ASGITestIdMiddleware": ("hashreplay.asgi", "TestIdMiddleware"),
     "TestIdMiddleware": ("hashreplay.asgi", "TestIdMiddleware"),
     "WSGITestIdMiddleware": ("hashreplay.wsgi", "TestIdMiddleware"),
-    "install": ("hashreplay.server.install", "install"),
+    "install": ("hashreplay.install", "install"),
     "record_callable": ("hashreplay.adapters.callables", "record_callable"),
-    "uninstall": ("hashreplay.server.install", "uninstall"),
+    "uninstall": ("hashreplay.install", "uninstall"),
     "unpatch_callables": ("hashreplay.adapters.callables", "unpatch_callables"),
 }
 

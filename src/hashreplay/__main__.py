@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hashreplay.cli.main import entry_point
+from hashreplay.cli import entry_point
 
 if __name__ == "__main__":
     entry_point()

@@ -26,9 +26,9 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from hashreplay.core.constants import CONVERSATION_HEADER, RUN_HEADER, TEST_ID_HEADER
-from hashreplay.core.context import test_context
+from hashreplay.core.keys import test_context
 from hashreplay.engine.session import Session
-from hashreplay.server.install import (
+from hashreplay.install import (
     conversation_context,
     enter_request,
     header_text,

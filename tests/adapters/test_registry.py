@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from hashreplay import adapters
-from hashreplay.adapters import ADAPTERS, _state, activate, deactivate
+from hashreplay.adapters import ADAPTERS, activate, deactivate
+from hashreplay.adapters import _runtime as _state
 from hashreplay.core.config import load_config
 from hashreplay.engine.http import BreakKind, ReplayPlan
 from hashreplay.engine.session import Session

@@ -22,7 +22,7 @@ import pytest
 
 from hashreplay import Mode, test_context
 from hashreplay.adapters import httpx as httpx_adapter
-from hashreplay.cli.main import main
+from hashreplay.cli import main
 from tests.conftest import Recorder
 from tests.fakes.upstream import FakeUpstream
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hashreplay.cli.main import main
+from hashreplay.cli import main
 from tests.cli.conftest import CHAT, CLAUDE, STREAM, Cli, Project
 from tests.fakes.upstream import FakeUpstream
 

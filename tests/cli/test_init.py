@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hashreplay.cli.init import TABLE
-from hashreplay.cli.main import build_parser
+from hashreplay.cli import build_parser
+from hashreplay.cli.review import TABLE
 from tests.cli.conftest import Cli
 
 #: Comments, blank lines, odd spacing, a table after the one init adds, no final newline.

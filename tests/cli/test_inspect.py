@@ -12,7 +12,7 @@ import pytest
 
 from hashreplay import Mode, test_context
 from hashreplay.core.conversation import conversation, reply, response_tokens
-from hashreplay.core.recording import RecordedResponse
+from hashreplay.core.format import RecordedResponse
 from hashreplay.core.store import read_recording
 from tests.cli.conftest import (
     CHAT,
@@ -259,7 +259,7 @@ def test_terminal_output_is_a_table_with_colour(
     monkeypatch.setenv("TERM", "xterm")
     terminal = _Terminal()
     monkeypatch.setattr("sys.stdout", terminal)
-    from hashreplay.cli.main import main
+    from hashreplay.cli import main
 
     assert main(["list"]) == 0
     lines = terminal.getvalue().splitlines()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hashreplay.maintenance.prune import REASON_GONE, REASON_MODELS, REASON_UNUSED
+from hashreplay.engine.prune import REASON_GONE, REASON_MODELS, REASON_UNUSED
 from tests.cli.conftest import Cli
 from tests.fakes.upstream import FakeUpstream
 

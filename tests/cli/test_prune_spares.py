@@ -21,7 +21,7 @@ import pytest
 import hashreplay
 from hashreplay import test_context
 from hashreplay.core.constants import TEST_ID_HEADER
-from hashreplay.maintenance.prune import KEPT_FOREIGN, KEPT_MODELS, REASON_GONE, REASON_UNUSED
+from hashreplay.engine.prune import KEPT_FOREIGN, KEPT_MODELS, REASON_GONE, REASON_UNUSED
 from tests.cli.conftest import Cli
 from tests.cli.test_prune import TESTS, files_of, listed, node, suite, write_suite
 from tests.fakes.upstream import FakeUpstream

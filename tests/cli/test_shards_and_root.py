@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hashreplay.maintenance.prune import REASON_GONE, REASON_UNUSED
+from hashreplay.engine.prune import REASON_GONE, REASON_UNUSED
 from tests.cli.conftest import Cli
 from tests.cli.test_prune import TESTS, files_of, listed, node, suite, write_suite
 

@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from hashreplay import Mode
-from hashreplay.core.recording import RecordedRequest, RecordedResponse, new_recording
-from hashreplay.engine.usage_collector import UsageCollector
-from hashreplay.engine.usage_log import RunUsage, TestUsage, read_usage, write_usage
-from hashreplay.maintenance.prune import REASON_GONE, REASON_UNUSED, plan_prune
+from hashreplay.core.format import RecordedRequest, RecordedResponse, new_recording
+from hashreplay.engine.prune import REASON_GONE, REASON_UNUSED, plan_prune
+from hashreplay.engine.usage import RunUsage, TestUsage, UsageCollector, read_usage, write_usage
 from hashreplay.plugin.usage import merge_worker_piece
 
 

@@ -12,13 +12,12 @@ import orjson
 from hashreplay import test_context
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import KEY_VERSION
-from hashreplay.core.key import request_hash
-from hashreplay.core.names import model_list_filename
-from hashreplay.core.recording import RecordedResponse
+from hashreplay.core.format import RecordedResponse
+from hashreplay.core.keys import model_list_filename, request_hash
 from hashreplay.core.store import dumps
 from hashreplay.engine.http import IncomingRequest
+from hashreplay.engine.rehash import Rekey, apply_rekeys
 from hashreplay.engine.session import Session
-from hashreplay.maintenance.rekey import Rekey, apply_rekeys
 from tests.cli.conftest import CHAT, STREAM, TOOLS, Cli, Project
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hashreplay import Mode
 from hashreplay.core.config import load_config
-from hashreplay.core.recording import RecordedException, RecordedResponse
+from hashreplay.core.format import RecordedException, RecordedResponse
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session
 

@@ -18,12 +18,11 @@ from hashreplay.adapters.httpx import _header_items
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import FORMAT_VERSION, SECRET_PLACEHOLDER
 from hashreplay.core.errors import HashReplayWarning
-from hashreplay.core.normalise import RequestRules, normalise_request_body
+from hashreplay.core.normalise import RequestRules, compile_patterns, normalise_request_body
 from hashreplay.core.redact import Redactor
 from hashreplay.core.streams import render_sse_event
-from hashreplay.core.volatile import compile_patterns
-from hashreplay.engine.decision import Miss, Record, Replay
 from hashreplay.engine.http import IncomingRequest, LiveExchange
+from hashreplay.engine.replay import Miss, Record, Replay
 from hashreplay.engine.session import Session
 
 TEST = "tests/suite/test_chat.py::test_one"
@@ -245,9 +244,9 @@ def test_the_unconsumed_index_reads_a_file_as_a_full_parse_does(
     extra: dict[str, Any],
     layout: str,
 ) -> None:
-    from hashreplay.core.recording import RecordedRequest, RecordedResponse, new_recording
+    from hashreplay.core.format import RecordedRequest, RecordedResponse, new_recording
     from hashreplay.core.store import Store
-    from hashreplay.engine.unconsumed import FileIndex, _canonical_summary
+    from hashreplay.engine.state import FileIndex, _canonical_summary
 
     answer = RecordedResponse(status=200, body=body)
     request = RecordedRequest(method="POST", url=URL, endpoint="/v1/x", body=body)

@@ -12,8 +12,8 @@ import pytest
 
 from hashreplay.core.config import load_config
 from hashreplay.core.errors import BodyTooLarge
-from hashreplay.engine.decision import Record, Replay
 from hashreplay.engine.http import IncomingRequest, LiveExchange
+from hashreplay.engine.replay import Record, Replay
 from hashreplay.engine.session import Session
 
 TEST = "tests/suite/test_chat.py::test_conversation"

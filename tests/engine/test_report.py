@@ -11,8 +11,8 @@ import pytest
 
 from hashreplay import HashReplayWarning, Mode
 from hashreplay.core.config import load_config
-from hashreplay.engine.decision import Miss, Replay
 from hashreplay.engine.http import IncomingRequest, LiveExchange
+from hashreplay.engine.replay import Miss, Replay
 from hashreplay.engine.session import Session
 
 URL = "http://127.0.0.1:9/v1/chat/completions"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from hashreplay import Mode
-from hashreplay.engine.decision import Live, Miss, Record, Replay
 from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.http import BreakKind, LiveExchange
+from hashreplay.engine.replay import Live, Miss, Record, Replay
 from hashreplay.engine.session import Session
 from tests.engine.test_decision import JSON, TEST, answer, chat, record, session
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from hashreplay.core.temp_files import is_temp_name
+from hashreplay.core.files import is_temp_name
 from tests.fakes.upstream import FakeUpstream
 
 ROUNDS = 6
@@ -152,7 +152,7 @@ def test_kill_9_while_recording_blobs_leaves_nothing_git_would_stage(
 
 @pytest.mark.parametrize("where", ["recordings/blobs", "recordings"])
 def test_status_names_a_temp_file_left_in_the_store(tmp_path: Path, where: str) -> None:
-    from hashreplay.maintenance.hygiene import find_strays
+    from hashreplay.core.paths import find_strays
 
     directory = tmp_path / where
     directory.mkdir(parents=True)

@@ -14,12 +14,12 @@ import pytest
 
 from hashreplay.core.config import load_config
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.recording import Recording
+from hashreplay.core.files import is_temp_name, sweep_temp_files
+from hashreplay.core.format import Recording
+from hashreplay.core.paths import find_strays
 from hashreplay.core.store import Store, read_recording
-from hashreplay.core.temp_files import is_temp_name, sweep_temp_files
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session
-from hashreplay.maintenance.hygiene import find_strays
 
 HASH = "a" * 32
 

@@ -23,8 +23,8 @@ from hashreplay.core.secret_values import (
 )
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session
-from hashreplay.engine.usage_log import RunUsage, TestUsage, write_usage
-from hashreplay.server.log_secrets import install_log_filter
+from hashreplay.engine.usage import RunUsage, TestUsage, write_usage
+from hashreplay.server.wire import install_log_filter
 
 SECRET = SECRET_PLACEHOLDER
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hashreplay.cli.main import main
+from hashreplay.cli import main
 from tests.imports.test_import_ogx import ERROR, FIXTURES
 
 

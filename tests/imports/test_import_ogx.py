@@ -15,9 +15,9 @@ import pytest
 
 from hashreplay import Mode, test_context
 from hashreplay.adapters import httpx as httpx_adapter
-from hashreplay.cli.main import main
-from hashreplay.maintenance.import_ogx import read_ogx, untyped
-from hashreplay.maintenance.importing import UnreadableSource
+from hashreplay.cli import main
+from hashreplay.engine.import_ogx import read_ogx, untyped
+from hashreplay.engine.importing import UnreadableSource
 from tests.conftest import Recorder
 
 FIXTURES = Path(__file__).parent / "ogx_recordings"

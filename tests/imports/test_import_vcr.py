@@ -13,9 +13,9 @@ import orjson
 import pytest
 import yaml
 
-from hashreplay.cli.main import main
-from hashreplay.maintenance.import_vcr import layout_test_id, read_cassette
-from hashreplay.maintenance.importing import UnreadableSource
+from hashreplay.cli import main
+from hashreplay.engine.import_vcr import layout_test_id, read_cassette
+from hashreplay.engine.importing import UnreadableSource
 
 URL = "https://api.example.com/v1/chat/completions"
 ANSWER = {"id": "chatcmpl-9", "created": 1700000000, "choices": [{"message": {"content": "hi"}}]}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from hashreplay.cli.main import main
+from hashreplay.cli import main
 from tests.fakes.upstream import FakeUpstream
 
 pytest_plugins = ["pytester"]

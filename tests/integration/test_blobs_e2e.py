@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from hashreplay import Mode, test_context
-from hashreplay.cli.main import main
+from hashreplay.cli import main
 from hashreplay.core.errors import BodyTooLarge
 from tests.conftest import Recorder
 from tests.fakes.upstream import FakeUpstream

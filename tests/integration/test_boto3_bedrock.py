@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from hashreplay import Mode, test_context
+from hashreplay.core.format import Ended, EndState, RecordedResponse
 from hashreplay.core.normalise import new_id_registry
 from hashreplay.core.normalise_response import normalise_response
-from hashreplay.core.recording import Ended, EndState, RecordedResponse
 from hashreplay.core.streams import EventStreamFrames, StreamFormat, decode_chunk, encode_chunk
 from tests.fakes.bedrock import EVENTSTREAM, event_frame
 from tests.fakes.upstream import FakeUpstream
@@ -242,7 +242,7 @@ def test_normalize_brings_an_older_event_stream_recording_to_the_normalised_form
 ) -> None:
     """A stream recorded before frames were normalised (raw padding and latency inside
     the frames) is rewritten by `hashreplay normalize` to what a re-record writes now."""
-    from hashreplay.cli.main import main
+    from hashreplay.cli import main
 
     def run(url: str) -> list[dict[str, Any]]:
         streamed = bedrock(url).converse_stream(modelId=MODEL, messages=messages("old file"))

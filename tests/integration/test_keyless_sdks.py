@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from hashreplay.core.replay_env import DEFAULT_REPLAY_ENV
+from hashreplay.core.network import DEFAULT_REPLAY_ENV
 from tests.fakes.upstream import FakeUpstream
 from tests.sdks import sdk
 

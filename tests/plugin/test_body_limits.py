@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp  # noqa: F401  # imported here, in pytester's baseline (see tests/conftest.py)
 import pytest
 
-from hashreplay.cli.main import main
+from hashreplay.cli import main
 from hashreplay.core.config import load_config
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session

@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp  # noqa: F401  # imported here, in pytester's baseline (see tests/conftest.py)
 import pytest
 
-from hashreplay.cli.main import main
+from hashreplay.cli import main
 from tests.fakes.upstream import FakeUpstream, Scripted
 from tests.sdks import preload, sdk
 

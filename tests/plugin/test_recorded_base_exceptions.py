@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hashreplay.cli.main import main
+from hashreplay.cli import main
 from tests.fakes.upstream import FakeUpstream
 from tests.plugin.test_plugin import PYPROJECT
 

@@ -9,8 +9,8 @@ import pytest
 
 from hashreplay import Mode
 from hashreplay.core.config import load_config
-from hashreplay.core.replay_env import DEFAULT_REPLAY_ENV, PLACEHOLDER, missing, replay_env_values
-from hashreplay.engine.keyless import Placeholders
+from hashreplay.core.network import DEFAULT_REPLAY_ENV, PLACEHOLDER, missing, replay_env_values
+from hashreplay.engine.lifecycle import Placeholders
 
 pytest_plugins = ["pytester"]
 

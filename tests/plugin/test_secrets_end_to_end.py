@@ -172,7 +172,7 @@ def test_a_key_in_a_parametrize_id_is_never_written_and_replay_finds_the_file(
     assert sorted(usage["tests"]) == ids
     # replay computes the same redacted id, so the same file name
     project.runpytest().assert_outcomes(passed=2)
-    from hashreplay.cli.main import main
+    from hashreplay.cli import main
 
     monkeypatch.chdir(project.path)
     assert main(["verify"]) == 0  # the name is the hash of the stored (redacted) id
@@ -294,7 +294,7 @@ def test_a_session_client_made_in_replay_never_sends_the_placeholder_upstream(
 
 
 def test_the_placeholder_names_the_providers_own_variable() -> None:
-    from hashreplay.core.replay_env import placeholder_keys, placeholder_refusal
+    from hashreplay.core.network import placeholder_keys, placeholder_refusal
 
     keys = placeholder_keys(True)
     names = keys["hashreplay-replay-placeholder"]

@@ -19,13 +19,13 @@ NOT_AT_START_UP = (
     "hashreplay.server",
     "hashreplay.maintenance",
     "hashreplay.adapters.callables",
-    "hashreplay.engine.miss_report",
-    "hashreplay.core.diff",
+    "hashreplay.engine.replay",
+    "hashreplay.engine.keys",
     # the record path, built on the first recording
-    "hashreplay.engine.staging",
-    "hashreplay.engine.recording_bytes",
+    "hashreplay.engine.record",
+    "hashreplay.engine.record",
     "hashreplay.core.normalise_response",
-    "hashreplay.engine.model_lists",
+    "hashreplay.engine.keys",
     "aiofiles",
     "httpx",
     "httpx2",
@@ -49,9 +49,9 @@ def test_importing_the_plugin_loads_no_cli_server_maintenance_or_client() -> Non
 
 def test_the_check_sees_a_module_that_is_loaded() -> None:
     """The check above is not vacuous: a loaded module on the list is reported."""
-    code = "import hashreplay.plugin, hashreplay.engine.model_lists\n" + LOADED
+    code = "import hashreplay.plugin, hashreplay.engine.keys\n" + LOADED
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['hashreplay.engine.model_lists']"
+    assert out.stdout.strip() == "['hashreplay.engine.keys']"
 
 
 def test_an_active_replay_run_that_uses_no_client_loads_none_of_them(

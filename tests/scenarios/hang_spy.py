@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from hashreplay.engine.hangs import Hang
+from hashreplay.engine.faults import Hang
 
 
 @dataclass

@@ -21,8 +21,7 @@ import aiohttp
 import pytest
 
 from hashreplay import Mode, test_context
-from hashreplay.engine.faults import FaultSpec
-from hashreplay.engine.hangs import HangTimeout
+from hashreplay.engine.faults import FaultSpec, HangTimeout
 from hashreplay.engine.session import Session
 from tests.fakes.upstream import FakeUpstream, Scripted
 from tests.integration.three_phases import AllAdapters, adapters

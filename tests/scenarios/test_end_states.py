@@ -12,7 +12,7 @@ import httpx2
 import pytest
 
 from hashreplay import Mode, test_context
-from hashreplay.cli.main import main
+from hashreplay.cli import main
 from tests.conftest import Recorder
 from tests.fakes.upstream import FakeUpstream
 

@@ -14,8 +14,7 @@ import openai
 import pytest
 
 from hashreplay import Mode, test_context
-from hashreplay.engine.faults import FaultSpec
-from hashreplay.engine.hangs import HangTimeout
+from hashreplay.engine.faults import FaultSpec, HangTimeout
 from hashreplay.engine.session import Session
 from tests.conftest import Recorder
 from tests.fakes.upstream import FakeUpstream

@@ -16,8 +16,8 @@ import pytest
 from hashreplay import Mode, test_context
 from hashreplay.core.config import load_config
 from hashreplay.core.errors import ConfigError
-from hashreplay.core.scenarios import Pace
-from hashreplay.engine import pacing
+from hashreplay.core.modes import Pace
+from hashreplay.engine import scenarios as pacing
 from tests.conftest import Recorder
 from tests.fakes.upstream import FakeUpstream, Scripted
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx2
 
 from hashreplay import Mode, test_context
-from hashreplay.core.scenarios import Unconsumed
+from hashreplay.core.modes import Unconsumed
 from tests.conftest import Recorder
 from tests.fakes.upstream import FakeUpstream
 

@@ -19,7 +19,7 @@ asyncio_default_fixture_loop_scope = "function"
 TESTS = """
 import time
 import pytest
-from hashreplay.engine.hangs import HangTimeout
+from hashreplay.engine.faults import HangTimeout
 
 @pytest.mark.hashreplay_fault(hang=True)
 def test_sync(hashreplay):

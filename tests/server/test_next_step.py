@@ -1,12 +1,16 @@
-"""The next step of a miss answered by `hashreplay serve` (`server/next_step.py`)."""
+"""The next step of a miss answered by `hashreplay serve` (`server/settings.py`)."""
 
 from __future__ import annotations
 
 import shlex
 
 from hashreplay.core.errors import ReplayMiss
-from hashreplay.server.next_step import record_command, with_serve_next_step
-from hashreplay.server.settings import ServeSettings, parse_upstream
+from hashreplay.server.settings import (
+    ServeSettings,
+    parse_upstream,
+    record_command,
+    with_serve_next_step,
+)
 
 REPORT = """hashreplay: no recording for POST http://proxy/v1/chat/completions (replay mode)
   test:      tests/chat.test.js::says hello

@@ -10,7 +10,7 @@ from typing import Any
 import uvicorn
 from uvicorn.server import ServerState
 
-from hashreplay.server.protocol import JsonErrorH11Protocol, bad_request_body
+from hashreplay.server.wire import JsonErrorH11Protocol, bad_request_body
 
 
 async def _app(scope: Any, receive: Any, send: Any) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from hashreplay.server import cli
-from hashreplay.server.responses import end_to_end
 from hashreplay.server.settings import (
     ServeSettings,
     SettingsError,
@@ -18,6 +17,7 @@ from hashreplay.server.settings import (
     Upstream,
     parse_upstream,
 )
+from hashreplay.server.wire import end_to_end
 
 
 @pytest.mark.parametrize(

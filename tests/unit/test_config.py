@@ -9,7 +9,7 @@ import pytest
 from hashreplay.core.config import Config, ModeSource, load_config, load_config_reporting
 from hashreplay.core.constants import RECORDINGS_DIRNAME
 from hashreplay.core.errors import ConfigError
-from hashreplay.core.mode import Mode, RecordFailures
+from hashreplay.core.modes import Mode, RecordFailures
 
 MODES_LISTED = "replay, record-if-missing, record, live"
 VALID_KEYS = (

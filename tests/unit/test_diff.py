@@ -1,4 +1,4 @@
-"""`hashreplay.core.diff.first_difference`: the first differing field of two requests (§6)."""
+"""`hashreplay.engine.keys.first_difference`: the first differing field of two requests (§6)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hashreplay.core.diff import Difference, first_difference
+from hashreplay.engine.keys import Difference, first_difference
 
 
 def chat(*contents: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""`hashreplay.core.key`: the request hash and model-list naming (docs/design.md §3, contract).
+"""`hashreplay.core.keys`: the request hash and model-list naming (docs/design.md §3, contract).
 
 The golden hashes below guard the contract: if one changes, every existing recording is
 orphaned, so the change needs a KEY_VERSION bump and a `hashreplay rehash`.
@@ -16,13 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hashreplay.core.constants import KEY_VERSION
-from hashreplay.core.key import (
+from hashreplay.core.keys import (
     canonical_json,
     endpoint_of,
     is_model_list,
+    model_ids,
+    model_list_filename,
     request_hash,
 )
-from hashreplay.core.names import model_ids, model_list_filename
 from hashreplay.core.redact import Redactor
 
 CHAT_BODY = {

@@ -1,5 +1,6 @@
 """The layering of docs/design.md ("Layers"), checked on the source: imports point down only,
-and there is no import cycle, lazy and type-checking-only imports included.
+and there is no import cycle, lazy and type-checking-only imports included; and the shape of
+the modules: each one whole idea of at most 450 lines, no class over 250.
 
 core (rank 0) < engine and maintenance (1) < adapters (2) < front ends (3): the plugin, the
 CLI, the proxy server, `install()`, the middleware and the package's front door.
@@ -16,7 +17,7 @@ import hashreplay
 
 PACKAGE_DIR = Path(hashreplay.__file__).resolve().parent
 CLIENTS = ("httpx", "httpx2", "aiohttp", "requests", "urllib3", "botocore", "pytest", "uvicorn")
-LAYERS = {"core": 0, "engine": 1, "maintenance": 1, "adapters": 2}
+LAYERS = {"core": 0, "engine": 1, "adapters": 2}
 FRONT = 3
 LAYER_NAMES = {0: "core", 1: "engine", 2: "adapters", 3: "front ends"}
 
@@ -167,3 +168,49 @@ def test_no_import_cycles() -> None:
     graph = {m: own_imports(m) for m in MODULES}
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+# --- the shape of the modules (docs/design.md, "Layers, and where each rule lives") --------
+
+MAX_MODULE_LINES = 450
+MAX_CLASS_LINES = 250
+#: Modules of code (package markers and `python -m` entry points, a few lines each, aside).
+#: Grouped by concept, a module holds one whole idea; fewer would mean unrelated ideas in
+#: one file, or files past MAX_MODULE_LINES.
+MAX_MODULES = 70
+MARKERS = {"__init__.py", "__main__.py"}
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def _code_modules() -> list[Path]:
+    return [p for p in MODULES.values() if not (p.name in MARKERS and _lines(p) <= 20)]
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_is_over_the_size_limit(module: str) -> None:
+    lines = _lines(MODULES[module])
+    assert lines <= MAX_MODULE_LINES, (
+        f"{module} has {lines} lines (at most {MAX_MODULE_LINES}): split it by concept"
+    )
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_class_is_over_the_size_limit(module: str) -> None:
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    big = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        and (node.end_lineno or node.lineno) - node.lineno + 1 > MAX_CLASS_LINES
+    ]
+    assert big == [], f"{module}: classes over {MAX_CLASS_LINES} lines: {', '.join(big)}"
+
+
+def test_the_modules_are_few_and_none_is_a_fragment() -> None:
+    modules = _code_modules()
+    assert len(modules) <= MAX_MODULES, f"{len(modules)} modules of code (at most {MAX_MODULES})"
+    small = sorted(str(p.relative_to(PACKAGE_DIR)) for p in modules if _lines(p) < 75)
+    assert small == [], f"modules too small to hold a whole idea: {small}"

@@ -1,11 +1,11 @@
-"""`hashreplay.core.mode.Mode`: the four modes (docs/design.md §1)."""
+"""`hashreplay.core.modes.Mode`: the four modes (docs/design.md §1)."""
 
 from __future__ import annotations
 
 import pytest
 
 from hashreplay.core.errors import ConfigError
-from hashreplay.core.mode import Mode
+from hashreplay.core.modes import Mode
 
 MODES_LISTED = "replay, record-if-missing, record, live"
 

@@ -1,4 +1,4 @@
-"""`hashreplay.core.recording`: the file format's pydantic models, checked field by field (§4).
+"""`hashreplay.core.format`: the file format's pydantic models, checked field by field (§4).
 
 Every shape a file can take wrongly is named by its dotted path, the way a reader of the
 file finds it; unknown fields survive a read and a write at every level.
@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.recording import (
+from hashreplay.core.format import (
     Ended,
     EndState,
     FormatError,

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hashreplay.core.constants import SECRET_PLACEHOLDER
-from hashreplay.core.key import endpoint_of
+from hashreplay.core.keys import endpoint_of
 from hashreplay.core.redact import Redactor
 
 SECRET = SECRET_PLACEHOLDER

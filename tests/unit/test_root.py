@@ -1,4 +1,4 @@
-"""The project root outside pytest (`core/root.py`, docs/design.md §9)."""
+"""The project root outside pytest (`core/paths.py`, docs/design.md §9)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from hashreplay.core.config import load_config
 from hashreplay.core.errors import ConfigError
-from hashreplay.core.root import find_root
+from hashreplay.core.paths import find_root
 
 
 def test_the_nearest_hashreplay_table_wins_over_nearer_pytest_markers(tmp_path: Path) -> None:

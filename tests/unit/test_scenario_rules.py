@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from hashreplay.core.errors import ConfigError
-from hashreplay.core.recording import RecordedResponse, Timing
-from hashreplay.core.scenarios import Pace, Unconsumed
+from hashreplay.core.format import RecordedResponse, Timing
+from hashreplay.core.modes import Pace, Unconsumed
 from hashreplay.core.streams import StreamFormat, stream_finished
 from hashreplay.core.templates import TemplateError, fill, has_markers, parse_path
 from hashreplay.engine.faults import ActiveFault, FaultSpec
-from hashreplay.engine.pacing import NoTiming, delays_for
+from hashreplay.engine.scenarios import NoTiming, delays_for
 
 REQUEST = {
     "method": "POST",

@@ -1,4 +1,4 @@
-"""`hashreplay.core.store` and `hashreplay.core.recording`: the store layout and file format (§4)."""
+"""`hashreplay.core.store` and `hashreplay.core.format`: the store layout and file format (§4)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 import hashreplay.core.store as store_module
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.recording import (
+from hashreplay.core.files import write_bytes_atomic
+from hashreplay.core.format import (
     RecordedException,
     RecordedRequest,
     RecordedResponse,
@@ -32,7 +33,6 @@ from hashreplay.core.store import (
     parse_recording,
 )
 from hashreplay.core.streams import StreamFormat
-from hashreplay.core.temp_files import write_bytes_atomic
 
 HASH = "0123456789abcdef0123456789abcdef"
 NODE = "tests/a/b/test_x.py::test_y[p]"
@@ -489,7 +489,7 @@ CHILD = textwrap.dedent(
 
     Path.replace = slow_replace
 
-    from hashreplay.core.temp_files import write_bytes_atomic
+    from hashreplay.core.files import write_bytes_atomic
 
     write_bytes_atomic(Path(sys.argv[1]), b'{"big": "' + b"x" * 5_000_000 + b'"}\\n')
     print("DONE", flush=True)

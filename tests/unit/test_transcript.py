@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hashreplay.core.bodies import BodyEncoding
-from hashreplay.core.recording import (
+from hashreplay.core.format import (
     RecordedException,
     RecordedRequest,
     RecordedResponse,

@@ -8,9 +8,8 @@ import uuid
 
 import pytest
 
-from hashreplay.core.key import request_hash
-from hashreplay.core.normalise import RequestRules, normalise_request_body
-from hashreplay.core.volatile import compile_patterns
+from hashreplay.core.keys import request_hash
+from hashreplay.core.normalise import RequestRules, compile_patterns, normalise_request_body
 
 RULES = RequestRules(volatile=compile_patterns(["uuid", "iso-timestamp", "unix-ms"]))
 

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from hashreplay.core import durable_writes
-from hashreplay.core.durable_writes import DurableWrites
+from hashreplay.core import writer as durable_writes
 from hashreplay.core.errors import BodyTooLarge, RecordingError, RecordingWriteError
-from hashreplay.core.temp_files import create_temp, is_temp_name
-from hashreplay.core.writer import BackgroundWriter
+from hashreplay.core.files import create_temp, is_temp_name
+from hashreplay.core.writer import BackgroundWriter, DurableWrites
 
 
 class Fsyncs:

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
-from hashreplay.adapters import _state
-from hashreplay.adapters._post_import import cancel_all, when_imported
+from hashreplay.adapters import _runtime as _state
+from hashreplay.adapters._runtime import cancel_all, when_imported
 
 if TYPE_CHECKING:
     from hashreplay.engine.session import Session

@@ -30,9 +30,9 @@ from typing import Any
 from aiohttp import ClientPayloadError, StreamReader
 
 from hashreplay.core.errors import BodyTooLarge
-from hashreplay.engine import pacing
+from hashreplay.engine import scenarios as pacing
 from hashreplay.engine.http import LiveBody, LiveExchange
-from hashreplay.engine.keying import Prepared
+from hashreplay.engine.keys import Prepared
 from hashreplay.engine.session import Session
 
 #: aiohttp's default read buffer (`read_bufsize`): it only tunes pause/resume thresholds.

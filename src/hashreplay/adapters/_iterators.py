@@ -7,7 +7,7 @@ import inspect
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol
 
-from hashreplay.core.context import inside_call
+from hashreplay.core.keys import inside_call
 
 
 class ChunkSink(Protocol):

@@ -22,7 +22,7 @@ from http import HTTPStatus
 from typing import Any
 
 from hashreplay.core.errors import assert_never
-from hashreplay.engine import pacing
+from hashreplay.engine import scenarios as pacing
 from hashreplay.engine.http import BreakKind, ReplayPlan
 
 #: Framing headers the replayed bytes set themselves.

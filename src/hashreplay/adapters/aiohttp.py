@@ -59,19 +59,19 @@ from aiohttp.helpers import TimerNoop, sentinel
 from aiohttp.http import HttpVersion11, RawResponseMessage
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from hashreplay.adapters import _state
+from hashreplay.adapters import _runtime as _state
 from hashreplay.adapters._aiohttp_bodies import ReplayReader, Tee, TeeReader
 from hashreplay.core.constants import TEST_ID_HEADER
-from hashreplay.core.context import adapter_io
 from hashreplay.core.errors import HashReplayWarning, assert_never
-from hashreplay.engine import pacing
-from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
+from hashreplay.core.keys import adapter_io
+from hashreplay.engine import scenarios as pacing
 from hashreplay.engine.http import (
     BreakKind,
     IncomingRequest,
     LiveExchange,
     ReplayPlan,
 )
+from hashreplay.engine.replay import Miss, Passthrough, Record, Replay
 from hashreplay.engine.session import Session
 
 _lock = threading.Lock()

@@ -17,16 +17,16 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, NamedTuple, TypeVar
 
-from hashreplay.adapters import _state
+from hashreplay.adapters import _runtime as _state
 from hashreplay.adapters._iterators import (
     RecordingAsyncIterator,
     RecordingIterator,
     ReplayAsyncIterator,
     ReplayIterator,
 )
-from hashreplay.core.context import inside_call
 from hashreplay.core.errors import ConfigError
-from hashreplay.core.recording import RecordedException, RecordedResponse
+from hashreplay.core.format import RecordedException, RecordedResponse
+from hashreplay.core.keys import inside_call
 from hashreplay.core.streams import StreamFormat
 from hashreplay.core.typed import (
     EXCEPTION_KEY,
@@ -36,8 +36,8 @@ from hashreplay.core.typed import (
     to_jsonable,
     type_name,
 )
-from hashreplay.engine.decision import Miss, Record, Replay
-from hashreplay.engine.keying import Prepared
+from hashreplay.engine.keys import Prepared
+from hashreplay.engine.replay import Miss, Record, Replay
 from hashreplay.engine.session import Session
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -19,15 +19,15 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from hashreplay.adapters import _state
-from hashreplay.adapters._post_import import when_imported
+from hashreplay.adapters import _runtime as _state
+from hashreplay.adapters._runtime import when_imported
 from hashreplay.core.constants import TEST_ID_HEADER
-from hashreplay.core.context import adapter_io
 from hashreplay.core.errors import assert_never
-from hashreplay.engine import pacing
-from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
+from hashreplay.core.keys import adapter_io
+from hashreplay.engine import scenarios as pacing
 from hashreplay.engine.http import BreakKind, IncomingRequest, LiveExchange, ReplayPlan
-from hashreplay.engine.keying import Prepared
+from hashreplay.engine.keys import Prepared
+from hashreplay.engine.replay import Miss, Passthrough, Record, Replay
 from hashreplay.engine.session import Session
 
 MODULE_NAMES: tuple[str, ...] = ("httpx2", "httpx")

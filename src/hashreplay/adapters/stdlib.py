@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hashreplay.adapters import _state
+from hashreplay.adapters import _runtime as _state
 from hashreplay.adapters._wire import (
     body_bytes,
     find_exception_class,
@@ -40,15 +40,15 @@ from hashreplay.adapters._wire import (
     rebuild_exception,
 )
 from hashreplay.core.constants import TEST_ID_HEADER
-from hashreplay.core.context import adapter_io, in_adapter_io
-from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
+from hashreplay.core.keys import adapter_io, in_adapter_io
 from hashreplay.engine.http import (
     BreakKind,
     IncomingRequest,
     LiveExchange,
     ReplayPlan,
 )
-from hashreplay.engine.keying import Prepared
+from hashreplay.engine.keys import Prepared
+from hashreplay.engine.replay import Miss, Passthrough, Record, Replay
 from hashreplay.engine.session import Session
 
 _Conn = http.client.HTTPConnection

@@ -45,7 +45,7 @@ from urllib3.response import HTTPResponse
 from urllib3.util.retry import Retry
 from urllib3.util.timeout import Timeout
 
-from hashreplay.adapters import _state
+from hashreplay.adapters import _runtime as _state
 from hashreplay.adapters._wire import (
     AbandonedRead,
     body_bytes,
@@ -57,16 +57,16 @@ from hashreplay.adapters._wire import (
     seconds,
 )
 from hashreplay.core.constants import TEST_ID_HEADER
-from hashreplay.core.context import adapter_io
 from hashreplay.core.errors import HashReplayWarning, assert_never
-from hashreplay.engine.decision import Miss, Passthrough, Record, Replay
+from hashreplay.core.keys import adapter_io
 from hashreplay.engine.http import (
     BreakKind,
     IncomingRequest,
     LiveExchange,
     ReplayPlan,
 )
-from hashreplay.engine.keying import Prepared
+from hashreplay.engine.keys import Prepared
+from hashreplay.engine.replay import Miss, Passthrough, Record, Replay
 from hashreplay.engine.session import Session
 
 _lock = threading.Lock()

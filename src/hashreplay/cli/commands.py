@@ -9,18 +9,17 @@ from typing import Any
 
 import orjson
 
-from hashreplay.cli.console import human_size, printable
-from hashreplay.cli.run import EXIT_OK, EXIT_PROBLEMS, Run
-from hashreplay.cli.usage_commands import last_run
+from hashreplay.cli.console import EXIT_OK, EXIT_PROBLEMS, Run, human_size, printable
+from hashreplay.cli.store import last_run
 from hashreplay.core.blobs import parse_ref
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.config import ModeSource
 from hashreplay.core.constants import MODE_ENV
 from hashreplay.core.conversation import Tokens, conversation, payloads, reply, response_tokens
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.names import hash_of_name
-from hashreplay.core.recording import RecordedResponse, recording_from_json
-from hashreplay.maintenance.files import (
+from hashreplay.core.format import RecordedResponse, recording_from_json
+from hashreplay.core.keys import hash_of_name
+from hashreplay.engine.files import (
     Loaded,
     Rules,
     find_recordings,
@@ -28,8 +27,8 @@ from hashreplay.maintenance.files import (
     renormalised,
     write_json,
 )
-from hashreplay.maintenance.files import verify as verify_file
-from hashreplay.maintenance.rekey import apply_rekeys, plan_rekey
+from hashreplay.engine.files import verify as verify_file
+from hashreplay.engine.rehash import apply_rekeys, plan_rekey
 
 # --- status ---------------------------------------------------------------------------------
 

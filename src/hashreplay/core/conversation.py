@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from hashreplay.core.recording import RecordedResponse
+from hashreplay.core.format import RecordedResponse
 from hashreplay.core.streams import StreamFormat, data_values
 
 # --- tokens ---------------------------------------------------------------------------------

@@ -1,4 +1,11 @@
-"""The request normaliser (docs/design.md §3): semantically equal requests made byte-equal
+"""Volatile values in requests (`[tool.hashreplay] volatile_patterns`).
+
+Apps that put random ids or clock values into prompts would hash differently on every run.
+Matches of these patterns inside request strings are replaced by numbered placeholders in
+order of first appearance (`<uuid:1>`, `<uuid:2>`, the same value always the same number)
+before hashing, so such requests hash stably.
+
+The request normaliser (docs/design.md §3): semantically equal requests made byte-equal
 before hashing (numbers, text, volatile values, ids a test received mapped back to their
 stable form), the id registry that maps them, and the headers a file keeps. The response
 normaliser, which replaces per-call values before writing, is `core/normalise_response.py`.
@@ -13,22 +20,103 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
+from functools import partial
 from typing import Any, Protocol
 
 from hashreplay.core.constants import SECRET_PLACEHOLDER, STABLE_ID_PREFIX
-from hashreplay.core.volatile import Placeholders, VolatilePatterns
+
+#: Built-in pattern names and what they match.
+BUILTIN_PATTERNS: Mapping[str, str] = {
+    "uuid": r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",
+    "iso-timestamp": (
+        r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
+    ),
+    "iso-date": r"\b\d{4}-\d{2}-\d{2}\b",
+    "unix-ms": r"\b1\d{12}\b",
+    "unix-s": r"\b1\d{9}\b",
+    "hex-id": r"\b[0-9a-f]{24,64}\b",
+}
+
+
+#: The placeholder label of a user's own regex.
+CUSTOM_LABEL = "volatile"
+
+
+class VolatilePatterns:
+    """Compiled patterns, in the order they are applied."""
+
+    # not a NamedTuple: its truth is whether it has patterns
+    __slots__ = ("patterns",)
+
+    def __init__(self, patterns: tuple[tuple[str, re.Pattern[str]], ...] = ()) -> None:
+        self.patterns = patterns
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns)
+
+
+def compile_patterns(entries: Iterable[str]) -> VolatilePatterns:
+    """Built-in names, or regular expressions (labelled `volatile`). A bad regex raises
+    ValueError naming the entry."""
+    compiled: list[tuple[str, re.Pattern[str]]] = []
+    for entry in entries:
+        source = BUILTIN_PATTERNS.get(entry)
+        label = entry if source is not None else CUSTOM_LABEL
+        try:
+            pattern = re.compile(source if source is not None else entry)
+        except re.error as exc:
+            names = ", ".join(BUILTIN_PATTERNS)
+            msg = (
+                f"volatile pattern {entry!r} is neither a built-in name ({names}) "
+                f"nor a valid regular expression: {exc}"
+            )
+            raise ValueError(msg) from None
+        if pattern.search("") is not None:
+            msg = f"volatile pattern {entry!r} matches the empty string"
+            raise ValueError(msg)
+        compiled.append((label, pattern))
+    return VolatilePatterns(tuple(compiled))
+
+
+class Placeholders:
+    """Numbering for one request: value → placeholder, per label, in order of appearance."""
+
+    __slots__ = ("counts", "seen")
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, str], str] = {}
+        self.counts: dict[str, int] = {}
+
+    def replace(self, text: str, patterns: VolatilePatterns) -> str:
+        for label, pattern in patterns.patterns:
+            if pattern.search(text) is not None:
+                text = pattern.sub(partial(self._placeholder, label), text)
+        return text
+
+    def _placeholder(self, label: str, match: re.Match[str]) -> str:
+        key = (label, match.group(0))
+        found = self.seen.get(key)
+        if found is None:
+            n = self.counts[label] = self.counts.get(label, 0) + 1
+            found = self.seen[key] = f"<{label}:{n}>"
+        return found
+
 
 FLOAT_DIGITS = 5
+
+
 _QUANTUM = Decimal(1).scaleb(-FLOAT_DIGITS)
+
+
 _INT64 = 2**63
 
-# --- response rules (data, not code) -------------------------------------------------------
 
 #: Response headers kept by default: the ones that change how a client parses or retries.
 KEPT_RESPONSE_HEADERS: frozenset[str] = frozenset(
     # x-amzn-errortype: the error code of AWS services (botocore reads it from the header)
     {"content-type", "retry-after", "retry-after-ms", "x-should-retry", "x-amzn-errortype"}
 )
+
 
 #: Request headers worth keeping in a file for review; the rest (user agents, SDK/OS
 #: versions, retry counters, lengths) differ between machines and runs and would churn diffs.
@@ -43,9 +131,6 @@ KEPT_REQUEST_HEADERS: frozenset[str] = frozenset(
         "openai-project",
     }
 )
-
-
-# --- request normalisation -----------------------------------------------------------------
 
 
 class RequestRules:
@@ -253,9 +338,6 @@ class _RequestNormaliser:
         return out
 
 
-# --- response normalisation ----------------------------------------------------------------
-
-
 class IdRegistry:
     """Original → stable ids for one recording file.
 
@@ -286,9 +368,6 @@ class IdRegistry:
 
 def new_id_registry(request_hash: str, facts: Mapping[str, str] | None = None) -> IdRegistry:
     return IdRegistry(base=request_hash[:12], facts=dict(facts or {}))
-
-
-# --- headers -------------------------------------------------------------------------------
 
 
 def filter_headers(

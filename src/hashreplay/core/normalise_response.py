@@ -13,8 +13,8 @@ from typing import Any
 
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import FIXED_EPOCH, STABLE_ID_PREFIX
+from hashreplay.core.format import RecordedResponse
 from hashreplay.core.normalise import IdRegistry, map_ids
-from hashreplay.core.recording import RecordedResponse
 from hashreplay.core.streams import (
     EventStreamFrames,
     StreamFormat,

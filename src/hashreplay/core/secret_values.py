@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 import orjson
 
 from hashreplay.core.constants import SECRET_PLACEHOLDER
-from hashreplay.core.recording import (
+from hashreplay.core.format import (
     RecordedRequest,
     Recording,
     recording_from_json,

@@ -26,7 +26,6 @@ from hashreplay.core.blobs import (
     read_blob_text,
     split_blobs,
 )
-from hashreplay.core.body_checks import check_bodies
 from hashreplay.core.constants import (
     BLOB_REF_KEY,
     BLOBS_DIRNAME,
@@ -36,17 +35,17 @@ from hashreplay.core.constants import (
     STATE_DIRNAME,
 )
 from hashreplay.core.errors import BodyTooLarge, RecordingError
-from hashreplay.core.names import model_list_glob, recording_name
-from hashreplay.core.nesting import MAX_NESTING, deep_recording_field, too_deep_problem
-from hashreplay.core.recording import FormatError, Recording, recording_from_json
-from hashreplay.core.store_paths import read_contained, recordings_dir_for
-from hashreplay.core.temp_files import (
+from hashreplay.core.files import (
     TEMP_DIRNAME,
     awrite_bytes_atomic,
     state_temp_dir,
     sweep_temp_files,
     write_bytes_atomic,
 )
+from hashreplay.core.format import FormatError, Recording, check_bodies, recording_from_json
+from hashreplay.core.keys import model_list_glob, recording_name
+from hashreplay.core.nesting import MAX_NESTING, deep_recording_field, too_deep_problem
+from hashreplay.core.paths import read_contained, recordings_dir_for
 
 if TYPE_CHECKING:
     from hashreplay.core.config import Config

@@ -23,8 +23,8 @@ from hashreplay.core.blobs import BlobRef
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.conversation import conversation, payloads, reply, response_tokens
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.names import model_ids
-from hashreplay.core.recording import RecordedRequest, RecordedResponse, Recording
+from hashreplay.core.format import RecordedRequest, RecordedResponse, Recording
+from hashreplay.core.keys import model_ids
 from hashreplay.core.store import parse_recording
 
 #: Request body keys the conversation view already shows.

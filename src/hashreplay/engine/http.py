@@ -2,6 +2,10 @@
 (`IncomingRequest`), the live body it collects while passing it on (`LiveBody`) and the
 finished exchange it hands back for recording (`LiveExchange`), and the plan it answers a
 client with (`ReplayPlan`, made from a stored response by `plan_for`).
+
+What a client receives on a replay miss (docs/design.md §6): a prompt error
+response that carries the report and that no SDK retries (`x-should-retry: false`, a 4xx that
+plain clients do not retry either).
 """
 
 from __future__ import annotations
@@ -13,10 +17,10 @@ from enum import Enum
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from hashreplay.core.bodies import decode_body
-from hashreplay.core.content_coding import decoder_for
-from hashreplay.core.errors import BodyTooLarge, RecordingError
-from hashreplay.core.recording import EndState, RecordedResponse
+from hashreplay.core.bodies import decode_body, decoder_for
+from hashreplay.core.constants import MISS_HEADER, MISS_STATUS
+from hashreplay.core.errors import BodyTooLarge, RecordingError, ReplayMiss, error_body
+from hashreplay.core.format import EndState, RecordedResponse
 from hashreplay.core.streams import render_stream, stream_finished, stream_format_for
 
 
@@ -324,3 +328,19 @@ class LiveBody:
             head_at=self.head_at,
             chunk_at=self.chunk_at,
         )
+
+
+def miss_plan(miss: ReplayMiss, *, hint: str | None = None) -> ReplayPlan:
+    """The error response of a miss; `hint` adds the next step for a caller with no pytest
+    (the proxy's clients)."""
+    extra: dict[str, str | None] = {"hash": miss.request_hash, "test_id": miss.test_id}
+    if hint is not None:
+        extra["hint"] = hint
+    body = error_body(miss.report, "hashreplay_miss", "hashreplay_miss", **extra)
+    headers = [
+        ("content-type", "application/json"),
+        ("x-should-retry", "false"),
+        (MISS_HEADER, "1"),
+        ("content-length", str(len(body))),
+    ]
+    return ReplayPlan(MISS_STATUS, headers, [body], False)

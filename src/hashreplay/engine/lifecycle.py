@@ -1,22 +1,36 @@
 """The per-test half of a session (docs/design.md §11): a test's start, mode and options,
 what it left hanging or unused, the misses that fail it, and its end. `Session` is one of
-these plus the decision; the plugin, the proxy and `install()` call these per test."""
+these plus the decision; the plugin, the proxy and `install()` call these per test.
+
+Network use that no adapter handled (docs/design.md §2): TCP connections, UDP datagrams,
+DNS lookups and gRPC channels. In replay mode one outside the allowed hosts fails its test;
+in the recording modes each is listed in the run's summary (loopback included), so nothing
+goes unrecorded in silence.
+
+Keyless replay for the front ends (docs/design.md §2): placeholders for unset provider key
+variables while a replay-mode run or test runs, taken away again for tests in another mode
+and when the run ends. Only variables that were unset are ever touched.
+
+Used by the pytest plugin and by `hashreplay.install()`, so it lives below both (the plugin
+package imports pytest; a server process calling `install()` must not).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import threading
+from collections.abc import MutableMapping, Sequence
+from enum import Enum
+from typing import NamedTuple
 
 from hashreplay.core.config import Config
-from hashreplay.core.errors import BodyTooLarge, ReplayFailure
-from hashreplay.core.mode import Mode
-from hashreplay.core.scenarios import Pace, Unconsumed
-from hashreplay.engine.faults import ActiveFault, FaultSpec
-from hashreplay.engine.hangs import Hangs
-from hashreplay.engine.keying import Prepared
-from hashreplay.engine.options import TestOptions
-from hashreplay.engine.scenario import unmatched_faults
-from hashreplay.engine.state import Stats, Tests
-from hashreplay.engine.unconsumed import FileIndex, Unused, unused
+from hashreplay.core.errors import BodyTooLarge, NetworkBlocked, ReplayFailure
+from hashreplay.core.modes import Mode, Pace, Unconsumed
+from hashreplay.core.network import NetworkRules, missing, replay_env_values
+from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions
+from hashreplay.engine.keys import Prepared
+from hashreplay.engine.scenarios import unmatched_faults
+from hashreplay.engine.state import FileIndex, Stats, Tests, Unused, unused
 
 
 class TestBook:
@@ -131,3 +145,172 @@ class TestBook:
             self.stats.passed_through += 1
             if test_id is not None:
                 self.tests.state(test_id).passed_through = True
+
+
+class Reach(str, Enum):
+    """How a test reached for the network."""
+
+    CONNECTION = "connection"
+    DATAGRAM = "UDP datagram"
+    LOOKUP = "DNS lookup"
+    GRPC = "gRPC channel"
+
+
+#: What a summary label of a lookup ends with (`api.example.com (DNS lookup)`).
+_LOOKUP_SUFFIX = f" ({Reach.LOOKUP.value})"
+
+
+class Connection(NamedTuple):
+    """One use of the network as the guard saw it."""
+
+    #: the address connected or sent to; for a lookup or a gRPC target, the name itself
+    address: str
+    #: 0 for a lookup made without a port
+    port: int
+    #: the name `address` was really resolved from, when the guard saw that resolution
+    name: str | None
+    #: the module that opened it, and the first caller outside that library
+    opener: str
+    caller: str | None
+    reach: Reach = Reach.CONNECTION
+
+    @property
+    def label(self) -> str:
+        """`api.example.com:443`, `8.8.8.8:53 (UDP)`, `api.example.com (DNS lookup)`."""
+        host = self.name or self.address
+        if ":" in host:
+            host = f"[{host}]"  # an IPv6 address
+        if self.reach is Reach.LOOKUP:
+            return f"{host}{_LOOKUP_SUFFIX}"
+        where = f"{host}:{self.port}"
+        if self.reach is Reach.DATAGRAM:
+            return f"{where} (UDP)"
+        if self.reach is Reach.GRPC:
+            return f"{where} (gRPC)"
+        return where
+
+
+class Connections:
+    def __init__(self, config: Config, tests: Tests) -> None:
+        self.rules = NetworkRules(config.block_network, config.allowed_hosts, config.passthrough)
+        self.tests = tests
+        #: label → openers, of network use in the recording modes that nothing recorded
+        self.unrecorded: dict[str, set[str]] = {}
+
+    def check(self, test_id: str | None, connection: Connection) -> NetworkBlocked | None:
+        """The failure to raise for this connection, or None to let it through."""
+        mode = self.tests.mode_for(test_id)
+        if mode is Mode.LIVE or test_id is None:
+            return None
+        if mode is not Mode.REPLAY:
+            # listed unless the user allowed it on purpose: loopback too, since a local
+            # server reached through a client no adapter covers records nothing either
+            if not self._allowed(connection, explicitly=True):
+                with self.tests.lock:
+                    self.unrecorded.setdefault(connection.label, set()).add(
+                        connection.opener.split(".", 1)[0]
+                    )
+            return None
+        if self._allowed(connection, explicitly=False):
+            return None  # loopback (by default), allowed hosts, passthrough
+        failure = NetworkBlocked(blocked_report(test_id, connection), test_id=test_id)
+        with self.tests.lock:
+            self.tests.stats.missed += 1
+            self.tests.state(test_id).misses.append(failure)
+        return failure
+
+    def _allowed(self, connection: Connection, *, explicitly: bool) -> bool:
+        rules = self.rules
+        if connection.reach is Reach.LOOKUP:  # a name: no port to it, nothing is sent there
+            return rules.allows_name(connection.address)
+        port, address, name = connection.port, connection.address, connection.name
+        if explicitly:
+            return rules.explicitly_allows(port, address, name)
+        return rules.allows(port, address, name)
+
+    def summary(self) -> str | None:
+        """`2 connections were not recorded: api.example.com:443 from aiohttp, …`, or None.
+        A DNS lookup is left out when a connection to the same name is listed."""
+        if not self.unrecorded:
+            return None
+        hosts = {
+            label.split(" (", 1)[0].rsplit(":", 1)[0]
+            for label in self.unrecorded
+            if not label.endswith(_LOOKUP_SUFFIX)
+        }
+        items = [
+            f"{label} from {', '.join(sorted(openers))}"
+            for label, openers in sorted(self.unrecorded.items())
+            if not (label.endswith(_LOOKUP_SUFFIX) and label[: -len(_LOOKUP_SUFFIX)] in hosts)
+        ]
+        count = len(items)
+        noun = "connection was" if count == 1 else "connections were"
+        return f"{count} {noun} not recorded: {'; '.join(items)}"
+
+
+def blocked_report(test_id: str, connection: Connection) -> str:
+    reach = connection.reach
+    if reach is Reach.LOOKUP:
+        what = f"a DNS lookup of {connection.address}"
+    else:
+        where = f"{connection.label.split(' (', 1)[0]}"
+        if connection.name is not None:
+            where += f" ({connection.address})"
+        what = f"a {reach.value} to {where}"
+    caller = f" at {connection.caller}" if connection.caller else ""
+    allow = connection.name or connection.address
+    return "\n".join(
+        [
+            f"hashreplay: blocked {what} in replay mode",
+            f"  test:      {test_id}",
+            f"  opened by: {connection.opener}{caller}",
+            "  no adapter handled it: the library that opened it is not intercepted by "
+            "hashreplay, so nothing is recorded for it and replay cannot answer it",
+            f'  to allow it: add "{allow}" to allowed_hosts (or its URL to passthrough) in '
+            '[tool.hashreplay], or set block_network = "off"',
+        ]
+    )
+
+
+class Placeholders:
+    def __init__(self, config: Config, environ: MutableMapping[str, str] | None = None) -> None:
+        self.environ = os.environ if environ is None else environ
+        self.values = replay_env_values(config.replay_env)
+        #: the variables that get a placeholder in an empty environment: when each is set,
+        #: there is nothing to do (one lookup each, the whole per-test cost)
+        self._usual = tuple(missing(self.values, {}))
+        self._set: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def apply(self, mode: Mode) -> None:
+        """Placeholders on in replay mode, off in every other mode."""
+        if mode is Mode.REPLAY:
+            self._add()
+        else:
+            self.remove()
+
+    def _add(self) -> None:
+        # after each test of a replay run: the watched variables themselves are looked at,
+        # since a test may delete one and set another (the environment's size cannot tell)
+        get = self.environ.get
+        for name in self._usual:
+            if not get(name):
+                break
+        else:
+            return
+        with self._lock:
+            for name, value in missing(self.values, self.environ).items():
+                self.environ[name] = value
+                self._set[name] = value
+
+    def remove(self) -> None:
+        """Take away every placeholder this object set (and that nobody changed since)."""
+        with self._lock:
+            for name, value in self._set.items():
+                if self.environ.get(name) == value:
+                    del self.environ[name]
+            self._set.clear()
+
+    @property
+    def active(self) -> dict[str, str]:
+        return dict(self._set)

@@ -5,6 +5,12 @@ It wires the parts together and makes the one record/replay decision per request
 carries it out and hands a live outcome back to `record` / `arecord`. Keying, the store view,
 per-test state and staging each live in their own module; this one never imports an HTTP
 client.
+
+Bounded per-test state for long-lived servers: see `Tests.touch`.
+
+Inside pytest each test's state is dropped when the test ends. A proxy or a server under
+test never sees tests end: it sees test ids in headers, so without a bound its memory grows
+with every distinct test id (4,500 ids took a proxy from 45 to 251 MB).
 """
 
 from __future__ import annotations
@@ -15,17 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 from hashreplay.core.config import Config
 from hashreplay.core.constants import FAULT_HEADER, RUN_HEADER, TEST_ID_HEADER
-from hashreplay.core.context import current_test_id, in_call
 from hashreplay.core.errors import (
     ConfigError,
     RecordingError,
     ReplayMiss,
 )
-from hashreplay.core.mode import RecordFailures
+from hashreplay.core.format import RecordedRequest
+from hashreplay.core.keys import current_test_id, in_call
+from hashreplay.core.modes import Pace, RecordFailures
+from hashreplay.core.network import placeholder_keys, placeholder_refusal
 from hashreplay.core.normalise import KEPT_RESPONSE_HEADERS
-from hashreplay.core.recording import RecordedRequest
-from hashreplay.core.replay_env import placeholder_keys, placeholder_refusal
-from hashreplay.core.scenarios import Pace
+from hashreplay.core.paths import RecordingsDirOutside
 from hashreplay.core.secret_values import (
     NO_SECRETS,
     SecretValues,
@@ -33,27 +39,22 @@ from hashreplay.core.secret_values import (
     carries_any,
 )
 from hashreplay.core.store import Store
-from hashreplay.core.store_paths import RecordingsDirOutside
 from hashreplay.core.writer import BackgroundWriter
-from hashreplay.engine.connections import Connections
-from hashreplay.engine.decision import Decision, Live, Miss, Passthrough, Record, Replay
-from hashreplay.engine.faults import FaultSpec
-from hashreplay.engine.hangs import Hangs
+from hashreplay.engine.faults import FaultSpec, Hangs
 from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody
-from hashreplay.engine.keying import Keyer, Prepared
-from hashreplay.engine.lifecycle import TestBook
-from hashreplay.engine.replayer import Replayer
-from hashreplay.engine.scenario import (
+from hashreplay.engine.keys import Keyer, Prepared
+from hashreplay.engine.lifecycle import Connections, TestBook
+from hashreplay.engine.replay import Decision, Live, Miss, Passthrough, Record, Replay, Replayer
+from hashreplay.engine.scenarios import (
     Scenario,
     fault_for,
     fault_response,
 )
-from hashreplay.engine.state import Stats, Tests
-from hashreplay.engine.unconsumed import FileIndex
-from hashreplay.engine.view import StoreView
+from hashreplay.engine.state import FileIndex, Stats, StoreView, Tests
 
 if TYPE_CHECKING:
-    from hashreplay.engine.staging import Outcome, Recorder
+    from hashreplay.engine.record import Outcome, Recorder
+
 
 __all__ = ["Prepared", "Session", "Stats"]
 
@@ -104,7 +105,7 @@ class Session(TestBook):
         loads the record path's modules (staging, file bytes, response normalisation)."""
         recorder = self._recorder
         if recorder is None:
-            from hashreplay.engine.staging import Recorder
+            from hashreplay.engine.record import Recorder
 
             kept = KEPT_RESPONSE_HEADERS | frozenset(self.config.keep_response_headers)
             with self.tests.lock:
@@ -305,3 +306,11 @@ class Session(TestBook):
 
     def close(self) -> None:
         self.view.close()
+
+
+__all__ = ["touch_test"]
+
+
+def touch_test(session: Session, test_id: str | None, limit: int) -> int:
+    """Mark `test_id` as just used; forget test states beyond `limit` (least recent first)."""
+    return session.tests.touch(test_id, limit)

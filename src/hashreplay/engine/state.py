@@ -2,6 +2,22 @@
 its misses, and the files it used; and the run's counters.
 
 One lock guards all of it: adapters call in from threads and event loops at once.
+
+The store as the engine sees it: files on disk plus writes still queued behind.
+
+A write-behind session (the pytest plugin's) hands each file's content to a writer thread,
+as bytes or as the stage that serialises them; until they are on disk, every read here sees
+them, through the writer's own interface (a read of a version not serialised yet serialises
+it on the reading thread).
+
+The recorded sequence of one request hash within one test: read once on first use (from the
+store view, so queued writes count), then consumed call by call.
+
+Unconsumed recordings (docs/scenarios.md): recorded responses a replayed test did not use,
+either fewer identical calls than recorded or a recorded request it never made.
+
+The second needs every file a test recorded, so each recordings directory is read once per
+session (lazily, only when a test of it ends and `unconsumed` is not "ignore").
 """
 
 from __future__ import annotations
@@ -10,11 +26,19 @@ import threading
 import uuid
 from pathlib import Path
 
-from hashreplay.core.errors import ReplayFailure
-from hashreplay.core.mode import Mode
-from hashreplay.core.normalise import IdRegistry
-from hashreplay.core.recording import RecordedResponse
-from hashreplay.engine.options import TestOptions
+import orjson
+
+from hashreplay.core.constants import FORMAT_VERSION, MODEL_LIST_PREFIX
+from hashreplay.core.errors import RecordingError, ReplayFailure
+from hashreplay.core.files import awrite_bytes_atomic, write_bytes_atomic
+from hashreplay.core.format import RecordedResponse, Recording
+from hashreplay.core.keys import model_list_name_prefix, recording_name
+from hashreplay.core.modes import Mode
+from hashreplay.core.normalise import IdRegistry, new_id_registry
+from hashreplay.core.store import Found, Store, read_file
+from hashreplay.core.writer import BackgroundWriter, Content
+from hashreplay.engine.faults import TestOptions
+from hashreplay.engine.keys import Prepared, check_name
 
 
 class Stats:
@@ -186,3 +210,201 @@ class Tests:
                 for stale in [t for t in self.usage if t not in tests][:excess]:
                     del self.usage[stale]
         return evicted
+
+
+class StoreView:
+    def __init__(self, store: Store, writer: BackgroundWriter | None) -> None:
+        self.store = store
+        self.writer = writer
+
+    def read_first(self, test_id: str | None, hash_hex: str) -> Found | None:
+        """Like `Store.read_first`, but sees writes still queued."""
+        writer = self.writer
+        if writer is not None and writer.has_pending():
+            for directory in self.store.search_dirs(test_id):
+                path = directory / recording_name(hash_hex)
+                content = writer.pending(path)
+                if content is not None:
+                    return Found(path, self.store.parse(content, path))
+        return self.store.read_first(test_id, hash_hex)
+
+    def model_list_paths(self, hash_hex: str, test_id: str | None) -> list[Path]:
+        paths = set(self.store.model_list_paths(hash_hex, test_id))
+        if self.writer is not None:
+            prefix = model_list_name_prefix(hash_hex)
+            paths.update(p for p in self.writer.pending_paths() if p.name.startswith(prefix))
+        return sorted(paths, key=lambda p: p.name)
+
+    def read(self, path: Path) -> Recording:
+        content = self.writer.pending(path) if self.writer is not None else None
+        return self.store.parse(content, path) if content is not None else self.store.read(path)
+
+    def exists(self, path: Path) -> bool:
+        return (self.writer is not None and self.writer.is_pending(path)) or path.exists()
+
+    def write(self, path: Path, content: Content) -> None:
+        if self.writer is not None:
+            self.writer.submit(path, content)
+        else:
+            write_bytes_atomic(path, _bytes(content), self.store.temp_dir)
+
+    async def awrite(self, path: Path, content: Content) -> None:
+        if self.writer is not None:
+            self.writer.submit(path, content)
+        else:
+            await awrite_bytes_atomic(path, _bytes(content), self.store.temp_dir)
+
+    def flush(self) -> None:
+        """Wait until every queued write is on disk; a RecordingError for one that failed."""
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _bytes(content: Content) -> bytes:
+    return content if isinstance(content, bytes) else content()
+
+
+def sequence_for(tests: Tests, view: StoreView, prep: Prepared) -> RecordedSequence:
+    """The sequence of `prep`'s hash in its test (callers hold `tests.lock`). Record mode
+    starts empty; a file that exists but cannot be used raises its RecordingError."""
+    state = tests.state(prep.test_id)
+    seq = state.sequences.get(prep.hash)
+    if seq is not None:
+        return seq
+    found = None if prep.mode is Mode.RECORD else view.read_first(prep.test_id, prep.hash)
+    if found is None:
+        seq = RecordedSequence(
+            [], new_id_registry(prep.hash), view.store.path_for(prep.test_id, prep.hash)
+        )
+    else:
+        path, recording = found
+        check_name(path, recording, prep)
+        seq = RecordedSequence(
+            recording.responses,
+            new_id_registry(prep.hash, recording.id_normalization_mapping),
+            path,
+        )
+    state.sequences[prep.hash] = seq
+    return seq
+
+
+class Unused:
+    # not a NamedTuple: its `count` would be tuple.count
+    __slots__ = ("count", "path", "recorded")
+
+    def __init__(self, path: Path, count: int, recorded: int) -> None:
+        self.path = path
+        #: responses of the file the test did not use
+        self.count = count
+        #: how many the file holds
+        self.recorded = recorded
+
+    def describe(self, root: Path) -> str:
+        try:
+            name = self.path.relative_to(root)
+        except ValueError:
+            name = self.path
+        if self.count == self.recorded:
+            return f"{name}: never requested ({self.recorded} recorded response(s))"
+        used = self.recorded - self.count
+        return f"{name}: {used} of {self.recorded} recorded response(s) used, {self.count} not"
+
+
+class FileIndex:
+    """The recordings of each test id, by directory, read once."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._dirs: dict[Path, dict[str | None, list[tuple[Path, int]]]] = {}
+
+    def files_of(self, test_id: str | None) -> list[tuple[Path, int]]:
+        directory = self.store.dir_for(test_id)
+        with self._lock:
+            index = self._dirs.get(directory)
+            if index is None:
+                index = self._dirs[directory] = self._read(directory)
+        return index.get(test_id, [])
+
+    def _read(self, directory: Path) -> dict[str | None, list[tuple[Path, int]]]:
+        index: dict[str | None, list[tuple[Path, int]]] = {}
+        if not directory.is_dir():
+            return index
+        for path in sorted(directory.glob("*.json")):
+            if path.name.startswith(MODEL_LIST_PREFIX):
+                continue
+            found = self._summary(path)
+            if found is not None:
+                index.setdefault(found[0], []).append((path, found[1]))
+        return index
+
+    def _summary(self, path: Path) -> tuple[str | None, int] | None:
+        """A file's test id and how many responses it holds, or None for a file that is not
+        a readable recording (`hashreplay verify` names it; a test that asks for it gets the
+        full check). Only parsed, not validated: the suite's first test of a directory reads
+        every file of it here."""
+        try:
+            content = read_file(path)
+            canonical = _canonical_summary(content)
+            if canonical is not None:
+                return canonical
+            data = orjson.loads(content)
+        except (OSError, RecordingError, orjson.JSONDecodeError):
+            return None
+        if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION:
+            return None
+        test_id = data.get("test_id")
+        later = data.get("later_responses", [])
+        if "response" not in data or not isinstance(test_id, (str, type(None))):
+            return None
+        return test_id, 1 + (len(later) if isinstance(later, list) else 0)
+
+
+_CANONICAL_START = b'{\n  "format_version": %d,\n' % FORMAT_VERSION
+
+
+_TEST_ID_FIELD = b'\n  "test_id": '
+
+
+def _canonical_summary(content: bytes) -> tuple[str | None, int] | None:
+    """`_summary` of a file as hashreplay writes it, without parsing its bodies (a streamed
+    answer's file is ~30 KB); None for any other shape (then it is parsed).
+
+    Written files have sorted keys and a two-space indent, so `format_version` is the first
+    field and `test_id` the last, and a line that starts with exactly two spaces and a quote
+    is a top-level field: a JSON string holds no raw newline.
+    """
+    if not content.startswith(_CANONICAL_START) or b'\n  "later_responses": ' in content:
+        return None
+    at = content.rfind(_TEST_ID_FIELD)
+    if at < 0 or b'\n  "response": ' not in content:
+        return None
+    try:
+        test_id = orjson.loads(content[at + len(_TEST_ID_FIELD) :].rstrip().removesuffix(b"}"))
+    except orjson.JSONDecodeError:  # another field after it: parse the whole file
+        return None
+    if test_id is None or type(test_id) is str:
+        return test_id, 1
+    return None
+
+
+def unused(state: TestState, files: list[tuple[Path, int]]) -> list[Unused]:
+    """What a replayed test left unused, given the files recorded for it (callers hold the
+    tests lock). A test that passed requests through to a server under test gets no `files`:
+    the server replays those itself."""
+    found: list[Unused] = []
+    # both kinds of path are the store's own (a resolved directory joined with a file
+    # name), so they compare as they are: no `resolve()`, two system calls a component
+    seen: set[Path] = set()
+    for seq in state.sequences.values():
+        seen.add(seq.path)
+        if seq.calls < len(seq.responses):
+            found.append(Unused(seq.path, len(seq.responses) - seq.calls, len(seq.responses)))
+    for path, count in files:
+        if path not in seen:
+            found.append(Unused(path, count, count))
+    return found

@@ -20,8 +20,8 @@ import pytest
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import MODE_ENV, MODE_OPTION
 from hashreplay.core.errors import ConfigError
-from hashreplay.core.mode import Mode
-from hashreplay.core.root import has_hashreplay_table
+from hashreplay.core.modes import Mode
+from hashreplay.core.paths import has_hashreplay_table
 from hashreplay.plugin.markers import MARKER_LINES, HashReplayFixture
 from hashreplay.plugin.run import RUN_KEY, PluginRun
 

@@ -18,12 +18,10 @@ from typing import Any
 import pytest
 
 from hashreplay.core.constants import FAULT_MARKER
-from hashreplay.core.context import conversation
 from hashreplay.core.errors import ConfigError, HashReplayWarning, RecordingError
-from hashreplay.core.mode import Mode
-from hashreplay.core.scenarios import Pace, Unconsumed
-from hashreplay.engine.faults import FaultSpec
-from hashreplay.engine.hangs import check_timeout, hang_timeout
+from hashreplay.core.keys import conversation
+from hashreplay.core.modes import Mode, Pace, Unconsumed
+from hashreplay.engine.faults import FaultSpec, check_timeout, hang_timeout
 from hashreplay.engine.session import Session
 
 MARKER = "hashreplay"

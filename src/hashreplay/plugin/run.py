@@ -21,12 +21,12 @@ import pytest
 from hashreplay import adapters
 from hashreplay.core.config import Config
 from hashreplay.core.constants import FIXTURE_MARK
-from hashreplay.core.context import process_test_id, set_process_test_id, test_context
 from hashreplay.core.errors import ConfigError, RecordingError, RecordingWriteError, ReplayFailure
-from hashreplay.core.mode import Mode
-from hashreplay.engine.keyless import Placeholders
+from hashreplay.core.keys import process_test_id, set_process_test_id, test_context
+from hashreplay.core.modes import Mode
+from hashreplay.engine.lifecycle import Placeholders
 from hashreplay.engine.session import Session, Stats
-from hashreplay.engine.usage_collector import UsageCollector
+from hashreplay.engine.usage import UsageCollector
 from hashreplay.plugin.markers import MARKER, apply_markers, report_leftovers
 from hashreplay.plugin.usage import UsageTracker, finish_usage, merge_worker_piece, worker_piece
 

@@ -11,9 +11,7 @@ from typing import Any
 import pytest
 
 from hashreplay.engine.session import Session
-from hashreplay.engine.usage_collector import UsageCollector
-from hashreplay.engine.usage_format import relative
-from hashreplay.engine.usage_log import RunUsage, scrubbed_usage, write_usage
+from hashreplay.engine.usage import RunUsage, UsageCollector, relative, scrubbed_usage, write_usage
 
 
 class UsageTracker:
@@ -139,7 +137,7 @@ def finish_usage(session: pytest.Session, engine: Session, collector: UsageColle
 
 
 def _prune(engine: Session, run: RunUsage) -> list[str]:
-    from hashreplay.maintenance.prune import (  # only with --hashreplay-prune
+    from hashreplay.engine.prune import (  # only with --hashreplay-prune
         kept_line,
         prune_project,
     )

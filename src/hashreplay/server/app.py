@@ -18,17 +18,15 @@ from urllib.parse import quote, urlsplit
 from hashreplay.asgi import test_and_run_ids
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import FAULT_HEADER, RUN_HEADER, TEST_ID_HEADER
-from hashreplay.core.context import test_context
 from hashreplay.core.errors import ConfigError, ProxyError, UnknownUpstream
+from hashreplay.core.keys import test_context
 from hashreplay.core.nesting import RequestTooDeep
 from hashreplay.core.secret_values import SecretValues
-from hashreplay.engine.eviction import touch_test
 from hashreplay.engine.faults import FaultSpec
-from hashreplay.engine.session import Session
+from hashreplay.engine.session import Session, touch_test
 from hashreplay.server.forward import Counters, Forwarder, ProxyRequest
-from hashreplay.server.log_secrets import install_log_filter
-from hashreplay.server.responses import Receive, Responder, Scope, Send, end_to_end
 from hashreplay.server.settings import ADMIN_PREFIX, SETTINGS_ENV, ServeSettings
+from hashreplay.server.wire import Receive, Responder, Scope, Send, end_to_end, install_log_filter
 
 __all__ = ["ProxyApp", "app_from_environment"]
 

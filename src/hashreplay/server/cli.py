@@ -1,6 +1,6 @@
 """`hashreplay serve`: the command line of the record/replay proxy.
 
-`hashreplay.cli.main` registers the subcommand through `configure_parser` and `run`;
+`hashreplay.cli` registers the subcommand through `configure_parser` and `run`;
 `python -m hashreplay.server` does the same on its own. Only the standard library is
 imported here at module level: uvicorn and httpx2 are imported by `run`, so `--help` is fast.
 """
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
 
     from hashreplay.core.config import load_config
     from hashreplay.core.errors import ConfigError
-    from hashreplay.core.mode import Mode
+    from hashreplay.core.modes import Mode
 
     try:
         config = load_config(settings.root, mode=settings.mode, recordings_dir=settings.recordings)
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
             f"{config.mode.value} mode (from {config.mode_source}) sends requests upstream, "
             "but no --upstream was given; add --upstream URL (or NAME=URL)"
         )
-    from hashreplay.server.protocol import JsonErrorH11Protocol
+    from hashreplay.server.wire import JsonErrorH11Protocol
 
     os.environ[SETTINGS_ENV] = settings.to_json()  # read by each worker's app factory
     try:

@@ -26,15 +26,13 @@ import httpx2
 from hashreplay.core.constants import CONVERSATION_HEADER, FAULT_HEADER
 from hashreplay.core.errors import BodyTooLarge, ProxyError
 from hashreplay.core.secret_values import SecretValues
-from hashreplay.engine import pacing
-from hashreplay.engine.decision import Miss, Record, Replay
+from hashreplay.engine import scenarios as pacing
 from hashreplay.engine.http import BreakKind, IncomingRequest, LiveBody, ReplayPlan
-from hashreplay.engine.keying import Prepared
+from hashreplay.engine.keys import Prepared
+from hashreplay.engine.replay import Miss, Record, Replay
 from hashreplay.engine.session import Session
-from hashreplay.server.next_step import with_serve_next_step
-from hashreplay.server.relay import Relay, record_exchange
-from hashreplay.server.responses import Receive, Responder, end_to_end
-from hashreplay.server.settings import ServeSettings, Upstream
+from hashreplay.server.settings import ServeSettings, Upstream, with_serve_next_step
+from hashreplay.server.wire import Receive, Relay, Responder, end_to_end, record_exchange
 
 logger = logging.getLogger("hashreplay.serve")
 

@@ -2,6 +2,14 @@
 
 Standard library only, so the command line (`hashreplay --help`) stays fast. The settings
 travel to uvicorn's worker processes as JSON in an environment variable.
+
+The next step a miss answered by `hashreplay serve` names: the proxy command that records.
+
+The engine's miss report ends with the pytest command that records a test
+(`INFERENCE_MODE=record-if-missing pytest <nodeid>`); a client of the proxy is often not
+pytest at all (curl, a JavaScript suite), so the proxy replaces that line with its own
+`hashreplay serve --mode record-if-missing …` command, built from the options it runs with
+and quoted for a POSIX shell, and the header to send the test id in.
 """
 
 from __future__ import annotations
@@ -9,32 +17,57 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from hashreplay.core.constants import SECRET_PLACEHOLDER
-from hashreplay.core.errors import SettingsError, UnknownUpstream
+from hashreplay.core.constants import SECRET_PLACEHOLDER, TEST_ID_HEADER
+from hashreplay.core.errors import ReplayMiss, SettingsError, UnknownUpstream
 
 #: Environment variable that carries the settings to the app factory in each worker.
 SETTINGS_ENV = "HASHREPLAY_SERVE_SETTINGS"
+
+
 #: Paths under this prefix are the proxy's own endpoints, never forwarded.
 ADMIN_PREFIX = "/__hashreplay/"
 
+
 DEFAULT_HOST = "127.0.0.1"
+
+
 DEFAULT_PORT = 8790
+
+
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
 DEFAULT_UPSTREAM_TIMEOUT = 300.0
+
+
 DEFAULT_GRACEFUL_TIMEOUT = 30
+
+
 #: Test ids whose state the proxy keeps (least recently used beyond that are forgotten).
 DEFAULT_MAX_TESTS = 1000
+
+
 #: Seconds a client may take to send a request's head, and its body (else 408).
 DEFAULT_HEADER_TIMEOUT = 30.0
+
+
 DEFAULT_BODY_TIMEOUT = 120.0
+
+
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
+
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~-]*")
+
+
 _NAMED_SPEC = re.compile(r"([^=:/?#]+)=(.*)", re.DOTALL)
+
+
 _EXAMPLE = (
     "e.g. --upstream https://api.openai.com or --upstream anthropic=https://api.anthropic.com"
 )
@@ -206,3 +239,67 @@ class ServeSettings:
         data: dict[str, Any] = json.loads(text)
         data["upstreams"] = tuple(Upstream(**u) for u in data.get("upstreams", ()))
         return cls(**data)
+
+
+#: The line of the engine's report that this replaces.
+RECORD_LINE = "  to record it: "
+
+
+def record_command(settings: ServeSettings) -> str:
+    """`hashreplay serve --mode record-if-missing …` with this proxy's own routing options."""
+    argv = ["hashreplay", "serve", "--mode", "record-if-missing"]
+    for upstream in settings.upstreams:
+        url = upstream.shown  # credentials in the URL are never printed
+        spec = url if upstream.name is None else f"{upstream.name}={url}"
+        argv += ["--upstream", spec]
+    if settings.host != DEFAULT_HOST:
+        argv += ["--host", settings.host]
+    if settings.port != DEFAULT_PORT:
+        argv += ["--port", str(settings.port)]
+    if settings.root is not None:
+        argv += ["--root", settings.root]
+    if settings.recordings is not None:
+        argv += ["--recordings", settings.recordings]
+    command = shlex.join(argv)
+    if not settings.upstreams:  # replay needs none; recording does
+        command += " --upstream URL-OF-THE-API"
+    return command
+
+
+def serve_next_step(test_id: str | None, settings: ServeSettings) -> str:
+    """The line that tells a proxy client how to record the request it missed."""
+    step = f"{RECORD_LINE}{record_command(settings)}, then run the client again"
+    if test_id:
+        header = shlex.quote(f"{TEST_ID_HEADER}: {test_id}")
+        step += f" (it sends {header}, as now)"
+    return step
+
+
+def with_serve_next_step(
+    miss: ReplayMiss,
+    settings: ServeSettings,
+    *,
+    stored_url: str | None = None,
+    sent_url: str | None = None,
+    asked: str | None = None,
+    forwarded: str | None = None,
+) -> ReplayMiss:
+    """The same miss, its report ending with the proxy's way to record instead of pytest's.
+
+    With `asked` (the URL the client used, the proxy's host:port), the report's first line
+    names that instead of the URL the engine named (`sent_url`, the upstream URL the request
+    was routed to, or `stored_url`, the URL as stored: a loopback upstream without its port,
+    docs/design.md §13), followed by the upstream URL the request maps to."""
+    lines = []
+    named = [f" {url} " for url in (sent_url, stored_url) if url]
+    for index, line in enumerate(miss.report.splitlines()):
+        shown = next((url for url in named if url in line), None) if index == 0 else None
+        if line.startswith(RECORD_LINE):
+            lines.append(serve_next_step(miss.test_id, settings))
+        elif asked and shown is not None:
+            lines.append(line.replace(shown, f" {asked} ", 1))
+            if forwarded:
+                lines.append(f"  upstream:  {forwarded}")
+        else:
+            lines.append(line)
+    return ReplayMiss("\n".join(lines), test_id=miss.test_id, request_hash=miss.request_hash)

@@ -1,0 +1,226 @@
+"""The commands that take recordings into a store and out of it: `import` and `prune`.
+
+`hashreplay import vcr|ogx PATH…`: other tools' recordings become hashreplay recordings.
+
+The readers live in `maintenance.import_vcr` / `maintenance.import_ogx`; the engine-driven
+import in `maintenance.importing`. This module parses the options and prints the report.
+
+What the usage logs say: `status`'s last-run line and `prune` (one log, or the merged
+logs of a suite split across CI machines with `--usage-log PATH`…).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from hashreplay.cli.console import EXIT_OK, EXIT_PROBLEMS, Run
+from hashreplay.core.errors import UsageError
+from hashreplay.engine.files import Loaded
+from hashreplay.engine.importing import ImportReport, Reader, run_import, source_files
+from hashreplay.engine.prune import Logs, kept_line, plan_prune, prune_project, read_logs
+from hashreplay.engine.usage import read_usage, usage_path
+
+#: File endings searched for under a directory, per format.
+SUFFIXES = {"vcr": (".yaml", ".yml", ".json"), "ogx": (".json",)}
+
+
+def configure(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """`import vcr` and `import ogx`, each with its options."""
+    parser = sub.add_parser("import", help="import vcrpy/pytest-recording cassettes or OGX files")
+    formats = parser.add_subparsers(dest="format", metavar="FORMAT", required=True)
+    vcr = formats.add_parser("vcr", help="vcrpy / pytest-recording cassettes (YAML or JSON)")
+    vcr.add_argument(
+        "--test-id",
+        metavar="ID",
+        help="the test id of a single cassette (default: from pytest-recording's layout, "
+        "<dir>/cassettes/<module>/<test>.yaml -> <dir>/<module>.py::<test>)",
+    )
+    vcr.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="import only requests to this host (repeatable); others are skipped",
+    )
+    ogx = formats.add_parser("ogx", help="OGX (Llama Stack) api_recorder files")
+    for parser_ in (vcr, ogx):
+        parser_.add_argument(
+            "--root",
+            type=Path,
+            default=None,
+            help="project root (default: $HASHREPLAY_ROOT, else the current directory)",
+        )
+        parser_.add_argument(
+            "--dry-run", action="store_true", help="report what would be imported; write nothing"
+        )
+        parser_.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="replace existing recordings that differ from the import (default: keep them)",
+        )
+        parser_.add_argument(
+            "paths", nargs="+", type=Path, metavar="PATH", help="files or directories to import"
+        )
+
+
+def _reader(run: Run) -> Reader:
+    args = run.args
+    if args.format == "ogx":
+        from hashreplay.engine.import_ogx import read_ogx
+
+        return read_ogx
+    from hashreplay.engine.import_vcr import vcr_reader
+
+    return vcr_reader(
+        root=run.config.root,
+        test_id=args.test_id,
+        hosts=tuple(args.host),
+        max_bytes=run.config.max_body_bytes,
+    )
+
+
+def import_recordings(run: Run) -> int:
+    args = run.args
+    files = source_files(args.paths, SUFFIXES[args.format])
+    if args.format == "vcr" and args.test_id and len(files) != 1:
+        run.console.error(
+            f"--test-id names the test of one cassette, and {len(files)} files were given; "
+            "import them one at a time, or drop --test-id to use pytest-recording's layout"
+        )
+        return EXIT_PROBLEMS
+    report = run_import(
+        run.config, files, _reader(run), dry_run=args.dry_run, overwrite=args.overwrite
+    )
+    _print(run, report, len(files))
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+def _print(run: Run, report: ImportReport, sources: int) -> None:
+    dry = run.args.dry_run
+    show = run.show_path
+    for source, path in report.imported:
+        run.console.line(f"{'Would import' if dry else 'Imported'}: {source} -> {show(path)}")
+    for skipped in report.skipped:
+        if skipped.fatal:
+            run.console.error(f"skipped: {skipped.source}: {skipped.reason}")
+        else:
+            run.console.line(f"Filtered: {skipped.source}: {skipped.reason}")
+    for path in report.kept:
+        run.console.error(
+            f"kept: {show(path)} exists and differs from the import; use --overwrite to replace it"
+        )
+    if report.tests:
+        run.console.line("Tests covered:")
+        for test in sorted(report.tests, key=lambda t: t or ""):
+            run.console.line(f"  {test or '(none: shared or made outside a test)'}")
+    files = len(report.written) + len(report.unchanged) + len(report.overwritten)
+    summary = (
+        f"Summary: {len(report.imported)} imported from {sources} files into "
+        f"{files + len(report.kept)} recordings ({len(report.written)} new, "
+        f"{len(report.unchanged)} unchanged, {len(report.overwritten)} overwritten, "
+        f"{len(report.kept)} kept), {report.blobs_written} blobs, {len(report.skipped)} skipped"
+    )
+    run.console.line(summary + ("; dry run: nothing written" if dry else ""))
+
+
+def logs_of(run: Run) -> Logs:
+    """The logs named by `--usage-log`, merged; else the project's own log."""
+    root = run.config.root
+    given: list[Path] = getattr(run.args, "usage_logs", None) or []
+    if given:
+        return read_logs(given, root)
+    return Logs(read_usage(root), [usage_path(root)], local=True)
+
+
+def _scope(logs: Logs) -> str:
+    run = logs.run
+    if run.full_suite:
+        return "full suite" if len(logs.paths) == 1 else "together the full suite"
+    return "partial (" + "; ".join(run.partial_reasons) + ")"
+
+
+def last_run(run: Run, loaded: list[Loaded]) -> None:
+    explicit = bool(getattr(run.args, "usage_logs", None))
+    try:
+        logs = logs_of(run)
+    except UsageError as exc:
+        if explicit:
+            run.console.error(str(exc))
+            run.unreadable += 1
+        else:
+            run.console.line(
+                "last run: none recorded (the pytest plugin writes .hashreplay/usage.json)"
+            )
+        return
+    usage = logs.run
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(usage.finished or usage.started))
+    unused = plan_prune(
+        usage,
+        [(i.path, i.recording) for i in loaded],
+        run.config.root,
+        check_mtimes=logs.local,
+    )
+    count = f"{len(unused)} recording{'' if len(unused) == 1 else 's'}"
+    source = f"{len(logs.paths)} usage logs, " if len(logs.paths) > 1 else ""
+    run.console.line(
+        f"last run: {source}{when}, {usage.mode}, {_scope(logs)}, {len(usage.tests)} tests "
+        f"ran; {count} unused (hashreplay prune --dry-run lists them)"
+    )
+
+
+def prune(run: Run) -> int:
+    config, dry = run.config, run.args.dry_run
+    logs = logs_of(run)  # an unreadable log raises here: nothing is deleted
+    usage = logs.run
+    result = prune_project(
+        config,
+        usage,
+        dry_run=dry,
+        progress=lambda files: run.console.progress(files, "reading"),
+        check_mtimes=logs.local,
+    )
+    for exc in result.unreadable:
+        run.report_unreadable(exc.path or Path("?"), exc)
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(usage.finished or usage.started))
+    if len(logs.paths) > 1:
+        scope = "together the full suite" if usage.full_suite else "together a partial run"
+        run.console.line(
+            f"Usage logs: {len(logs.paths)} ({scope}), last finished {when}, "
+            f"{len(usage.tests)} tests ran ({usage.mode})"
+        )
+    else:
+        scope = "the full suite" if usage.full_suite else "a partial run"
+        run.console.line(f"Last run: {when}, {scope}, {len(usage.tests)} tests ran ({usage.mode})")
+    for entry in result.unused:
+        if entry.path in result.failed:
+            reason = result.failed[entry.path]
+            run.console.error(f"cannot delete {run.show_path(entry.path)}: {reason}")
+            continue
+        verb = "Would prune" if dry else "Pruned"
+        run.console.line(f"{verb}: {run.show_path(entry.path)} ({entry.reason})")
+    for blob in result.blobs:
+        verb = "Would prune" if dry else "Pruned"
+        if blob in result.failed:
+            run.console.error(f"cannot delete {run.show_path(blob)}: {result.failed[blob]}")
+        else:
+            run.console.line(f"{verb}: {run.show_path(blob)} (no recording refers to this blob)")
+    for path, why in result.refused.items():
+        run.console.error(f"will not touch {run.show_path(path)}: {why}")
+    if result.kept:
+        if dry:
+            for entry in result.kept:
+                run.console.line(f"Kept: {run.show_path(entry.path)} ({entry.reason})")
+        run.console.line(kept_line(result.kept))
+    pruned = len(result.unused) - len(result.failed.keys() - set(result.blobs))
+    run.console.line(f"Summary: {pruned}/{result.total} files pruned")
+    if not usage.full_suite:
+        what = "the last run was" if len(logs.paths) == 1 else "the usage logs together are"
+        run.console.line(
+            f"Note: {what} not the full suite ("
+            + "; ".join(usage.partial_reasons)
+            + "): recordings of removed tests and shared model lists were kept; run the whole "
+            "suite, then prune again to find those too"
+        )
+    return EXIT_PROBLEMS if result.failed or result.refused else run.status

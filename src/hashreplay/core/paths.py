@@ -1,0 +1,339 @@
+"""Where things live: the project root (docs/design.md §9), a test's recordings directories, and
+what does not belong in a store.
+
+The project root outside pytest (docs/design.md §9): found from any directory of the project.
+
+In order: `HASHREPLAY_ROOT`; else the nearest ancestor of the working directory holding a
+`pyproject.toml` with `[tool.hashreplay]`; else the nearest with one of pytest's rootdir
+markers (`pytest.ini`, `.pytest.ini`, `pyproject.toml` with `[tool.pytest.ini_options]`,
+`tox.ini` with `[pytest]`, `setup.cfg` with `[tool:pytest]`); else the nearest with `.git`;
+else the working directory. `Found.reason` says which file decided (`hashreplay status`).
+
+Where a test's recordings may live, and reading a file that must stay in the project.
+
+A test id can come from a header (`X-HashReplay-Test-Id`), so it is untrusted: its file part
+may only name a place inside the project root, never a hidden directory (`.git/hooks`), a
+home directory (`~/…`), a percent-encoded `..` or a drive. Anything else goes to the common
+directory. A recordings directory or a recording file that is a symlink resolving outside
+the project root is refused with a `RecordingError` naming it (docs/design.md §4):
+recordings are only read and written inside the project.
+
+What does not belong in a store: symlinks and temp files (in recordings directories and
+their `blobs/`).
+
+`hashreplay verify` and `status` report both. Replay refuses a symlink that leads outside the
+project root; a temp file is what a killed writer left behind (`.<name>.json.<random>.tmp`,
+the pattern `write_bytes_atomic` uses) and is swept at the next start.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import NamedTuple
+
+from hashreplay.core.constants import BLOBS_DIRNAME, RECORDINGS_DIRNAME, ROOT_ENV, STATE_DIRNAME
+from hashreplay.core.errors import ConfigError, RecordingError
+from hashreplay.core.files import is_temp_name
+
+PYPROJECT = "pyproject.toml"
+
+
+class Found(NamedTuple):
+    """A project root and why it is the root."""
+
+    path: Path
+    reason: str
+
+
+def find_root(
+    explicit: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    start: Path | None = None,
+) -> Found:
+    """The project root: `explicit`, else `HASHREPLAY_ROOT`, else found upward from `start`
+    (the working directory)."""
+    if explicit is not None:
+        return Found(Path(explicit).resolve(), "given")
+    value = (os.environ if env is None else env).get(ROOT_ENV)
+    if value:
+        return Found(Path(value).resolve(), ROOT_ENV)
+    here = (start if start is not None else Path.cwd()).resolve()
+    for test, label in _RULES:
+        for directory in _upward(here):
+            marker = test(directory)
+            if marker is not None:
+                return Found(directory, f"{marker} ({label})")
+    return Found(here, "the working directory (no project marker above it)")
+
+
+def _upward(start: Path) -> Iterator[Path]:
+    yield start
+    yield from start.parents
+
+
+def _toml_tables(path: Path) -> dict[str, object]:
+    if sys.version_info >= (3, 11):  # imported on first use (pytest has usually loaded it)
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        msg = f"cannot read {path} while looking for the project root: {exc}"
+        raise ConfigError(msg) from exc
+    tool = data.get("tool")
+    return tool if isinstance(tool, dict) else {}
+
+
+def _hashreplay_table(directory: Path) -> Path | None:
+    path = directory / PYPROJECT
+    return path if path.is_file() and "hashreplay" in _toml_tables(path) else None
+
+
+def has_hashreplay_table(directory: Path) -> bool:
+    """Whether `directory` has a `pyproject.toml` with a `[tool.hashreplay]` table, empty or
+    not: how a project opts in to the pytest plugin (docs/design.md, Activation)."""
+    return _hashreplay_table(directory) is not None
+
+
+def _ini_has(path: Path, section: str) -> bool:
+    import configparser  # only for a setup.cfg / tox.ini: not at import
+
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path, encoding="utf-8")
+    except (configparser.Error, UnicodeDecodeError):
+        return False  # pytest itself reports a broken file; it names no root for us
+    return parser.has_section(section)
+
+
+def _pytest_marker(directory: Path) -> Path | None:
+    """The file that makes `directory` pytest's rootdir, in pytest's own order."""
+    for name in ("pytest.ini", ".pytest.ini"):
+        if (directory / name).is_file():
+            return directory / name
+    pyproject = directory / PYPROJECT
+    if pyproject.is_file():
+        tool = _toml_tables(pyproject)
+        pytest_table = tool.get("pytest")
+        if isinstance(pytest_table, dict) and "ini_options" in pytest_table:
+            return pyproject
+    for name, section in (("tox.ini", "pytest"), ("setup.cfg", "tool:pytest")):
+        path = directory / name
+        if path.is_file() and _ini_has(path, section):
+            return path
+    return None
+
+
+def _git(directory: Path) -> Path | None:
+    marker = directory / ".git"
+    return marker if marker.exists() else None
+
+
+_RULES: tuple[tuple[Callable[[Path], Path | None], str], ...] = (
+    (_hashreplay_table, "[tool.hashreplay]"),
+    (_pytest_marker, "pytest's rootdir marker"),
+    (_git, "the git repository"),
+)
+
+
+__all__ = ["RecordingsDirOutside", "outside_root", "read_contained", "recordings_dir_for"]
+
+
+#: compiled on first use (the `re` module's cache), not at import: start-up time
+#: Directories never searched for recordings.
+SKIP_DIRS: frozenset[str] = frozenset(
+    {
+        ".venv",
+        ".git",
+        "node_modules",
+        STATE_DIRNAME,
+        "site-packages",
+        "__pycache__",
+        ".tox",
+        ".nox",
+        ".pytest_cache",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".hypothesis",
+    }
+)
+
+
+_SEPARATORS = r"[\\/]"
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+class RecordingsDirOutside(RecordingError):
+    """A test's recordings directory leads outside the project root (a symlink): no file
+    of it is read or written. Its message is the whole problem (it is no file's)."""
+
+    def __init__(self, directory: Path, problem: str) -> None:
+        super().__init__(directory, problem)
+        self.args = (problem,)
+
+
+def outside_root(path: Path, root: Path) -> bool:
+    return path != root and root not in path.parents
+
+
+def _safe_parts(file_part: str) -> list[str] | None:
+    """The path components of a test id's file part, or None when it may not be used."""
+    if not file_part or "\x00" in file_part:
+        return None
+    if PurePosixPath(file_part).is_absolute() or PureWindowsPath(file_part).is_absolute():
+        return None
+    parts = re.split(_SEPARATORS, file_part)
+    for part in parts:
+        if part in ("", ".", ".."):
+            continue
+        if part.startswith((".", "~")) or "%" in part or ":" in part:
+            return None  # `.git`, `~user`, `%2e%2e`, `C:`
+    return [p for p in parts if p not in ("", ".")]
+
+
+def recordings_dir_for(root: Path, common_dir: Path, test_id: str | None) -> Path:
+    """`tests/a/b/test_x.py::test_y[p]` → `<root>/tests/a/b/recordings`; the common
+    directory for no test id and for any id that would lead elsewhere. `root` is resolved."""
+    if not test_id:
+        return common_dir
+    parts = _safe_parts(test_id.split("::", 1)[0])
+    if parts is None:
+        return common_dir
+    candidate = Path(os.path.normpath(root.joinpath(*parts))).parent / RECORDINGS_DIRNAME
+    if outside_root(candidate, root):
+        return common_dir  # `..` leading out of the project
+    try:
+        resolved = candidate.resolve()
+    except (OSError, RuntimeError):
+        return common_dir
+    if outside_root(resolved, root):
+        msg = (
+            f"the recordings directory {candidate} of {test_id.split('::', 1)[0]} resolves "
+            f"to {resolved}, outside the project root {root}{_via_link(candidate, root)}: "
+            "recordings are only read and written inside the project; replace the link with "
+            "a directory holding the recordings (move them into the project)"
+        )
+        raise RecordingsDirOutside(candidate, msg)
+    return resolved
+
+
+def _via_link(candidate: Path, root: Path) -> str:
+    """` (<link> is a symlink to <target>)`: the link on the way that leads out, or ``."""
+    for path in (candidate, *candidate.parents):
+        if path == root or root not in path.parents:
+            break
+        if path.is_symlink():
+            try:
+                return f" ({path} is a symlink to {path.readlink()})"
+            except OSError:
+                return f" ({path} is a symlink)"
+    return ""
+
+
+def read_contained(path: Path, root: Path) -> bytes:
+    """The bytes of a recording file, refusing a symlink that leads outside `root`. Costs
+    no extra system call on the usual path (the open itself refuses to follow a link)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
+        target = path.resolve()
+        if outside_root(target, root):
+            msg = (
+                f"is a symlink to {target}, outside the project root {root}: recordings are "
+                "only read inside the project; replace the link with the file"
+            )
+            raise RecordingError(path, msg) from None
+        return _read_followed(path)
+    try:
+        return _read_fd(fd)
+    except OSError as exc:
+        raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd: int) -> bytes:
+    """Everything from an open file: one `read` of the size `fstat` gives (and one that
+    returns nothing past it), no buffered file object in between."""
+    size = os.fstat(fd).st_size
+    data = os.read(fd, size + 1)
+    if len(data) <= size:
+        return data  # a short read of a regular file is its end
+    parts = [data]  # it grew meanwhile: read on to its end
+    while chunk := os.read(fd, 1 << 16):
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _read_followed(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
+
+
+__all__ = ["Stray", "find_strays"]
+
+
+@dataclass(frozen=True)
+class Stray:
+    path: Path
+    problem: str
+
+
+def _walk(top: Path) -> Iterator[tuple[Path, list[str], list[str]]]:
+    for current, dirs, files in os.walk(top):  # never follows a symlinked directory
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        yield Path(current), dirs, files
+
+
+def _symlink(path: Path, root: Path) -> Stray:
+    target = path.resolve()
+    where = "outside the project root: replay refuses it" if outside_root(target, root) else ""
+    problem = f"symlink to {target}" + (f" ({where})" if where else "")
+    return Stray(path, problem + "; replace it with the real file or directory")
+
+
+def find_strays(tops: Iterable[Path], root: Path) -> list[Stray]:
+    """Symlinked recordings directories and files, and temp files, under `tops`."""
+    root = root.resolve()
+    found: dict[Path, Stray] = {}
+    for top in tops:
+        if not top.is_dir():
+            continue
+        for here, dirs, files in _walk(top):
+            in_recordings = here.name == RECORDINGS_DIRNAME
+            for name in list(dirs):
+                path = here / name
+                if path.is_symlink() and (name == RECORDINGS_DIRNAME or in_recordings):
+                    found.setdefault(path, _symlink(path, root))
+            in_blobs = here.name == BLOBS_DIRNAME and here.parent.name == RECORDINGS_DIRNAME
+            if not in_recordings and not in_blobs:
+                continue
+            for name in files:
+                path = here / name
+                if is_temp_name(name):
+                    found.setdefault(
+                        path,
+                        Stray(path, "temp file left by an interrupted write; safe to delete"),
+                    )
+                elif (in_blobs or name.endswith(".json")) and path.is_symlink():
+                    found.setdefault(path, _symlink(path, root))
+    return [found[p] for p in sorted(found)]

@@ -1,0 +1,425 @@
+"""Keying: a request as it is stored and hashed, and the file name it gets (docs/design.md §3).
+
+`Keyer.request` redacts a live request, normalises its body (mapping ids the test received
+earlier back to their stable form) and `Keyer.key_of` hashes it: the one place the naming
+rule is applied, to live requests here and to stored ones by `hashreplay verify`/`rehash`.
+
+Shared model lists (docs/design.md §3): one file per model set in the common
+directory, and on replay every matching file merged into one answer (union by model id).
+
+`first_difference(recorded, incoming)`: the first field where two requests differ.
+
+Walks dict keys in sorted order and lists by index; reports missing keys and type changes as
+such. The miss report is built on it.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from hashreplay.core.blobs import describe_value
+from hashreplay.core.config import Config
+from hashreplay.core.constants import (
+    CALL_METHOD,
+    CONVERSATION_HEADER,
+    FAULT_HEADER,
+    KEY_VERSION,
+    RUN_HEADER,
+    TEST_ID_HEADER,
+)
+from hashreplay.core.errors import HashReplayWarning
+from hashreplay.core.format import RecordedRequest, RecordedResponse, Recording
+from hashreplay.core.keys import (
+    MODEL_LIST_KEYS,
+    MODEL_LIST_SUFFIXES,
+    current_conversation,
+    endpoint_of,
+    is_model_list,
+    model_id,
+    model_ids,
+    model_list_filename,
+    request_hash,
+    stored_url,
+)
+from hashreplay.core.modes import Mode
+from hashreplay.core.nesting import parse_checked_body
+from hashreplay.core.normalise import (
+    KEPT_REQUEST_HEADERS,
+    RequestRules,
+    compile_patterns,
+    filter_headers,
+    normalise_request_body,
+)
+from hashreplay.core.redact import Redactor
+from hashreplay.core.secret_values import (
+    NO_SECRETS,
+    SecretValues,
+    request_secrets,
+    scrub_request,
+)
+from hashreplay.core.store import Store
+from hashreplay.core.typed import jsonable_arg
+from hashreplay.engine.http import IncomingRequest
+
+if TYPE_CHECKING:
+    from hashreplay.core.format import RecordedRequest
+
+
+#: Entries of each keying memo (URLs, credential sets): a suite uses a few dozen; a proxy
+#: may see unbounded ones.
+_MEMO_MAX = 1024
+
+
+class Prepared(NamedTuple):
+    """A request after redaction and normalisation, with its hash and where it belongs."""
+
+    test_id: str | None
+    mode: Mode
+    hash: str
+    shared: bool
+    request: RecordedRequest
+    #: the credential values the live request carried: scrubbed from everything it writes
+    #: or prints (docs/design.md §7)
+    secrets: SecretValues = NO_SECRETS
+    #: the test id as hashed, written and printed: `test_id` with its secrets removed
+    #: (`Keyer.test_id`); `test_id` itself stays the key of the test's state
+    shown_test_id: str | None = None
+
+
+class Keyer:
+    """How requests are redacted, normalised and named under one configuration."""
+
+    def __init__(self, config: Config) -> None:
+        self.redactor = Redactor(config.redact_keys)
+        self.rules = RequestRules(
+            ignore_body_keys=config.ignore_body_keys,
+            volatile=compile_patterns(config.volatile_patterns),
+        )
+        self.match_headers = tuple(config.match_headers)
+        self.model_list_suffixes = (*MODEL_LIST_SUFFIXES, *config.model_list_endpoints)
+        # hashreplay's own headers are never stored (nor hashed through match_headers)
+        self.kept_request_headers = (
+            KEPT_REQUEST_HEADERS | frozenset(config.match_headers) | self.redactor.keys
+        ) - {
+            TEST_ID_HEADER.lower(),
+            RUN_HEADER.lower(),
+            CONVERSATION_HEADER.lower(),
+            FAULT_HEADER.lower(),
+        }
+        # memoised as the redactor memoises long texts: a suite calls a handful of URLs,
+        # with the same key on nearly every request
+        self._url = functools.lru_cache(maxsize=_MEMO_MAX)(self._url_forms)
+        self._secrets = functools.lru_cache(maxsize=_MEMO_MAX)(self._credentials)
+
+    def request(
+        self, incoming: IncomingRequest, id_map: Mapping[str, str] | None
+    ) -> tuple[RecordedRequest, SecretValues]:
+        """An HTTP request as stored and hashed (docs/design.md §3, §7), and the credential
+        values it carried. Redacted by key and shape, then by those values (a key that also
+        appears in the body or URL path leaves before hashing, so a recording made with one
+        key replays with another); a body nested too deep is a `RequestTooDeep`."""
+        redactor = self.redactor
+        method = incoming.method.upper()
+        endpoint, url = self._url(incoming.url)
+        raw_body, encoding = parse_checked_body(incoming, f"{method} {endpoint}")
+        # redacted and normalised in one walk
+        body = normalise_request_body(
+            redactor.multipart_parts(raw_body, encoding), self.rules, id_map, redactor
+        )
+        model = body.get("model") if type(body) is dict else None
+        request = RecordedRequest(
+            method=method,
+            url=url,
+            endpoint=endpoint,
+            headers=filter_headers(incoming.headers, self.kept_request_headers, redactor.header),
+            body=body,
+            body_encoding=encoding,
+            model=model if isinstance(model, str) else None,
+            conversation=incoming.header(CONVERSATION_HEADER) or current_conversation(),
+        )
+        secret_headers, other_headers = redactor.split_headers(incoming.headers)
+        secrets = self._secrets(incoming.url, tuple(secret_headers))
+        if secrets and _mentioned(secrets, incoming, other_headers):
+            request = scrub_request(request, secrets)
+        return request, secrets
+
+    def _url_forms(self, url: str) -> tuple[str, str]:
+        """A request URL's endpoint (hashed) and stored form (redacted, loopback host
+        generic)."""
+        return endpoint_of(url, self.redactor.is_query_secret), stored_url(self.redactor.url(url))
+
+    def _credentials(self, url: str, headers: tuple[tuple[str, str], ...]) -> SecretValues:
+        """The credential values of a request's URL and secret headers."""
+        return request_secrets(self.redactor, url, headers)
+
+    def call(
+        self,
+        name: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        id_map: Mapping[str, str] | None,
+    ) -> RecordedRequest:
+        """A call-layer call as a request: `CALL <name>` with its arguments (pydantic models
+        and dataclasses dumped, `self` already excluded) redacted and normalised like a body."""
+        raw = {"args": [jsonable_arg(a) for a in args], "kwargs": jsonable_arg(dict(kwargs))}
+        body = self.body(raw, id_map)
+        model = body["kwargs"].get("model")
+        return RecordedRequest(
+            method=CALL_METHOD,
+            url=f"call:{name}",
+            endpoint=name,
+            body=body,
+            model=model if isinstance(model, str) else None,
+            conversation=current_conversation(),
+        )
+
+    def body(self, raw: Any, id_map: Mapping[str, str] | None) -> Any:
+        """A body as hashed and stored: redacted, then normalised with the ids this test
+        received earlier mapped to their stable form."""
+        return normalise_request_body(raw, self.rules, id_map, self.redactor)
+
+    def test_id(self, test_id: str | None, secrets: SecretValues = NO_SECRETS) -> str | None:
+        """A test id as it is hashed and written (docs/design.md §7, "Test ids"): the
+        request's own credential values and every secret shape removed
+        (`test_x[sk-…]` → `test_x[[secret removed]]`). The file name is the hash of this
+        id, so `hashreplay verify` recomputes it from the file, and replay, which removes
+        the same things from the same id, finds what record wrote."""
+        if test_id is None:
+            return None
+        return self.redactor.text(secrets.text(test_id))
+
+    def key_of(self, request: RecordedRequest, test_id: str | None) -> tuple[str, bool]:
+        """The hash that names the file of `request` made by `test_id`, and whether it is a
+        shared model list."""
+        is_call = request.method == CALL_METHOD
+        shared = not is_call and is_model_list(
+            request.method, request.endpoint, self.model_list_suffixes
+        )
+        match = (
+            {name: request.headers.get(name) for name in self.match_headers}
+            if self.match_headers and not is_call
+            else None
+        )
+        hash_hex = request_hash(
+            request.method,
+            request.endpoint,
+            request.body,
+            test_id,
+            headers=match,
+            shared=shared,
+            conversation=request.conversation,
+        )
+        return hash_hex, shared
+
+
+def check_name(path: Path, recording: Recording, prep: Prepared) -> None:
+    """Warn when a file found by its name holds another request (edited by hand, or named by
+    other rules): replay still uses it, and `hashreplay verify` lists every such file."""
+    stored = recording.request
+    if (
+        recording.key_version == KEY_VERSION
+        and recording.test_id == prep.shown_test_id
+        and stored.body == prep.request.body
+        and stored.endpoint == prep.request.endpoint
+        and stored.method == prep.request.method
+        and stored.conversation == prep.request.conversation
+    ):
+        return  # the common case, at C speed: no field-by-field walk
+    if recording.key_version != KEY_VERSION:
+        problem = (
+            f"it was named by key_version {recording.key_version}, this hashreplay uses "
+            f"{KEY_VERSION}; run `hashreplay rehash` to re-key the store"
+        )
+    elif recording.test_id != prep.shown_test_id:
+        problem = f"it stores test id {recording.test_id!r}, not {prep.shown_test_id!r}"
+    else:
+        diff = request_difference(stored, prep.request)
+        if diff is None:
+            return
+        problem = f"its stored request differs ({diff.describe()}): was it edited by hand?"
+    warnings.warn(
+        HashReplayWarning(
+            f"recording {path} no longer matches its name: {problem}. It is still replayed; "
+            "`hashreplay verify` lists every such file"
+        ),
+        stacklevel=2,
+    )
+
+
+def _mentioned(
+    secrets: SecretValues, incoming: IncomingRequest, others: Sequence[tuple[str, str]]
+) -> bool:
+    """Whether a credential value travels where redaction by key does not remove it: in the
+    URL, the body or a header that is not itself secret (a key travels in its own header on
+    nearly every request; only a copy elsewhere needs the scrub)."""
+    probe = [incoming.url.encode(), incoming.content, *(v.encode() for _, v in others)]
+    return secrets.mentioned_in(b"\n".join(probe))
+
+
+def model_list_path(store: Store, hash_hex: str, response: RecordedResponse) -> Path:
+    """Where a model-list response of this request hash is stored."""
+    return store.common_dir / model_list_filename(hash_hex, model_ids(response.body))
+
+
+def merge_model_lists(responses: Sequence[RecordedResponse]) -> RecordedResponse:
+    """One model-list response holding every model of all of them (union by model id)."""
+    first = responses[0]
+    if len(responses) == 1 or not isinstance(first.body, dict):
+        return first
+    body = dict(first.body)
+    for key in MODEL_LIST_KEYS:
+        if not isinstance(body.get(key), list):
+            continue
+        seen: dict[str, Any] = {}
+        for response in responses:
+            items = response.body.get(key) if isinstance(response.body, dict) else None
+            for item in items or []:
+                ident = model_id(item)
+                if ident is not None and ident not in seen:
+                    seen[ident] = item
+        body[key] = list(seen.values())
+    return first.replace(body=body)
+
+
+_MISSING: Any = object()
+
+
+SHORTEN_AT = 80
+
+
+#: Strings longer than this are shown as digest, size and type (they are blob material:
+#: base64 images, audio), never as their bytes.
+LARGE_VALUE = 4096
+
+
+@dataclass(frozen=True)
+class Difference:
+    path: str
+    recorded: Any
+    incoming: Any
+    kind: str  # "value", "type", "missing" (absent from incoming), "added" (absent from recorded)
+
+    def describe(self) -> str:
+        if self.kind == "missing":
+            return f"{self.path}: recorded {shorten(self.recorded)}, incoming has no such field"
+        if self.kind == "added":
+            return f"{self.path}: not in the recording, incoming {shorten(self.incoming)}"
+        if self.kind == "type":
+            return (
+                f"{self.path}: recorded {type_label(self.recorded)} {shorten(self.recorded)}, "
+                f"incoming {type_label(self.incoming)} {shorten(self.incoming)}"
+            )
+        if isinstance(self.recorded, str) and isinstance(self.incoming, str):
+            rec, inc = shorten_pair(self.recorded, self.incoming)
+            return f"{self.path}: recorded {rec}, incoming {inc}"
+        return f"{self.path}: recorded {shorten(self.recorded)}, incoming {shorten(self.incoming)}"
+
+
+def type_label(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {
+        dict: "object",
+        list: "array",
+        str: "string",
+        bool: "boolean",
+        int: "number",
+        float: "number",
+    }.get(type(value), type(value).__name__)
+
+
+def shorten(value: Any, limit: int = SHORTEN_AT) -> str:
+    if isinstance(value, str) and len(value) > LARGE_VALUE:
+        return describe_value(value)
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def shorten_pair(a: str, b: str, limit: int = SHORTEN_AT) -> tuple[str, str]:
+    """Both strings shortened around where they first differ, not cut at the start."""
+    if len(a) <= limit and len(b) <= limit:
+        return repr(a), repr(b)
+    if len(a) > LARGE_VALUE or len(b) > LARGE_VALUE:
+        return shorten(a, limit), shorten(b, limit)
+    start = 0
+    while start < min(len(a), len(b)) and a[start] == b[start]:
+        start += 1
+    lead = max(0, start - limit // 3)
+    return _window(a, lead, limit), _window(b, lead, limit)
+
+
+def _window(text: str, lead: int, limit: int) -> str:
+    piece = text[lead : lead + limit]
+    prefix = "…" if lead else ""
+    suffix = "…" if lead + limit < len(text) else ""
+    return f"{prefix}{piece!r}{suffix}"
+
+
+def first_difference(recorded: Any, incoming: Any, path: str = "") -> Difference | None:
+    """The first differing field path with both values, or None when they are equal."""
+    if recorded is incoming:
+        return None
+    if isinstance(recorded, dict) and isinstance(incoming, dict):
+        for key in sorted(set(recorded) | set(incoming), key=str):
+            here = f"{path}.{key}" if path else str(key)
+            a, b = recorded.get(key, _MISSING), incoming.get(key, _MISSING)
+            if a is _MISSING:
+                return Difference(here, None, b, "added")
+            if b is _MISSING:
+                return Difference(here, a, None, "missing")
+            found = first_difference(a, b, here)
+            if found is not None:
+                return found
+        return None
+    if isinstance(recorded, list) and isinstance(incoming, list):
+        for index in range(max(len(recorded), len(incoming))):
+            here = f"{path}[{index}]"
+            if index >= len(incoming):
+                return Difference(here, recorded[index], None, "missing")
+            if index >= len(recorded):
+                return Difference(here, None, incoming[index], "added")
+            found = first_difference(recorded[index], incoming[index], here)
+            if found is not None:
+                return found
+        return None
+    if type_label(recorded) != type_label(incoming):
+        return Difference(path or "(value)", recorded, incoming, "type")
+    if recorded != incoming:
+        return Difference(path or "(value)", recorded, incoming, "value")
+    return None
+
+
+def count_differences(recorded: Any, incoming: Any, cap: int = 1000) -> int:
+    """How many leaf fields differ (capped): used to rank the nearest recording."""
+    if isinstance(recorded, dict) and isinstance(incoming, dict):
+        total = 0
+        for key in set(recorded) | set(incoming):
+            if key not in recorded or key not in incoming:
+                total += 1
+            else:
+                total += count_differences(recorded[key], incoming[key], cap - total)
+            if total >= cap:
+                return cap
+        return total
+    if isinstance(recorded, list) and isinstance(incoming, list):
+        total = abs(len(recorded) - len(incoming))
+        for a, b in zip(recorded, incoming, strict=False):
+            total += count_differences(a, b, cap - total)
+            if total >= cap:
+                return cap
+        return total
+    return 0 if recorded == incoming else 1
+
+
+def request_difference(recorded: RecordedRequest, incoming: RecordedRequest) -> Difference | None:
+    """The first difference, the method and endpoint before any body field."""
+    for field in ("method", "endpoint"):
+        a, b = getattr(recorded, field), getattr(incoming, field)
+        if a != b:
+            return Difference(field, a, b, "value")
+    return first_difference(recorded.body, incoming.body, "body")
