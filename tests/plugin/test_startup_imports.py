@@ -17,15 +17,20 @@ pytest_plugins = ["pytester"]
 NOT_AT_START_UP = (
     "hashreplay.cli",
     "hashreplay.server",
-    "hashreplay.maintenance",
     "hashreplay.adapters.callables",
-    "hashreplay.engine.replay",
-    "hashreplay.engine.keys",
+    # the maintenance tools
+    "hashreplay.engine.files",
+    "hashreplay.engine.prune",
+    "hashreplay.engine.rehash",
+    "hashreplay.engine.importing",
+    "hashreplay.engine.import_vcr",
+    "hashreplay.engine.import_ogx",
+    # the miss report and the request diff, loaded on the first miss or mismatch
+    "hashreplay.engine.miss",
+    "hashreplay.core.diff",
     # the record path, built on the first recording
     "hashreplay.engine.record",
-    "hashreplay.engine.record",
     "hashreplay.core.normalise_response",
-    "hashreplay.engine.keys",
     "aiofiles",
     "httpx",
     "httpx2",
@@ -49,9 +54,9 @@ def test_importing_the_plugin_loads_no_cli_server_maintenance_or_client() -> Non
 
 def test_the_check_sees_a_module_that_is_loaded() -> None:
     """The check above is not vacuous: a loaded module on the list is reported."""
-    code = "import hashreplay.plugin, hashreplay.engine.keys\n" + LOADED
+    code = "import hashreplay.plugin, hashreplay.core.diff\n" + LOADED
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['hashreplay.engine.keys']"
+    assert out.stdout.strip() == "['hashreplay.core.diff']"
 
 
 def test_an_active_replay_run_that_uses_no_client_loads_none_of_them(

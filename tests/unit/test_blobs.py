@@ -20,11 +20,11 @@ from hashreplay.core.blobs import (
     split_blobs,
 )
 from hashreplay.core.config import load_config
+from hashreplay.core.diff import first_difference
 from hashreplay.core.errors import BodyTooLarge, RecordingError
 from hashreplay.core.keys import request_hash
 from hashreplay.core.store import Store, parse_recording
 from hashreplay.engine.http import IncomingRequest, LiveExchange
-from hashreplay.engine.keys import first_difference
 from hashreplay.engine.replay import Replay
 from hashreplay.engine.session import Session
 

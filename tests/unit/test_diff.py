@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hashreplay.engine.keys import Difference, first_difference
+from hashreplay.core.diff import Difference, first_difference
 
 
 def chat(*contents: str) -> dict[str, Any]:

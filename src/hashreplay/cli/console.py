@@ -30,7 +30,7 @@ from hashreplay.engine.files import (
     load,
     recorded_test_id,
 )
-from hashreplay.engine.replay import record_target
+from hashreplay.engine.miss import record_target
 
 __all__ = ["Console", "human_size", "printable"]
 

@@ -33,7 +33,6 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import NamedTuple
 
@@ -292,8 +291,9 @@ def _read_followed(path: Path) -> bytes:
 __all__ = ["Stray", "find_strays"]
 
 
-@dataclass(frozen=True)
-class Stray:
+class Stray(NamedTuple):
+    """A file that does not belong in a store, and why."""
+
     path: Path
     problem: str
 

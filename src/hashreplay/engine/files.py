@@ -24,6 +24,7 @@ from hashreplay.core.constants import (
     RECORD_COMMAND,
     RECORDINGS_DIRNAME,
 )
+from hashreplay.core.diff import first_difference
 from hashreplay.core.errors import PathNotFound, RecordingError
 from hashreplay.core.files import write_bytes_atomic
 from hashreplay.core.format import EndState, Recording, is_no_response
@@ -40,8 +41,7 @@ from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_req
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.paths import SKIP_DIRS
 from hashreplay.core.store import Store, dumps, parse_recording
-from hashreplay.engine.keys import first_difference
-from hashreplay.engine.replay import record_target
+from hashreplay.engine.miss import record_target
 from hashreplay.engine.session import Session
 
 

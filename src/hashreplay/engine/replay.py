@@ -18,35 +18,28 @@ Replay: the next recorded response to a request (in recorded order, model lists 
 with templates filled and the test's pace applied; and the failures a replay notes for its
 test (a miss with its report, or a scenario that cannot be replayed).
 
-The replay miss report (docs/design.md §6, contract).
-
-Built only on a miss, so the common path pays nothing: the nearest recording is searched
-lazily among the files of the test's directory and the common directory.
+The miss report is `engine/miss.py`, loaded on the first miss.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hashreplay.core.bodies import encode_request_body
-from hashreplay.core.constants import FIXTURE_MARK, RECORD_COMMAND
-from hashreplay.core.errors import RecordingError, ReplayMiss, unreadable_fix
+from hashreplay.core.errors import RecordingError, ReplayMiss
 from hashreplay.core.format import EndState, RecordedResponse, is_no_response
-from hashreplay.core.keys import is_model_list_name, recording_name
 from hashreplay.core.modes import Mode, Pace
 from hashreplay.core.redact import Redactor
 from hashreplay.core.store import Store
 from hashreplay.core.templates import TemplateError
 from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.http import IncomingRequest, ReplayPlan, miss_plan, plan_for
-from hashreplay.engine.keys import Prepared, count_differences, request_difference
+from hashreplay.engine.keys import Prepared
 from hashreplay.engine.scenarios import Scenario, check_pace, templated
 from hashreplay.engine.state import StoreView, Tests, sequence_for
 
 if TYPE_CHECKING:
-    from hashreplay.core.format import Recording
     from hashreplay.core.store import Store
     from hashreplay.engine.keys import Prepared
 
@@ -173,6 +166,7 @@ class Replayer:
     ) -> ReplayMiss:
         """Note a replay miss (the test will fail) and return it; never raises it. With the
         `request`, the report shows the URL it was sent to, host and port as given."""
+        from hashreplay.engine.miss import miss_report  # only a miss needs it
 
         recorded = self.tests.recorded_count(prep.test_id, prep.hash)
         url = None if request is None else self.redactor.url(request.url)
@@ -237,162 +231,3 @@ class Replayer:
             self.stats.missed += 1
             self.tests.state(prep.test_id).misses.append(miss)
         return miss
-
-
-@dataclass(frozen=True)
-class _Candidate:
-    path: Path
-    recording: Recording
-    tier: int  # 0 same test+endpoint, 1 same test, 2 same endpoint (other test)
-    distance: int
-
-
-_TIERS = {
-    0: "same test and endpoint",
-    1: "same test, other endpoint",
-    2: "same endpoint, other test",
-}
-
-
-def _comparable(method: str, endpoint: str, body: Any) -> dict[str, Any]:
-    return {"method": method, "endpoint": endpoint, "body": body}
-
-
-def _candidates(store: Store, prep: Prepared) -> tuple[list[_Candidate], int]:
-    """Readable recordings near this request, and how many recordings the test has."""
-    found: list[_Candidate] = []
-    own = 0
-    incoming = _comparable(prep.request.method, prep.request.endpoint, prep.request.body)
-    seen: set[Path] = set()
-    for directory in store.search_dirs(prep.test_id):
-        if not directory.is_dir():
-            continue
-        for path in sorted(directory.glob("*.json")):
-            if path in seen or is_model_list_name(path.name):
-                continue
-            seen.add(path)
-            try:
-                recording = store.read(path)
-            except (RecordingError, OSError):
-                continue
-            same_test = recording.test_id == prep.shown_test_id
-            own += same_test
-            req = recording.request
-            same_endpoint = (
-                req.endpoint == prep.request.endpoint and req.method == prep.request.method
-            )
-            if same_test and same_endpoint:
-                tier = 0
-            elif same_test:
-                tier = 1
-            elif same_endpoint:
-                tier = 2
-            else:
-                continue
-            distance = count_differences(_comparable(req.method, req.endpoint, req.body), incoming)
-            found.append(_Candidate(path, recording, tier, distance))
-    found.sort(key=lambda c: (c.tier, c.distance, c.path.name))
-    return found, own
-
-
-def _rel(root: Path, path: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return str(path)
-
-
-def miss_report(
-    store: Store,
-    root: Path,
-    prep: Prepared,
-    *,
-    problem: RecordingError | None = None,
-    recorded_count: int = 0,
-    url: str | None = None,
-) -> str:
-    """The text that fails the test: what was asked, where we looked, what is nearest, and
-    the command that records it. `url` is where the request really went (redacted), with
-    its host and port, rather than the stored form (a loopback host without its port)."""
-    req = prep.request
-    test = prep.shown_test_id or "(no test: a request outside any test)"
-    lines = [
-        f"hashreplay: no recording for {req.method} {url or req.url} ({prep.mode.value} mode)",
-        f"  test:      {test}",
-        f"  hash:      {prep.hash}",
-    ]
-    searched = [_rel(root, d / recording_name(prep.hash)) for d in store.search_dirs(prep.test_id)]
-    lines.append(f"  looked in: {', '.join(searched)}")
-    if problem is not None:
-        where = "" if problem.path is None else f"{_rel(root, problem.path)}: "
-        lines.append(f"  unreadable recording: {where}{problem.problem}")
-        lines.append("  the file was left untouched")
-    elif recorded_count:
-        times = "once" if recorded_count == 1 else f"{recorded_count} times"
-        lines.append(
-            f"  this request was recorded {times} in this test; call {recorded_count + 1} "
-            "has no recording (the code now makes more identical calls than when recorded)"
-        )
-    else:
-        lines.extend(_nearest_lines(store, root, prep))
-    if problem is not None and problem.path is not None and problem.path.suffix == ".json":
-        # record-if-missing would meet the same file again: name what replaces it
-        rerun = record_target(prep.test_id, prep.shown_test_id) if prep.test_id else None
-        lines.append(f"  to fix it: {unreadable_fix(_rel(root, problem.path), rerun)}")
-    elif problem is not None:
-        lines.append("  to fix it: do what the problem above says, then re-record the test")
-    elif prep.test_id:
-        target = record_target(prep.test_id, prep.shown_test_id)
-        lines.append(f"  to record it: {RECORD_COMMAND.format(nodeid=target)}")
-    else:
-        lines.append("  to record it: run the same code with INFERENCE_MODE=record-if-missing")
-    return "\n".join(lines)
-
-
-def _nearest_lines(store: Store, root: Path, prep: Prepared) -> list[str]:
-    candidates, own = _candidates(store, prep)
-    lines: list[str] = []
-    if own == 0 and prep.test_id:
-        lines.append("  this test has no recordings yet (a new test, or one renamed or moved)")
-        exact = [
-            c
-            for c in candidates
-            if c.tier == 2 and c.distance == 0 and c.recording.test_id is not None
-        ]
-        if exact:
-            old = exact[0]
-            lines.append(
-                f"  {_rel(root, old.path)} of test {old.recording.test_id} has exactly this "
-                "request: was the test renamed or moved? Re-record, and prune the old recordings"
-            )
-            return lines
-    if not candidates:
-        if own:
-            lines.append(f"  no recording of this test or suite calls {req_line(prep)}")
-        return lines
-    best = candidates[0]
-    diff = request_difference(best.recording.request, prep.request)
-    lines.append(f"  nearest:   {_rel(root, best.path)} ({_TIERS[best.tier]})")
-    if diff is not None:
-        lines.append(f"  differs:   {diff.describe()}")
-    return lines
-
-
-def record_target(test_id: str, shown: str | None = None) -> str:
-    """What to give pytest to re-run a test id: the node id itself, or, for a wide-scoped
-    fixture's id (`tests/conftest.py::[fixture]client`), the directory or module that holds
-    the tests using it. A node id whose parameters held a secret (`shown` differs) is never
-    printed: the test function without its parameters is, which runs every case."""
-    if shown is not None and shown != test_id:
-        test_id = shown
-        if FIXTURE_MARK not in shown:
-            head, sep, name = shown.rpartition("::")
-            return f"{head}{sep}{name.split('[', 1)[0]}"
-    if FIXTURE_MARK not in test_id:
-        return test_id
-    where = test_id.split("::", 1)[0]
-    return where.rsplit("/", 1)[0] if where.endswith("conftest.py") and "/" in where else where
-
-
-def req_line(prep: Prepared) -> str:
-    return f"{prep.request.method} {prep.request.endpoint}"
