@@ -17,15 +17,20 @@ pytest_plugins = ["pytester"]
 NOT_AT_START_UP = (
     "hashreplay.cli",
     "hashreplay.server",
-    "hashreplay.maintenance",
+    # the maintenance tools over the store
+    "hashreplay.engine.files",
+    "hashreplay.engine.prune",
+    "hashreplay.engine.rehash",
+    "hashreplay.engine.importing",
+    "hashreplay.engine.import_vcr",
+    "hashreplay.engine.import_ogx",
     "hashreplay.adapters.callables",
+    # the miss report, the request diff and model-list merging
     "hashreplay.engine.replay",
     "hashreplay.engine.keys",
     # the record path, built on the first recording
     "hashreplay.engine.record",
-    "hashreplay.engine.record",
     "hashreplay.core.normalise_response",
-    "hashreplay.engine.keys",
     "aiofiles",
     "httpx",
     "httpx2",
