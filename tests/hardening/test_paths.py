@@ -1,4 +1,5 @@
-"""Issue 13 items 10, 12 and 15: where files go and which ones replay refuses."""
+"""Where files go and which ones replay refuses: temp files, test ids from a header,
+symlinks (docs/design.md §4)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def store(root: Path) -> Store:
     return Store(root, root / "recordings")
 
 
-# --- item 12: test ids from a header ---------------------------------------------------------
+# --- test ids from a header ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -75,7 +76,7 @@ def test_a_git_hooks_test_id_creates_no_directory_there(root: Path) -> None:
     assert not (root / ".git").exists()
 
 
-# --- item 15: symlinks -----------------------------------------------------------------------
+# --- symlinks --------------------------------------------------------------------------------
 
 
 def test_a_recording_symlinked_outside_the_root_is_refused(store: Store, root: Path) -> None:
@@ -115,7 +116,7 @@ def test_strays_name_symlinks_and_temp_files(root: Path) -> None:
     assert real.name not in strays
 
 
-# --- item 10: temp files ---------------------------------------------------------------------
+# --- temp files ------------------------------------------------------------------------------
 
 
 KILLED_WRITER = textwrap.dedent(

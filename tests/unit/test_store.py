@@ -130,7 +130,7 @@ def test_dir_for_escaping_ids_go_to_common(store: Store, node_id: str) -> None:
 
 
 def test_dir_for_symlink_out_of_root_is_refused_naming_it(store: Store, root: Path) -> None:
-    """Issue 13 item 15: a directory symlinked outside the root is an error, not ignored."""
+    """A directory symlinked outside the root is an error, not ignored."""
     outside = root.parent / "outside"
     outside.mkdir()
     (root / "tests").mkdir()
