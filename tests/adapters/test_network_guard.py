@@ -1,4 +1,4 @@
-"""The network guard (docs/design.md §12) in real pytest sessions: a connection that no
+"""The network guard (docs/design.md §2) in real pytest sessions: a connection that no
 adapter handled fails a replay-mode test (even when the code swallows the error), is listed
 in the recording modes' summary, and loopback, `allowed_hosts` and `passthrough` pass."""
 

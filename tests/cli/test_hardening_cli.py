@@ -1,4 +1,5 @@
-"""Issue 13, CLI side: `verify` decodes every body (item 7)."""
+"""The CLI under hostile recordings: `verify` decodes every body, `verify` and `status` report
+symlinks and temp files, `show` escapes control characters."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def test_verify_decodes_every_body(project: Project, cli: Cli) -> None:
 
 
 def test_verify_and_status_report_symlinks_and_temp_files(project: Project, cli: Cli) -> None:
-    """Issue 13 items 10 and 15."""
+    """Symlinks out of the project and temp files of interrupted writes are reported."""
     path = project.one(CHAT)
     outside = project.root.parent / "outside.json"
     outside.write_bytes(path.read_bytes())
@@ -43,7 +44,7 @@ HOSTILE = "hi\x1b]0;pwned\x07 \x1b[2J\x9b31m \u202etxt.exe"
 
 
 def test_show_escapes_control_characters(project: Project, cli: Cli) -> None:
-    """Issue 13 item 14: recorded text never drives the terminal."""
+    """Recorded text never drives the terminal."""
     path = project.one(CHAT)
     data = json.loads(path.read_text())
     data["response"]["body"]["choices"][0]["message"]["content"] = HOSTILE

@@ -1,6 +1,6 @@
 """A recording nested deeper than MAX_NESTING is a named error in every command that reads
 it (verify, rehash, normalize, list, show, textconv, diff) and in replay: the file and the
-field path, never a RecursionError or a crash (docs/design.md §4)."""
+field path, never a RecursionError or a crash (docs/design.md §13)."""
 
 from __future__ import annotations
 

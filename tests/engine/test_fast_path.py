@@ -1,4 +1,4 @@
-"""The replay fast path (issue 17) keeps every check: a file with a wrong format version, one
+"""The replay fast path (docs/design.md §11, "The replay path") keeps every check: a file with a wrong format version, one
 that holds another request than its name says, and a truncated one are still refused or
 warned about, naming the file; and each shortcut gives exactly what the general path gives."""
 
@@ -189,7 +189,7 @@ def test_headers_decoded_once_equal_multi_items(headers: list[tuple[str, Any]]) 
 
 
 def _redacted_as_before(redactor: Redactor, value: Any) -> Any:
-    """The redaction walk as it was written before issue 17 (isinstance at every node)."""
+    """The redaction walk as it was written before the fast path (isinstance at every node)."""
     if isinstance(value, str):
         return redactor.text(value)
     if isinstance(value, dict):

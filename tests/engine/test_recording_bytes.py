@@ -1,4 +1,4 @@
-"""Serialising a recording on the writer thread (issue 17 item 3): the same bytes as
+"""Serialising a recording on the writer thread (docs/design.md §4): the same bytes as
 serialising it on the caller's thread, the test's next request hashed with the ids of a
 response still queued, and a body over `max_body_bytes` still failing the call at once."""
 

@@ -1,4 +1,4 @@
-"""Issue 13 item 6: a recorded call-layer value that names a type it must not build."""
+"""The call layer (docs/design.md §2): a recorded call-layer value that names a type it must not build."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 13 item 17: fuzzing the recording loader and the proxy.
+"""Fuzzing the recording loader and the proxy.
 
 The loader, fed random JSON trees, random bytes and valid recordings with random parts
 replaced, returns a recording or raises a `RecordingError`: never another exception. The

@@ -1,4 +1,4 @@
-"""Issue 13 items 2 and 4: secret field names in multipart bodies and compound key names."""
+"""Redaction by key (docs/design.md §7): secret field names in multipart bodies and compound key names."""
 
 from __future__ import annotations
 

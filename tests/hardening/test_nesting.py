@@ -1,4 +1,4 @@
-"""Issue 13 item 13: a request nested deeper than MAX_NESTING is a clear error, in-process
+"""Nesting (docs/design.md §13): a request nested deeper than MAX_NESTING is a clear error, in-process
 and through the proxy, in every mode but live."""
 
 from __future__ import annotations

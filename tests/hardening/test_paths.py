@@ -1,4 +1,5 @@
-"""Issue 13 items 10, 12 and 15: where files go and which ones replay refuses."""
+"""Where files go and which ones replay refuses: temp files, test ids from a header,
+symlinks (docs/design.md §4)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from hashreplay.core.config import load_config
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.files import is_temp_name, sweep_temp_files
+from hashreplay.core.files import is_temp_name, sweep_temp_files, write_bytes_atomic
 from hashreplay.core.format import Recording
 from hashreplay.core.paths import find_strays
 from hashreplay.core.store import Store, read_recording
@@ -36,7 +37,7 @@ def store(root: Path) -> Store:
     return Store(root, root / "recordings")
 
 
-# --- item 12: test ids from a header ---------------------------------------------------------
+# --- test ids from a header ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -75,7 +76,7 @@ def test_a_git_hooks_test_id_creates_no_directory_there(root: Path) -> None:
     assert not (root / ".git").exists()
 
 
-# --- item 15: symlinks -----------------------------------------------------------------------
+# --- symlinks --------------------------------------------------------------------------------
 
 
 def test_a_recording_symlinked_outside_the_root_is_refused(store: Store, root: Path) -> None:
@@ -115,13 +116,14 @@ def test_strays_name_symlinks_and_temp_files(root: Path) -> None:
     assert real.name not in strays
 
 
-# --- item 10: temp files ---------------------------------------------------------------------
+# --- temp files ------------------------------------------------------------------------------
 
 
 KILLED_WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
+    from hashreplay.core.files import write_bytes_atomic
     from hashreplay.core.store import Store
     from tests.unit.test_store import make_recording
 
@@ -135,7 +137,8 @@ KILLED_WRITER = textwrap.dedent(
     Path.replace = slow_replace
     root = Path(sys.argv[1])
     store = Store(root, root / "recordings")
-    store.save(store.path_for("tests/test_x.py::t", sys.argv[2]), make_recording())
+    path = store.path_for("tests/test_x.py::t", sys.argv[2])
+    write_bytes_atomic(path, store.dump(make_recording()), store.temp_dir)
     """
 )
 
@@ -197,7 +200,7 @@ def test_without_a_state_directory_temp_files_go_beside_the_file(root: Path) -> 
     (root / ".hashreplay").write_text("not a directory")  # .hashreplay/tmp cannot be made
     store = Store(root, root / "recordings")
     path = store.path_for("tests/test_x.py::t", HASH)
-    store.save(path, read_any_recording(root))
+    write_bytes_atomic(path, store.dump(read_any_recording(root)), store.temp_dir)
     assert store.temp_dir is None
     assert path.exists()
     assert [p.name for p in path.parent.iterdir()] == [path.name]

@@ -1,4 +1,4 @@
-"""Issue 13 item 3: the credential values a request carries never reach a written byte."""
+"""Redaction by value (docs/design.md §7): the credential values a request carries never reach a written byte."""
 
 from __future__ import annotations
 

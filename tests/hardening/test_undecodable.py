@@ -1,4 +1,4 @@
-"""Issue 13 item 7: an undecodable body in a recording is a RecordingError naming the file,
+"""Undecodable bodies: an undecodable body in a recording is a RecordingError naming the file,
 counted as a miss of that test even when the code under test catches it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The three phases every real client goes through (issue 12): record against the fake
+"""The three phases every real client goes through: record against the fake
 upstream; replay with the fake stopped and zero connects; replay against a fresh fake on a new
 port, with the network guard blocking everything, that receives zero requests. Replayed
 results must equal recorded ones."""

@@ -1,4 +1,4 @@
-"""Keyless replay with the real SDKs (issue 12): a suite recorded with keys in the environment
+"""Keyless replay with the real SDKs (docs/design.md §2): a suite recorded with keys in the environment
 replays, through the pytest plugin, with every provider key unset and the upstream gone; the
 SDK constructors that demand a key get hashreplay's placeholders."""
 

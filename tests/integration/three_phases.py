@@ -1,4 +1,4 @@
-"""The three phases every real client goes through (issue 12): record against the fake
+"""The three phases every real client goes through: record against the fake
 upstream; replay with it stopped (no connection attempted); replay with a fresh fake on a
 new port that receives no request. Every adapter is active, as under the pytest plugin."""
 

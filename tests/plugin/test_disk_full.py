@@ -1,4 +1,4 @@
-"""Issue 13 item 16: when the disk fills up, the summary counts only the files written and
+"""A full disk: when the disk fills up, the summary counts only the files written and
 names every one that failed (the first ten, and a count of the rest)."""
 
 from __future__ import annotations

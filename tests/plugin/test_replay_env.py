@@ -1,4 +1,4 @@
-"""Keyless replay (docs/design.md §12): placeholders for unset provider keys in replay mode
+"""Keyless replay (docs/design.md §2): placeholders for unset provider keys in replay mode
 only, in real pytest sessions, and the rules behind them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How a response ended (issue 14 item 2, issue 13 item 1): a stream the client abandoned is
+"""How a response ended (docs/design.md §12): a stream the client abandoned is
 stored as abandoned, replays its chunks and then an error (never a clean end), `verify`
 reports it and record-if-missing records it again."""
 
@@ -101,7 +101,7 @@ def test_a_stream_read_to_its_last_event_is_complete_even_if_closed_early(
 def test_a_cut_off_whole_body_never_replays_as_complete(
     upstream: FakeUpstream, recorder: Recorder
 ) -> None:
-    """What the proxy stores for a client that left during a whole body (issue 13 item 1):
+    """What the proxy stores for a client that left during a whole body:
     the bytes that arrived, marked abandoned. Replay hands them over, then fails."""
     body = {**BODY, "stream": False}
     recorder.start(Mode.RECORD)

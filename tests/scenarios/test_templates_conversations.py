@@ -1,4 +1,4 @@
-"""Request templates (issue 14 item 4) and conversations (item 6), in-process."""
+"""Request templates and conversations (docs/scenarios.md), in-process."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unconsumed recordings (issue 14 item 5), in the engine: fewer identical calls than
+"""Unconsumed recordings (docs/scenarios.md), in the engine: fewer identical calls than
 recorded, a recorded request never made, and the modes that are not checked."""
 
 from __future__ import annotations

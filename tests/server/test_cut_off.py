@@ -1,4 +1,4 @@
-"""Issue 13 item 1 through the proxy: a client that times out before a whole body ends leaves
+"""Cut-off responses through the proxy: a client that times out before a whole body ends leaves
 a recording marked abandoned (never a normal 200), replay never passes it off as complete,
 and record-if-missing records it again."""
 

@@ -1,4 +1,6 @@
-"""Issue 13, proxy side: an undecodable recording is answered with the miss error (item 7)."""
+"""The proxy under hostile input: an undecodable recording is answered with the miss error,
+a header test id stays inside the project, the upstream's userinfo is never shown, a failed
+write is a 5xx and per-test state is bounded."""
 
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ async def test_an_undecodable_body_is_the_miss_error_not_a_bug_report(root: Path
 async def test_a_header_test_id_never_creates_directories_outside_the_tests(
     root: Path, upstream: FakeUpstream
 ) -> None:
-    """Issue 13 item 12."""
+    """A test id from a header names a recordings directory under the tests, nowhere else."""
     config = load_config(root, env={}, mode="record")
     settings = ServeSettings(upstreams=(parse_upstream(upstream.url),), root=str(root))
     app = ProxyApp(settings, session=Session(config))
@@ -73,7 +75,7 @@ async def test_a_header_test_id_never_creates_directories_outside_the_tests(
 async def test_upstream_userinfo_is_never_shown(
     root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 13 item 5: not in stats, error bodies or logs."""
+    """Not in stats, error bodies or logs (docs/design.md §7)."""
     port = free_port()  # nothing listens there: the upstream is down
     upstream = parse_upstream(f"http://admin:hunter2-upstream@127.0.0.1:{port}")
     config = load_config(root, env={}, mode="record")
@@ -128,7 +130,7 @@ async def call_asgi(app: ProxyApp, body: dict[str, Any]) -> list[dict[str, Any]]
 async def test_a_failed_write_is_a_5xx_naming_it_never_a_200(
     root: Path, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 13 item 8."""
+    """A recording that cannot be written is a JSON 5xx naming the problem, never a 200."""
     config = load_config(root, env={}, mode="record")
     settings = ServeSettings(upstreams=(parse_upstream(upstream.url),), root=str(root))
     app = ProxyApp(settings, session=Session(config))
@@ -154,7 +156,7 @@ async def test_a_failed_write_is_a_5xx_naming_it_never_a_200(
 async def test_per_test_state_is_bounded_least_recently_used_first(
     root: Path, upstream: FakeUpstream
 ) -> None:
-    """Issue 13 item 9: a long-lived proxy forgets the state of idle test ids."""
+    """A long-lived proxy forgets the state of idle test ids."""
     config = load_config(root, env={}, mode="record")
     settings = ServeSettings(
         upstreams=(parse_upstream(upstream.url),), root=str(root), max_tests=10

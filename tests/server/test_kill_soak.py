@@ -1,4 +1,4 @@
-"""Issue 13 item 17: kill -9 soak. The proxy is killed while clients record concurrently,
+"""kill -9 soak of the proxy. The proxy is killed while clients record concurrently,
 restarted, killed again; afterwards every file parses, `verify` is clean and git would
 stage no temp file. Bounded: 3 kills, 8 client threads, a time limit per round; only
 127.0.0.1 is contacted."""

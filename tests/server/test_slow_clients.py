@@ -1,4 +1,4 @@
-"""Issue 13 item 11: clients that send their request head or body a byte at a time are cut
+"""Slow clients: clients that send their request head or body a byte at a time are cut
 off with a JSON 408 after --header-timeout / --body-timeout, never held open forever."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 and there is no import cycle, lazy and type-checking-only imports included; and the shape of
 the modules: each one whole idea of at most 450 lines, no class over 250.
 
-core (rank 0) < engine and maintenance (1) < adapters (2) < front ends (3): the plugin, the
+core (rank 0) < engine, with its maintenance tools (1) < adapters (2) < front ends (3): the plugin, the
 CLI, the proxy server, `install()`, the middleware and the package's front door.
 """
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import hashreplay.core.store as store_module
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.files import write_bytes_atomic
+from hashreplay.core.files import awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.format import (
     RecordedException,
     RecordedRequest,
@@ -63,6 +63,11 @@ def make_recording(text: str = "hello", test_id: str | None = NODE, **extra: Any
 
 #: A store for files outside any project (these recordings are too small for blobs).
 PLAIN = Store(Path("/nonexistent-project"), Path("/nonexistent-project/recordings"))
+
+
+def write(path: Path, recording: Recording) -> None:
+    """A recording written as the engine writes one (atomically, blobs first)."""
+    write_bytes_atomic(path, PLAIN.dump(recording), PLAIN.temp_dir)
 
 
 def valid_bytes() -> bytes:
@@ -125,7 +130,7 @@ def test_dir_for_escaping_ids_go_to_common(store: Store, node_id: str) -> None:
 
 
 def test_dir_for_symlink_out_of_root_is_refused_naming_it(store: Store, root: Path) -> None:
-    """Issue 13 item 15: a directory symlinked outside the root is an error, not ignored."""
+    """A directory symlinked outside the root is an error, not ignored."""
     outside = root.parent / "outside"
     outside.mkdir()
     (root / "tests").mkdir()
@@ -172,10 +177,10 @@ def found_path(store: Store, test_id: str | None, hash_hex: str) -> Path | None:
 def test_read_first_prefers_the_test_dir_then_common(store: Store) -> None:
     assert found_path(store, NODE, HASH) is None
     common = store.common_dir / f"{HASH}.json"
-    PLAIN.write(common, make_recording("common", test_id=None))
+    write(common, make_recording("common", test_id=None))
     assert found_path(store, NODE, HASH) == common
     own = store.path_for(NODE, HASH)
-    PLAIN.write(own, make_recording("own"))
+    write(own, make_recording("own"))
     assert found_path(store, NODE, HASH) == own
     assert found_path(store, None, HASH) == common
     assert found_path(store, NODE, "f" * 32) is None
@@ -192,7 +197,7 @@ def test_read_first_refuses_a_directory_named_like_a_recording(store: Store) -> 
 def test_write_creates_directories(store: Store, root: Path) -> None:
     path = store.path_for(NODE, HASH)
     assert not (root / "tests").exists()
-    PLAIN.write(path, make_recording())
+    write(path, make_recording())
     assert path.is_file()
 
 
@@ -230,7 +235,7 @@ def test_model_list_paths(store: Store) -> None:
 def test_write_read_round_trip(tmp_path: Path) -> None:
     recording = make_recording()
     path = tmp_path / "r" / f"{HASH}.json"
-    PLAIN.write(path, recording)
+    write(path, recording)
     assert PLAIN.read(path) == recording
 
 
@@ -250,7 +255,7 @@ def test_round_trip_with_streams_exceptions_and_later_responses(tmp_path: Path) 
     binary = RecordedResponse(status=200, body="AAEC", body_encoding=BodyEncoding.BASE64)
     recording = make_recording().replace(response=stream, later_responses=[failure, binary])
     path = tmp_path / f"{HASH}.json"
-    PLAIN.write(path, recording)
+    write(path, recording)
     back = PLAIN.read(path)
     assert back == recording
     assert back.responses == [stream, failure, binary]
@@ -273,9 +278,9 @@ def test_same_recording_same_bytes(tmp_path: Path) -> None:
     b = dump_recording(make_recording())
     assert a == b
     path = tmp_path / f"{HASH}.json"
-    PLAIN.write(path, make_recording())
+    write(path, make_recording())
     first = path.read_bytes()
-    PLAIN.write(path, PLAIN.read(path))
+    write(path, PLAIN.read(path))
     assert path.read_bytes() == first == a
 
 
@@ -310,27 +315,23 @@ def test_file_holds_the_contract_fields() -> None:
     assert "later_responses" not in data
 
 
-async def test_async_read_write_round_trip(tmp_path: Path) -> None:
+async def test_async_write_round_trip(tmp_path: Path) -> None:
+    """The event-loop write path (`Session.arecord`) writes the same bytes as the sync one."""
     recording = make_recording()
     path = tmp_path / "deep" / "dir" / f"{HASH}.json"
-    await PLAIN.awrite(path, recording)
+    await awrite_bytes_atomic(path, PLAIN.dump(recording), PLAIN.temp_dir)
     assert path.read_bytes() == dump_recording(recording)
-    assert await PLAIN.aread(path) == recording
+    assert PLAIN.read(path) == recording
     assert [p.name for p in path.parent.iterdir()] == [f"{HASH}.json"]
 
 
-async def test_async_read_errors_name_the_file(tmp_path: Path) -> None:
+def test_read_errors_name_the_file(tmp_path: Path) -> None:
     path = tmp_path / f"{HASH}.json"
     path.write_bytes(b"")
     with pytest.raises(RecordingError) as info:
-        await PLAIN.aread(path)
+        PLAIN.read(path)
     assert str(path) in str(info.value)
     assert info.value.path == path
-
-
-async def test_async_read_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError):
-        await PLAIN.aread(tmp_path / "missing.json")
 
 
 def test_read_missing_file(tmp_path: Path) -> None:
@@ -428,7 +429,7 @@ def test_exception_during_write_keeps_old_content_and_no_temp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / f"{HASH}.json"
-    PLAIN.write(path, make_recording("old"))
+    write(path, make_recording("old"))
     old = path.read_bytes()
 
     def broken_fsync(fd: int) -> None:
@@ -436,7 +437,7 @@ def test_exception_during_write_keeps_old_content_and_no_temp(
 
     monkeypatch.setattr(store_module.os, "fsync", broken_fsync)
     with pytest.raises(OSError, match="No space left"):
-        PLAIN.write(path, make_recording("new"))
+        write(path, make_recording("new"))
     assert path.read_bytes() == old
     assert leftovers(tmp_path, path) == []
 
@@ -462,7 +463,7 @@ async def test_async_exception_during_write_keeps_old_content_and_no_temp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / f"{HASH}.json"
-    await PLAIN.awrite(path, make_recording("old"))
+    await awrite_bytes_atomic(path, PLAIN.dump(make_recording("old")))
     old = path.read_bytes()
 
     def broken_fsync(fd: int) -> None:
@@ -470,7 +471,7 @@ async def test_async_exception_during_write_keeps_old_content_and_no_temp(
 
     monkeypatch.setattr(store_module.os, "fsync", broken_fsync)
     with pytest.raises(OSError, match="I/O error"):
-        await PLAIN.awrite(path, make_recording("new"))
+        await awrite_bytes_atomic(path, PLAIN.dump(make_recording("new")))
     assert path.read_bytes() == old
     assert leftovers(tmp_path, path) == []
 
@@ -504,7 +505,7 @@ def test_killed_writer_leaves_previous_content(tmp_path: Path, with_previous: bo
     path = store.path_for(NODE, HASH)
     old = b""
     if with_previous:
-        PLAIN.write(path, make_recording("old"))
+        write(path, make_recording("old"))
         old = path.read_bytes()
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(path)],

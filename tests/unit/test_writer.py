@@ -1,4 +1,4 @@
-"""The write-behind writer (issue 17 item 3): batches written with parallel fsyncs and each
+"""The write-behind writer (docs/design.md §4): batches written with parallel fsyncs and each
 directory synced once, a failure among many named at the flush, stages run once (on the
 writer thread or by the first read), and a version replaced before it was written never
 serialised."""

@@ -5,7 +5,7 @@ the one list of them. `activate(session)` turns every adapter on for a session (
 plugin and `hashreplay.install()` call it) and owns the session they route through;
 `deactivate()` restores everything. An adapter whose library is not installed is skipped, and
 one whose library is not imported yet is installed when the library is first imported
-(`_post_import`), so activation imports no client library. Adding a client is one module,
+(`_runtime`), so activation imports no client library. Adding a client is one module,
 one line in `ADAPTERS` and its tests.
 """
 

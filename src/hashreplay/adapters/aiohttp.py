@@ -30,7 +30,7 @@ Scenarios (docs/design.md §11): a hang awaits (never blocking the loop) the req
 cancellation end it through aiohttp's own timer. A plan's `error_kind` is
 `ServerTimeoutError` (a read timeout), `ClientConnectorError` (`ClientConnectionError` in
 a body), `ServerDisconnectedError`, or `ClientPayloadError` for a recording that ends where
-its client stopped reading; pacing awaits `engine.pacing.asleep` before the head and each
+its client stopped reading; pacing awaits `engine.scenarios.asleep` before the head and each
 chunk. A live body released before its end is recorded as abandoned.
 
 Private members relied on, each checked at install where it can be: `ClientSession._request`

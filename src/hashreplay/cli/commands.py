@@ -1,4 +1,4 @@
-"""The `hashreplay` sub-commands (parsing and exit codes live in `_cli`)."""
+"""The `hashreplay` sub-commands (parsing and exit codes live in `cli/__init__.py`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """Setting a project up and reviewing its recordings in git: `init`, `git-setup`, `textconv` and
 `diff`.
 
-Reviewing recordings as conversations: `textconv`, `git-setup` and `diff`.
-
 `hashreplay textconv FILE` is what git runs (through `diff.hashreplay.textconv`) to show a
 recording in `git diff`, `git log -p` and `git show`; it never fails, so git always shows a
 diff. `hashreplay git-setup` writes that configuration; `hashreplay diff A B` (or `--rev

@@ -2,8 +2,8 @@
 
 `hashreplay import vcr|ogx PATH…`: other tools' recordings become hashreplay recordings.
 
-The readers live in `maintenance.import_vcr` / `maintenance.import_ogx`; the engine-driven
-import in `maintenance.importing`. This module parses the options and prints the report.
+The readers live in `engine/import_vcr.py` / `engine/import_ogx.py`; the engine-driven
+import in `engine/importing.py`. This module parses the options and prints the report.
 
 What the usage logs say: `status`'s last-run line and `prune` (one log, or the merged
 logs of a suite split across CI machines with `--usage-log PATH`…).

@@ -1,12 +1,12 @@
-"""`[tool.hashreplay]` validation errors in TOML terms, naming the key and the file.
-
-pydantic says `Input should be a valid tuple`; a user wrote TOML, so the message says
-"`passthrough` must be a list of strings, got a string ('http://localhost')".
-
-`[tool.hashreplay]` read into one validated model; precedence file < environment < explicit.
+"""`[tool.hashreplay]` read into one validated model (docs/design.md §9); precedence file <
+environment < explicit.
 
 The precedence is coded once, in `load_config`, and every front end (pytest plugin, CLI,
 `hashreplay.install()`, `hashreplay serve`) goes through it.
+
+Validation errors are worded in TOML terms, naming the key and the file: pydantic says
+`Input should be a valid tuple`; a user wrote TOML, so the message says "`passthrough` must
+be a list of strings, got a string ('http://localhost')".
 """
 
 from __future__ import annotations

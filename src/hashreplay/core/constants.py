@@ -48,7 +48,8 @@ BLOBS_DIRNAME: Final = "blobs"
 BLOB_REF_KEY: Final = "__blob__"
 #: Strings in bodies (and whole non-JSON bodies) longer than this many bytes become blobs.
 DEFAULT_BLOB_THRESHOLD: Final = 64 * 1024
-#: Bodies larger than this are not recorded; larger files or blobs are not read (§13).
+#: Bodies larger than this are not recorded, nor blobs larger read; a recording file is
+#: read whatever its size (docs/design.md §13, §15).
 DEFAULT_MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 #: Prefix of shared model-list recordings (docs/design.md §3).
 MODEL_LIST_PREFIX: Final = "models-"

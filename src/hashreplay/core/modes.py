@@ -2,10 +2,6 @@
 four modes (docs/design.md §1), `record_failures`, and the scenario options `pace` and
 `unconsumed` (docs/scenarios.md).
 
-The four modes (docs/design.md §1) as a closed set whose parse error lists the valid values.
-
-The values of the scenario options (docs/scenarios.md): `pace` and `unconsumed`.
-
 Pure parsing, shared by the config file, `HASHREPLAY_PACE` and the pytest marker, so every
 source names itself and lists the valid forms the same way.
 """

@@ -1,4 +1,4 @@
-"""How deep a body may nest: `MAX_NESTING` levels (docs/design.md §3, §4).
+"""How deep a body may nest: `MAX_NESTING` levels (docs/design.md §13).
 
 The normaliser, the redactor and the canonical JSON of the hash all walk a body; orjson
 refuses to serialise beyond 255 levels and Python's recursion limit is reached sooner on a

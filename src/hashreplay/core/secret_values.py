@@ -1,4 +1,4 @@
-"""Redaction by value (issue 13): the credentials a request carries, scrubbed everywhere.
+"""Redaction by value (docs/design.md §7): the credentials a request carries, scrubbed everywhere.
 
 Redaction by key and by shape (`redact.py`) misses a key whose shape is unknown when the
 upstream echoes it (`"invalid api key: acme-7f3k…"`), a key in a test id, or a token in a

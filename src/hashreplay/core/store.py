@@ -37,7 +37,6 @@ from hashreplay.core.constants import (
 from hashreplay.core.errors import BodyTooLarge, RecordingError
 from hashreplay.core.files import (
     TEMP_DIRNAME,
-    awrite_bytes_atomic,
     state_temp_dir,
     sweep_temp_files,
     write_bytes_atomic,
@@ -167,19 +166,6 @@ def read_recording(path: Path, blobs: BlobReader | None = None) -> Recording:
     return parse_recording(read_file(path), path, blobs)
 
 
-async def aread_recording(path: Path, blobs: BlobReader | None = None) -> Recording:
-    import aiofiles  # only event-loop front ends read this way: not loaded at start-up
-
-    try:
-        async with aiofiles.open(path, "rb") as f:
-            content = await f.read()
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
-    return parse_recording(content, path, blobs)
-
-
 class Store:
     """Where a test's recordings live, and reading/writing them (blobs included)."""
 
@@ -278,13 +264,6 @@ class Store:
             [self.root / STATE_DIRNAME / TEMP_DIRNAME, self.common_dir, self.blobs_dir]
         )
 
-    def save(self, path: Path, recording: Recording) -> None:
-        """`write`, with the temp file kept where git does not see it."""
-        write_bytes_atomic(path, self.dump(recording), self.temp_dir)
-
-    async def asave(self, path: Path, recording: Recording) -> None:
-        await awrite_bytes_atomic(path, self.dump(recording), self.temp_dir)
-
     def dir_for(self, test_id: str | None) -> Path:
         """`tests/a/b/test_x.py::test_y[p]` → `<root>/tests/a/b/recordings`.
 
@@ -333,12 +312,3 @@ class Store:
 
     def read(self, path: Path) -> Recording:
         return self.parse(read_file(path), path)
-
-    async def aread(self, path: Path) -> Recording:
-        return await aread_recording(path, self.read_blob_text)
-
-    def write(self, path: Path, recording: Recording) -> None:
-        write_bytes_atomic(path, self.dump(recording), self.temp_dir)
-
-    async def awrite(self, path: Path, recording: Recording) -> None:
-        await awrite_bytes_atomic(path, self.dump(recording), self.temp_dir)

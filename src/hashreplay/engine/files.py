@@ -3,7 +3,7 @@
 Every operation reads a file fully before deciding, reports a file it cannot read instead of
 touching it, and writes only through `write_bytes_atomic`. The hashing and normalising rules
 come from the engine (`Session`), so a file is judged exactly as a test run would name it.
-Re-keying lives in `_rekey`, pruning in `_prune`.
+Re-keying lives in `engine/rehash.py`, pruning in `engine/prune.py`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from hashreplay.core.streams import render_stream, stream_finished, stream_forma
 
 
 class Hanging(Protocol):
-    """A plan's hang (`engine.hangs.Hang`): the adapter waits on it with its client's read
+    """A plan's hang (`engine.faults.Hang`): the adapter waits on it with its client's read
     timeout (docs/design.md §11, "Scenarios: what an adapter does with a plan")."""
 
     def wait(self, timeout: float | None) -> None: ...
@@ -141,7 +141,7 @@ class ReplayPlan(NamedTuple):
     #: `exception_type`
     error_kind: BreakKind | None = None
     #: seconds to wait before the head (`[0]`) and before chunk i (`[i + 1]`); empty: none.
-    #: Async adapters await (`engine.pacing.asleep`), sync ones sleep (`pacing.sleep`).
+    #: Async adapters await (`engine.scenarios.asleep`), sync ones sleep (`scenarios.sleep`).
     delays: tuple[float, ...] = ()
     #: never answer: wait on it until the client's timeout or cancellation fires
     hang: Hanging | None = None
@@ -154,7 +154,7 @@ class ReplayPlan(NamedTuple):
 
 def plan_for(response: RecordedResponse, path: Path | None = None) -> ReplayPlan:
     """Bytes and headers that reproduce a recorded response for a client; a body that
-    cannot be decoded is a `RecordingError` naming the file (issue 13 item 7)."""
+    cannot be decoded is a `RecordingError` naming the file."""
     try:
         return _plan_for(response, path)
     except (ValueError, TypeError, KeyError, AttributeError, UnicodeError) as exc:

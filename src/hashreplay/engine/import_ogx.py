@@ -62,7 +62,7 @@ def read_ogx(path: Path) -> Read:
 
 
 def _check_nesting(request: dict[str, Any], response: dict[str, Any]) -> None:
-    """Refuse a body nested deeper than hashreplay stores (docs/design.md §4), by its field
+    """Refuse a body nested deeper than hashreplay stores (docs/design.md §13), by its field
     path, before any walk recurses into it. OGX's typed wrappers (`__type__`, `__data__`)
     add a level to each object, so twice the limit is allowed here; the wire body they
     stand for is held to the limit itself when it is staged."""

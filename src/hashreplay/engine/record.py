@@ -1,5 +1,5 @@
-"""A recording file's bytes from its staged parts, now or on the writer thread (issue 17
-item 3).
+"""A recording file's bytes from its staged parts, now or on the writer thread
+(docs/design.md §4).
 
 Staging decides, in call order and on the caller's thread, everything later calls depend on:
 the file, the index in the sequence, the normalised response and the ids it registered (the
@@ -23,7 +23,7 @@ passing an unredacted value. The sequence of the request's hash then gets the no
 response appended (record mode first drops what it re-records), and the whole file's new
 content is returned for the store view to write. All of that happens on the caller's thread,
 in call order; on a write-behind session, building the file's JSON, the scrub of credential
-values and the dump are left to the writer thread (`recording_bytes`).
+values and the dump are left to the writer thread (`content_of`, a `core.writer.Stage`).
 """
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ def _redacted(
 
 def _check_nesting(value: Any, where: str = "response.body") -> None:
     """Nothing nested deeper than `MAX_NESTING` is stored: no walk below recurses into it,
-    and every file written can be read back (docs/design.md §4)."""
+    and every file written can be read back (docs/design.md §13)."""
     deep = deep_field(value, where)
     if deep is not None:
         raise TooDeep(deep, _NOT_RECORDED)
@@ -301,7 +301,7 @@ class Recorder:
     def stage(self, prep: Prepared, outcome: Outcome) -> tuple[Path, Content | None]:
         """The file this outcome goes to and its new content (None: nothing to write): the
         bytes, or on a write-behind session the stage that serialises them on the writer
-        thread (`recording_bytes`)."""
+        thread (`content_of`)."""
         tests = self.tests
         later = self.view.writer is not None
         with tests.lock:

@@ -1,19 +1,17 @@
-"""The usage log's file, its version and a test's outcome, for its models
-(`hashreplay.engine.usage`).
-
-Which recordings each test used in a run: the usage log `.hashreplay/usage.json`.
+"""Which recordings each test used in a run: the usage log `.hashreplay/usage.json`, its
+file, its version and a test's outcome.
 
 The pytest plugin feeds a `UsageCollector` per process (the outcome of each test phase and
 the files each test replayed or wrote); pytest-xdist workers hand theirs to the controller as
 a plain dict, and the controller (or the only process) writes one `RunUsage` at the project
-root, in a folder whose own `.gitignore` keeps it out of `git status`. `_prune` decides from
-it which recordings are unused. This module holds the log's pydantic models: the one
-definition a run writes (`hashreplay.engine.usage` fills them) and reads back.
+root, in a folder whose own `.gitignore` keeps it out of `git status`. `engine/prune.py`
+decides from it which recordings are unused. This module holds the log's pydantic models: the one
+definition a run writes (`UsageCollector`, below, fills them) and reads back.
 
 One process's view of a pytest run for the usage log, collected into its pydantic models.
 
 Every run feeds a `UsageCollector` and writes `.hashreplay/usage.json` at its end. The
-collector fills the log's own models (`hashreplay.engine.usage`: `UsagePiece`,
+collector fills the log's own models (this module's `UsagePiece`,
 `TestUsage`, `RunUsage`), so the log has one definition; a test's entry is made with
 `model_construct` (its values come from pytest's hooks, not from a file), which keeps the
 per-test cost to setting a few attributes.

@@ -58,10 +58,10 @@ class ProxyApp:
         self.session = session
         self.counters = Counters()
         self.forwarder = Forwarder(session, settings, self.counters)
-        install_log_filter(session)  # issue 13 item 3: no credential in any log line
+        install_log_filter(session)  # no credential in any log line
         userinfo = [v for u in settings.upstreams for v in u.userinfo_values]
-        session.seen_secrets.add(SecretValues(userinfo))  # item 5: nor the upstream's
-        session.store.sweep_temp_files()  # what a killed proxy left behind (item 10)
+        session.seen_secrets.add(SecretValues(userinfo))  # nor the upstream's
+        session.store.sweep_temp_files()  # what a killed proxy left behind
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope.get("type")
@@ -155,7 +155,7 @@ class ProxyApp:
         else:  # replay without an upstream: the URL the client used
             host = next((v for k, v in headers if k.lower() == "host"), "hashreplay-serve")
             base = f"http://{host}"
-            try:  # found by fuzzing (issue 13 item 17): `Host: [` is not a crash
+            try:  # found by fuzzing: `Host: [` is not a crash
                 urlsplit(base).port  # noqa: B018 - parsing is the check
             except ValueError as exc:
                 msg = f"{method} {target}: invalid Host header {host!r} ({exc})"
@@ -175,11 +175,11 @@ class ProxyApp:
             asked=asked,
         )
         self.session.enter_run(test_id, run_id)
-        touch_test(self.session, test_id, self.settings.max_tests)  # issue 13 item 9
+        touch_test(self.session, test_id, self.settings.max_tests)  # bounded per-test state
         with test_context(test_id):
             try:
                 await self.forwarder.handle(request, reply, receive)
-            except RequestTooDeep as exc:  # issue 13 item 13: a client error, not a bug
+            except RequestTooDeep as exc:  # a client error, not a bug
                 raise ProxyError(400, "request_too_deep", str(exc)) from None
 
     async def _read_body(
@@ -198,7 +198,7 @@ class ProxyApp:
         parts: list[bytes] = []
         size = 0
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.body_timeout  # issue 13 item 11
+        deadline = loop.time() + self.settings.body_timeout  # a slow client is cut off
         while True:
             try:
                 message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))

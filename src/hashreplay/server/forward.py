@@ -258,9 +258,9 @@ class Forwarder:
         dropped = ("content-encoding", "content-length") if live.decodes else ()
         client_headers = end_to_end(raw_headers, dropped)
         # While recording, a content-length response is held until its file is written, so
-        # a failed write is a 5xx, never a 200 (issue 13 item 8; see relay.py).
+        # a failed write is a 5xx, never a 200 (see `server/wire.py`, relaying).
         hold = prep is not None and any(k.lower() == "content-length" for k, _ in client_headers)
-        # Memory stays bounded (docs/design.md §13): what a recording keeps of the body stops
+        # Memory stays bounded (docs/design.md §15): what a recording keeps of the body stops
         # at max_body_bytes, checked as it arrives, so a stream that never ends cannot grow
         # the proxy; such a response is not recorded.
         limit = self.session.config.max_body_bytes if prep is not None else None
@@ -294,7 +294,7 @@ class Forwarder:
         exchange = live.exchange(failure, abandoned=gone.is_set())
         if prep is not None and exchange is not None:
             what = f"{request.method} {request.target}"
-            await record_exchange(self.session, prep, exchange, what)  # issue 13 item 8
+            await record_exchange(self.session, prep, exchange, what)  # a failed write is a 5xx
             if exchange.abandoned:  # cut off: the client's next try records it again
                 self.session.uncount_cut_off(prep)
         if failure is not None:

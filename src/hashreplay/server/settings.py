@@ -79,7 +79,7 @@ class Upstream:
 
     name: str | None
     #: The URL requests go to, with any userinfo (`user:password@`): never print it, print
-    #: `shown` (issue 13 item 5).
+    #: `shown` (docs/design.md §7).
     url: str = field(repr=False)
 
     @property
@@ -155,7 +155,7 @@ class ServeSettings:
     mode: str | None = None
     #: The common recordings directory (relative to the root); None: the config's.
     recordings: str | None = None
-    #: The project root; None: HASHREPLAY_ROOT, else found upward (core.root).
+    #: The project root; None: HASHREPLAY_ROOT, else found upward (core/paths.py).
     root: str | None = None
     workers: int = 1
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES

@@ -5,11 +5,11 @@ uvicorn's HTTP/1.1 protocol, answering malformed requests with a JSON error.
 
 uvicorn answers a request it cannot parse with a plain-text 400; clients of the proxy (SDKs
 in any language) read JSON errors, so this one says the same in JSON and names the problem.
-It also bounds how long a client may take to send a request's head (`--header-timeout`,
-issue 13 item 11): uvicorn has no such limit, so a client sending a byte every few seconds
+It also bounds how long a client may take to send a request's head (`--header-timeout`):
+uvicorn has no such limit, so a client sending a byte every few seconds
 held its connection forever. The body has its own limit in the app (`--body-timeout`).
 
-The proxy's logs never carry a credential (issue 13 item 3).
+The proxy's logs never carry a credential (docs/design.md §7).
 
 A filter on the proxy's own logger and on uvicorn's access and error loggers rewrites each
 record's message and arguments: secret shapes and credential query parameters (`?key=…`)
@@ -18,7 +18,7 @@ by the session's redactor, and the exact credential values the proxy has seen in
 How the proxy answers: an ASGI `send` that knows how far the response got, JSON errors,
 and the header rules of a proxy (hop-by-hop headers, RFC 9110 §7.6.1).
 
-Relaying a live response to the client while it is recorded (issue 13 item 8).
+Relaying a live response to the client while it is recorded.
 
 A response framed by `content-length` is held back whole while recording, so a recording
 that cannot be written (disk full, permission, a path too long) becomes a 5xx JSON error
