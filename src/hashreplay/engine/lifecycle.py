@@ -25,12 +25,12 @@ from typing import NamedTuple
 
 from hashreplay.core.config import Config
 from hashreplay.core.errors import BodyTooLarge, NetworkBlocked, ReplayFailure
-from hashreplay.core.modes import Mode, Pace, Unconsumed
+from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
 from hashreplay.core.network import NetworkRules, missing, replay_env_values
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions
 from hashreplay.engine.keys import Prepared
 from hashreplay.engine.scenarios import unmatched_faults
-from hashreplay.engine.state import FileIndex, Stats, Tests, Unused, unused
+from hashreplay.engine.state import FileIndex, StaleUse, Stats, Tests, Unused, unused
 
 
 class TestBook:
@@ -64,12 +64,29 @@ class TestBook:
         pace: Pace | None = None,
         unconsumed: Unconsumed | None = None,
         faults: Sequence[FaultSpec] = (),
+        max_age: MaxAge | None = None,
+        stale: Stale | None = None,
     ) -> None:
         """A test's scenario options (the markers); None keeps the configuration's."""
         with self.tests.lock:
             self.tests.state(test_id).options = TestOptions(
-                timing, pace, unconsumed, [ActiveFault(f) for f in faults]
+                timing,
+                pace,
+                unconsumed,
+                [ActiveFault(f) for f in faults],
+                max_age=max_age,
+                stale=stale,
             )
+
+    def stale_used(self, test_id: str | None) -> tuple[Stale, list[StaleUse]]:
+        """At a test's end: its `stale` policy and the recorded responses older than its
+        `max_age` that it used (the oldest of each file, oldest first)."""
+        with self.tests.lock:
+            state = self.tests.get(test_id)
+            if state is None:
+                return self.config.stale, []
+            policy = state.options.stale or self.config.stale
+            return policy, sorted(state.stale.values(), key=lambda u: (-u.age, str(u.path)))
 
     def wait_hanging(self, test_id: str | None, timeout: float | None) -> None:
         """Return once a request of the test hangs (a HangTimeout after `timeout` s; None:

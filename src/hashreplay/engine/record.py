@@ -28,7 +28,9 @@ values and the dump are left to the writer thread (`recording_bytes`).
 
 from __future__ import annotations
 
+import datetime
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ import orjson
 
 from hashreplay.core.bodies import BodyEncoding, encode_body
 from hashreplay.core.constants import SECRET_PLACEHOLDER
+from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import (
     Ended,
     EndState,
@@ -44,7 +47,7 @@ from hashreplay.core.format import (
     Timing,
     new_recording,
 )
-from hashreplay.core.modes import Mode
+from hashreplay.core.modes import Mode, today
 from hashreplay.core.nesting import TooDeep, deep_field
 from hashreplay.core.normalise import filter_headers, new_id_registry
 from hashreplay.core.normalise_response import normalise_response
@@ -56,7 +59,7 @@ from hashreplay.core.templates import escape
 from hashreplay.core.writer import Content, Stage
 from hashreplay.engine.http import LiveExchange, header_value
 from hashreplay.engine.keys import Prepared, model_list_path
-from hashreplay.engine.state import StoreView, Tests, sequence_for
+from hashreplay.engine.state import RecordedSequence, StoreView, Tests, sequence_for
 
 __all__ = ["content_of", "model_list_content"]
 
@@ -133,6 +136,11 @@ def _surely_within_limit(store: Store, prep: Prepared, responses: list[RecordedR
         if size > half:
             return False
     return True
+
+
+def _within(field: str, where: str) -> bool:
+    """Whether `field` (a path like `response.body.id`) lies inside `where`."""
+    return field == where or field.startswith((f"{where}.", f"{where}["))
 
 
 #: What a front end hands in to be recorded.
@@ -289,7 +297,10 @@ class Recorder:
         *,
         record_timing: bool = False,
         answers_only: bool = True,
+        today: Callable[[], datetime.date] = today,
     ) -> None:
+        #: the UTC day new responses are stamped with (injectable: no test reads the clock)
+        self.today = today
         self.record_timing = record_timing
         #: `record_failures = "responses"`: a call that got no response is never written
         self.answers_only = answers_only
@@ -323,8 +334,12 @@ class Recorder:
                 # recorded, which is replaced in place
                 del seq.responses[index:]
             where = "response.body" if index == 0 else f"later_responses[{index - 1}].body"
+            if replaces:  # its stable ids are free again: an unchanged answer keeps them
+                for stable in [k for k, v in seq.ids.facts.items() if _within(v, where)]:
+                    del seq.ids.facts[stable]
             # the test's next request is hashed with the ids this registers: in call order
             normalised = normalise_response(response, seq.ids, where=where, known_ids=state.id_map)
+            normalised = self._dated(prep, seq, index, normalised, renew=replaces)
             responses = list(seq.responses)
             if replaces:
                 responses[index] = normalised
@@ -339,9 +354,38 @@ class Recorder:
             tests.use(prep.test_id, seq.path)
             return seq.path, content
 
+    def _dated(
+        self,
+        prep: Prepared,
+        seq: RecordedSequence,
+        index: int,
+        new: RecordedResponse,
+        *,
+        renew: bool,
+    ) -> RecordedResponse:
+        """`new` with its day (docs/recordings.md, "Age"): in record mode the old one's when
+        the normalised content is the same (the zero diff), else today (`renew`: always)."""
+        day = self.today().isoformat()
+        if not renew and prep.mode is Mode.RECORD:
+            if seq.previous is None:
+                try:
+                    found = self.view.read_first(prep.test_id, prep.hash)
+                except RecordingError:  # unreadable: overwritten, nothing to keep
+                    found = None
+                seq.previous = [] if found is None else found.recording.responses
+            old = seq.previous[index] if index < len(seq.previous) else None
+            if old is not None and old.recorded_on is not None:
+                fresh = new.model_dump(mode="json", exclude={"recorded_on"})
+                if prep.secrets:  # the file holds them scrubbed
+                    fresh = prep.secrets.value(fresh)
+                if fresh == old.model_dump(mode="json", exclude={"recorded_on"}):
+                    day = old.recorded_on
+        return new.replace(recorded_on=day)
+
     def _stage_model_list(
         self, prep: Prepared, response: RecordedResponse, *, later: bool
     ) -> tuple[Path, Content | None]:
+        response = response.replace(recorded_on=self.today().isoformat())
         path = model_list_path(self.view.store, prep.hash, response)
         with self.tests.lock:
             self.tests.stats.recorded += 1

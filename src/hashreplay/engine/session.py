@@ -28,7 +28,7 @@ from hashreplay.core.errors import (
 )
 from hashreplay.core.format import RecordedRequest
 from hashreplay.core.keys import current_test_id, in_call
-from hashreplay.core.modes import Pace, RecordFailures
+from hashreplay.core.modes import MaxAge, Pace, RecordFailures, today
 from hashreplay.core.network import placeholder_keys, placeholder_refusal
 from hashreplay.core.normalise import KEPT_RESPONSE_HEADERS
 from hashreplay.core.paths import RecordingsDirOutside
@@ -67,6 +67,7 @@ class Session(TestBook):
     ) -> None:
         """`write_behind`: write recordings on a background thread (the pytest plugin does),
         so recording costs the caller no disk latency; call `flush()` before reading files."""
+        today()  # a bad HASHREPLAY_TODAY fails the start (docs/recordings.md, "Age")
         self.config = config
         self.store = store or Store.from_config(config)
         self.keyer = Keyer(config)
@@ -89,6 +90,8 @@ class Session(TestBook):
             config.root,
             self.pace,
             answers_only=config.record_failures is RecordFailures.RESPONSES,
+            max_age=None if config.max_age is None else MaxAge.parse(config.max_age),
+            stale=config.stale,
         )
         #: requests that hang (fault `hang=True`), for `wait_hanging`
         self.hangs = Hangs()
