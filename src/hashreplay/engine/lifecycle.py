@@ -23,14 +23,19 @@ from collections.abc import MutableMapping, Sequence
 from enum import Enum
 from typing import NamedTuple
 
+from hashreplay.core.bodies import encode_request_body
 from hashreplay.core.config import Config
 from hashreplay.core.errors import BodyTooLarge, NetworkBlocked, ReplayFailure
+from hashreplay.core.keys import endpoint_of, in_call
 from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
 from hashreplay.core.network import NetworkRules, missing, replay_env_values
+from hashreplay.core.redact import Redactor
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions
+from hashreplay.engine.http import IncomingRequest
 from hashreplay.engine.keys import Prepared
+from hashreplay.engine.replay import Decision, Live, Replay
 from hashreplay.engine.scenarios import unmatched_faults
-from hashreplay.engine.state import FileIndex, StaleUse, Stats, Tests, Unused, unused
+from hashreplay.engine.state import Call, FileIndex, StaleUse, Stats, Tests, Unused, unused
 
 
 class TestBook:
@@ -42,6 +47,7 @@ class TestBook:
     stats: Stats
     hangs: Hangs
     files: FileIndex
+    redactor: Redactor
 
     def begin_test(self, test_id: str | None, mode: Mode | None = None) -> None:
         self.tests.begin(test_id, mode)
@@ -77,6 +83,29 @@ class TestBook:
                 max_age=max_age,
                 stale=stale,
             )
+
+    def noted(self, decision: Decision, test_id: str | None, request: object = None) -> Decision:
+        """`decision`, its exchange noted for the test's `calls` when it is replayed here or
+        goes live in live mode (recorded ones are noted by the recorder). `request`: the
+        `IncomingRequest` of a live HTTP call, read only then."""
+        if type(decision) is Replay:
+            req = decision.prep.request
+            call = Call(req.method, req.endpoint, req.body, decision.response.status, "replayed")
+        elif type(decision) is Live and isinstance(request, IncomingRequest) and not in_call():
+            body, _ = encode_request_body(request.content, request.header("content-type"))
+            endpoint = endpoint_of(request.url, self.redactor.is_query_secret)
+            call = Call(request.method, endpoint, self.redactor.value(body), None, "live")
+        else:
+            return decision
+        with self.tests.lock:
+            self.tests.state(test_id).calls.append(call)
+        return decision
+
+    def calls(self, test_id: str | None) -> list[Call]:
+        """The exchanges of a test so far, in order (the `hashreplay` fixture's `calls`)."""
+        with self.tests.lock:
+            state = self.tests.get(test_id)
+            return [] if state is None else list(state.calls)
 
     def stale_used(self, test_id: str | None) -> tuple[Stale, list[StaleUse]]:
         """At a test's end: its `stale` policy and the recorded responses older than its

@@ -1,5 +1,4 @@
-"""A recording file's bytes from its staged parts, now or on the writer thread (issue 17
-item 3).
+"""A recording file's bytes from its staged parts, now or on the writer thread.
 
 Staging decides, in call order and on the caller's thread, everything later calls depend on:
 the file, the index in the sequence, the normalised response and the ids it registered (the
@@ -15,15 +14,12 @@ value of 8 or more characters for the 16-character placeholder at most doubles a
 any other recording is serialised on the caller's thread, exactly as before.
 
 Staging: every response on its way to a file is redacted, reduced and normalised here,
-whatever a front end hands in (docs/design.md §7, §5).
-
-A live HTTP exchange (`LiveExchange`) is turned into its stored form; a response built by the
-call layer (`RecordedResponse`) is redacted again here, so no caller can write a secret by
-passing an unredacted value. The sequence of the request's hash then gets the normalised
-response appended (record mode first drops what it re-records), and the whole file's new
-content is returned for the store view to write. All of that happens on the caller's thread,
-in call order; on a write-behind session, building the file's JSON, the scrub of credential
-values and the dump are left to the writer thread (`recording_bytes`).
+whatever a front end hands in (docs/design.md §7, §5). A live HTTP exchange (`LiveExchange`)
+is turned into its stored form; a response built by the call layer (`RecordedResponse`) is
+redacted again here, so no caller can write a secret by passing an unredacted value. The
+sequence of the request's hash then gets the normalised response appended (record mode
+first drops what it re-records), and the whole file's new content is returned for the store
+view to write.
 """
 
 from __future__ import annotations
@@ -59,7 +55,7 @@ from hashreplay.core.templates import escape
 from hashreplay.core.writer import Content, Stage
 from hashreplay.engine.http import LiveExchange, header_value
 from hashreplay.engine.keys import Prepared, model_list_path
-from hashreplay.engine.state import RecordedSequence, StoreView, Tests, sequence_for
+from hashreplay.engine.state import Call, RecordedSequence, StoreView, Tests, sequence_for
 
 __all__ = ["content_of", "model_list_content"]
 
@@ -136,11 +132,6 @@ def _surely_within_limit(store: Store, prep: Prepared, responses: list[RecordedR
         if size > half:
             return False
     return True
-
-
-def _within(field: str, where: str) -> bool:
-    """Whether `field` (a path like `response.body.id`) lies inside `where`."""
-    return field == where or field.startswith((f"{where}.", f"{where}["))
 
 
 #: What a front end hands in to be recorded.
@@ -335,7 +326,8 @@ class Recorder:
                 del seq.responses[index:]
             where = "response.body" if index == 0 else f"later_responses[{index - 1}].body"
             if replaces:  # its stable ids are free again: an unchanged answer keeps them
-                for stable in [k for k, v in seq.ids.facts.items() if _within(v, where)]:
+                inside = (where, f"{where}.", f"{where}[")  # fields like response.body.id
+                for stable in [k for k, v in seq.ids.facts.items() if v.startswith(inside)]:
                     del seq.ids.facts[stable]
             # the test's next request is hashed with the ids this registers: in call order
             normalised = normalise_response(response, seq.ids, where=where, known_ids=state.id_map)
@@ -348,6 +340,10 @@ class Recorder:
             # a body over max_body_bytes raises BodyTooLarge here, the sequence unchanged
             content = content_of(self.view.store, prep, responses, dict(seq.ids.facts), later=later)
             seq.responses[:] = responses
+            req = prep.request
+            state.calls.append(
+                Call(req.method, req.endpoint, req.body, response.status, "recorded")
+            )
             seq.calls += 1
             state.id_map.update(seq.ids.stable)
             tests.stats.recorded += 1
@@ -447,4 +443,7 @@ class Recorder:
         with self.tests.lock:
             self.tests.stats.not_recorded += 1
             self.tests.use(prep.test_id, *kept)
+            req = prep.request
+            call = Call(req.method, req.endpoint, req.body, None, "live")
+            self.tests.state(prep.test_id).calls.append(call)
         return True

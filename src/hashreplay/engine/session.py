@@ -138,7 +138,7 @@ class Session(TestBook):
                 and carries_any(self.redactor, request.url, request.headers, self._placeholders)
             ):
                 return self._refuse_placeholder(self.prepare(request, test_id), request.url) or gate
-            return gate
+            return self.noted(gate, test_id, request)
         prep = self.prepare(request, test_id)
         with self.tests.lock:
             state = self.tests.get(test_id)
@@ -150,7 +150,7 @@ class Session(TestBook):
                 fault = fault_for(state.options if state else None, request)
             except ConfigError as exc:  # a malformed proxy fault header
                 return Miss(prep, self.replayer.failure(prep, str(exc)))
-        return self._decide(prep, request, fault)
+        return self.noted(self._decide(prep, request, fault), test_id)
 
     def decide_call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Decision:
         """What to do with a call of a call-layer target (`self` already excluded)."""
@@ -158,7 +158,7 @@ class Session(TestBook):
         gate = self._gate(None, test_id)
         if gate is not None:
             return gate
-        return self._decide(self.prepare_call(name, args, kwargs, test_id))
+        return self.noted(self._decide(self.prepare_call(name, args, kwargs, test_id)), test_id)
 
     def _gate(self, url: str | None, test_id: str | None) -> Passthrough | Live | None:
         """Whether a request is intercepted at all: the one place that says so."""

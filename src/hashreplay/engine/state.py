@@ -102,8 +102,22 @@ class StaleUse(NamedTuple):
     max_age: MaxAge
 
 
+class Call(NamedTuple):
+    """One exchange of a test, as the `hashreplay` fixture's `calls` lists it."""
+
+    method: str
+    endpoint: str
+    #: the request body as keyed: parsed JSON when JSON, redacted and normalised
+    body: object
+    #: None: no HTTP status (a call-layer target, a live call, no response)
+    status: int | None
+    #: "replayed", "recorded" or "live"
+    source: str
+
+
 class TestState:
     __slots__ = (
+        "calls",
         "id_map",
         "misses",
         "mode",
@@ -128,6 +142,7 @@ class TestState:
         self.passed_through = False
         #: stale recorded responses it used, by file (the oldest of each)
         self.stale: dict[Path, StaleUse] = {}
+        self.calls: list[Call] = []  # its exchanges in order (the fixture's `calls`)
 
 
 class Tests:

@@ -24,6 +24,7 @@ from hashreplay.core.keys import conversation
 from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
 from hashreplay.engine.faults import FaultSpec, check_timeout, hang_timeout
 from hashreplay.engine.session import Session
+from hashreplay.engine.state import Call
 
 MARKER = "hashreplay"
 _MODES = ", ".join(m.value for m in Mode)
@@ -212,6 +213,14 @@ class HashReplayFixture:
     def mode(self) -> Mode:
         """The mode this test runs in: the run's, or its marker's."""
         return self._session.mode_for(self._test_id)
+
+    @property
+    def calls(self) -> list[Call]:
+        """This test's exchanges so far, in order: each with `method`, `endpoint`, `body`
+        (the request body as keyed: parsed JSON when JSON, redacted), `status` (None without
+        one: a live call, a call-layer target) and `source` ("replayed", "recorded" or
+        "live"), for assertions like respx's `calls`."""
+        return self._session.calls(self._test_id)
 
     @staticmethod
     def conversation(name: str) -> AbstractContextManager[None]:
