@@ -20,6 +20,7 @@ VALID_KEYS = (
     "ignore_body_keys",
     "keep_response_headers",
     "match_headers",
+    "max_age",
     "max_body_bytes",
     "mode",
     "model_list_endpoints",
@@ -30,6 +31,7 @@ VALID_KEYS = (
     "recordings_dir",
     "redact_keys",
     "replay_env",
+    "stale",
     "unconsumed",
     "volatile_patterns",
 )

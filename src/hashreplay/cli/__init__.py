@@ -88,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print only the directories that hold recordings, one a line (for git add)",
     )
+    status.add_argument(
+        "--older-than",
+        metavar="AGE",
+        help='list only the recordings with a response older than AGE ("90d", "12w"): '
+        "age, day recorded, test id, file",
+    )
 
     listing = sub.add_parser("list", help="one line per recording")
     _add_root(listing)

@@ -19,6 +19,7 @@ from hashreplay.core.conversation import Tokens, conversation, payloads, reply, 
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import RecordedResponse, recording_from_json
 from hashreplay.core.keys import hash_of_name
+from hashreplay.core.modes import MaxAge, age_in_days, today
 from hashreplay.engine.files import (
     Loaded,
     Rules,
@@ -51,6 +52,9 @@ def status(run: Run) -> int:
         for directory in sorted({run.show_path(path.parent) for path in files}):
             console.line(directory)
         return EXIT_OK
+    if run.args.older_than is not None:  # checked before any file is read
+        limit = MaxAge.parse(run.args.older_than, source="--older-than")
+        return _older_than(run, run.load_all(files, "reading"), limit)
     loaded = run.load_all(files, "reading")
     console.line(f"mode: {console.style(config.mode.value, 'bold')}")
     console.line(f"mode source: {_mode_source(run)}")
@@ -103,6 +107,34 @@ def status(run: Run) -> int:
         "(what every replayed run saves)"
     )
     last_run(run, loaded)
+    return run.status
+
+
+def _older_than(run: Run, loaded: list[Loaded], limit: MaxAge) -> int:
+    """`status --older-than AGE`: each recording whose oldest response is older than AGE,
+    oldest first (docs/recordings.md, "Age"); responses without a day are counted apart."""
+    day = today()
+    rows: list[tuple[int, str, str, str]] = []
+    undated = 0
+    for item in loaded:
+        ages = [
+            (age, response.recorded_on or "")
+            for response in item.recording.responses
+            if (age := age_in_days(response.recorded_on, day)) is not None
+        ]
+        undated += len(item.recording.responses) - len(ages)
+        oldest = max(ages, default=None)
+        if oldest is not None and oldest[0] > limit.days:
+            test = item.recording.test_id or "(shared)"
+            rows.append((oldest[0], oldest[1], test, run.show_path(item.path)))
+    rows.sort(key=lambda row: (-row[0], row[3]))
+    console = run.console
+    for age, recorded_on, test, path in rows:
+        console.line(f"{age}d\t{recorded_on}\t{printable(test)}\t{path}")
+    summary = f"{len(rows)} of {len(loaded)} recording(s) older than {limit} (today {day})"
+    if undated:
+        summary += f"; {undated} response(s) have no recorded day (recorded before days were kept)"
+    console.line(summary)
     return run.status
 
 

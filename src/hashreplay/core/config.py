@@ -35,7 +35,7 @@ from hashreplay.core.constants import (
     RECORDINGS_DIRNAME,
 )
 from hashreplay.core.errors import ConfigError
-from hashreplay.core.modes import Mode, Pace, RecordFailures, Unconsumed
+from hashreplay.core.modes import MaxAge, Mode, Pace, RecordFailures, Stale, Unconsumed
 from hashreplay.core.network import BlockNetwork
 from hashreplay.core.normalise import compile_patterns
 from hashreplay.core.paths import PYPROJECT, find_root
@@ -204,6 +204,10 @@ class Config(BaseModel):
     unconsumed: Unconsumed = Unconsumed.WARN
     #: What a call that got no HTTP response leaves: "responses" (nothing), "all" (its error).
     record_failures: RecordFailures = RecordFailures.RESPONSES
+    #: Recorded responses older than this ("<days>d", "<weeks>w") are stale; None: no limit.
+    max_age: str | None = None
+    #: What a test does with a stale response: "warn", "fail" or "refresh".
+    stale: Stale = Stale.WARN
 
     # Filled in by load_config, never read from the file.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
@@ -231,6 +235,16 @@ class Config(BaseModel):
     @classmethod
     def _parse_unconsumed(cls, value: object) -> Unconsumed:
         return _collected(Unconsumed.parse, value)
+
+    @field_validator("max_age", mode="before")
+    @classmethod
+    def _parse_max_age(cls, value: object) -> str:
+        return str(_collected(MaxAge.parse, value))
+
+    @field_validator("stale", mode="before")
+    @classmethod
+    def _parse_stale(cls, value: object) -> Stale:
+        return _collected(Stale.parse, value)
 
     @field_validator("record_failures", mode="before")
     @classmethod

@@ -22,6 +22,9 @@ CONVERSATION_HEADER: Final = "X-HashReplay-Conversation"
 FAULT_HEADER: Final = "X-HashReplay-Fault"
 #: Environment variable that sets `pace` (docs/scenarios.md).
 PACE_ENV: Final = "HASHREPLAY_PACE"
+#: Environment variable naming the UTC day hashreplay takes as today (`YYYY-MM-DD`): the day
+#: stamped on new recordings and the day ages are measured from (docs/recordings.md, "Age").
+TODAY_ENV: Final = "HASHREPLAY_TODAY"
 #: The pytest marker that injects faults, and the marker of per-test options.
 FAULT_MARKER: Final = "hashreplay_fault"
 #: Opens a response template in a recorded body: `{{request:body.messages[-1].content}}`.

@@ -39,12 +39,14 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    field_validator,
     model_serializer,
 )
 
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import CALL_METHOD, FORMAT_VERSION, KEY_VERSION
 from hashreplay.core.errors import RecordingError
+from hashreplay.core.modes import parse_day
 from hashreplay.core.streams import StreamFormat
 from hashreplay.core.templates import has_markers
 
@@ -134,7 +136,7 @@ class RecordedException(_Model):
 
 
 class RecordedResponse(_Model):
-    omit_when_none = ("stream_format", "exception", "ended", "timing")
+    omit_when_none = ("stream_format", "exception", "ended", "timing", "recorded_on")
 
     #: HTTP status; None when the exchange failed before a response arrived.
     status: StrictInt | None
@@ -151,6 +153,16 @@ class RecordedResponse(_Model):
     ended: Ended | None = None
     #: Offsets of the head and chunks (only with `record_timing`); absent: not recorded.
     timing: Timing | None = None
+    #: The UTC day (`YYYY-MM-DD`) this content was recorded; kept by a re-record that got
+    #: the same normalised content. Absent: recorded before hashreplay kept days (no age).
+    recorded_on: StrictStr | None = None
+
+    @field_validator("recorded_on")
+    @classmethod
+    def _check_day(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_day(value)  # a ValueError: the reader names the field
+        return value
 
     def has_templates(self) -> bool:
         """Whether the body may hold `{{request:…}}` markers (or an escape to undo)."""
@@ -236,7 +248,7 @@ def _problem(error: Any) -> str:
         return f"expected one of {allowed}, found {_found(error['input'])}"
     expected = _EXPECTED.get(kind)
     if expected is None:
-        return str(error["msg"])
+        return str(error["msg"]).removeprefix("Value error, ")
     return f"expected {expected}, found {_found(error['input'])}"
 
 

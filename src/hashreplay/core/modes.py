@@ -1,6 +1,7 @@
 """The closed sets users choose from, each parsed with an error that lists the valid values: the
-four modes (docs/design.md §1), `record_failures`, and the scenario options `pace` and
-`unconsumed` (docs/scenarios.md).
+four modes (docs/design.md §1), `record_failures`, the scenario options `pace` and
+`unconsumed` (docs/scenarios.md), and the age settings `max_age` and `stale` with the day
+ages are measured from (docs/design.md, "Life cycle of a recording").
 
 Pure parsing, shared by the config file, `HASHREPLAY_PACE` and the pytest marker, so every
 source names itself and lists the valid forms the same way.
@@ -8,9 +9,14 @@ source names itself and lists the valid forms the same way.
 
 from __future__ import annotations
 
+import datetime
+import os
+import re
+from collections.abc import Mapping
 from enum import Enum
 from typing import NamedTuple
 
+from hashreplay.core.constants import TODAY_ENV
 from hashreplay.core.errors import ConfigError
 
 
@@ -139,3 +145,94 @@ class Unconsumed(str, Enum):
         valid = ", ".join(f'"{u.value}"' for u in cls)
         msg = f"{source}: {value!r} is not valid; use one of {valid}"
         raise ConfigError(msg)
+
+
+class Stale(str, Enum):
+    """What a test does with a recorded response older than `max_age`."""
+
+    #: list it in the run's summary
+    WARN = "warn"
+    #: fail the test that used it, naming the file and its age
+    FAIL = "fail"
+    #: in record-if-missing, record it again as if it were missing (its day is renewed);
+    #: in replay mode, list it as `warn` does
+    REFRESH = "refresh"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: object, *, source: str = "stale") -> Stale:
+        if isinstance(value, Stale):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls(value.strip().lower())
+            except ValueError:
+                pass
+        valid = ", ".join(f'"{s.value}"' for s in cls)
+        msg = f"{source}: {value!r} is not valid; use one of {valid}"
+        raise ConfigError(msg)
+
+
+MAX_AGE_FORMS = '"<days>d" or "<weeks>w" (e.g. "180d", "26w")'
+_AGE = re.compile(r"(\d{1,6})\s*([dw])")
+
+
+class MaxAge(NamedTuple):
+    """An age in whole days (`max_age`, `status --older-than`); a response is older than it
+    when more than `days` days passed since the day it was recorded."""
+
+    days: int
+
+    @classmethod
+    def parse(cls, value: object, *, source: str = "max_age") -> MaxAge:
+        """`<n>d` or `<n>w`; a ConfigError naming `source` and the valid forms otherwise
+        (months and years vary in length, so they are not accepted)."""
+        if isinstance(value, MaxAge):
+            return value
+        found = _AGE.fullmatch(value.strip().lower()) if isinstance(value, str) else None
+        if found is None:
+            msg = f"{source}: {value!r} is not an age; use {MAX_AGE_FORMS}"
+            raise ConfigError(msg)
+        count = int(found.group(1))
+        return cls(count * 7 if found.group(2) == "w" else count)
+
+    def __str__(self) -> str:
+        return f"{self.days}d"
+
+
+def parse_day(value: str) -> datetime.date:
+    """A UTC day written `YYYY-MM-DD` (a ValueError otherwise)."""
+    if len(value) != 10:
+        msg = f"expected a day written YYYY-MM-DD, found {value!r}"
+        raise ValueError(msg)
+    try:
+        return datetime.date.fromisoformat(value)
+    except ValueError:
+        msg = f"expected a day written YYYY-MM-DD, found {value!r}"
+        raise ValueError(msg) from None
+
+
+def today(env: Mapping[str, str] | None = None) -> datetime.date:
+    """The UTC day it is: `HASHREPLAY_TODAY` when set (so tests of ages never depend on the
+    clock), else the system clock's. A ConfigError names a value that is not a day."""
+    given = (os.environ if env is None else env).get(TODAY_ENV)
+    if not given:
+        return datetime.datetime.now(datetime.timezone.utc).date()
+    try:
+        return parse_day(given.strip())
+    except ValueError as exc:
+        msg = f"{TODAY_ENV}: {exc}"
+        raise ConfigError(msg) from None
+
+
+def age_in_days(recorded_on: str | None, day: datetime.date) -> int | None:
+    """Days from `recorded_on` to `day`; None when the day is unknown (a response recorded
+    before hashreplay kept days) or unreadable."""
+    if recorded_on is None:
+        return None
+    try:
+        return (day - parse_day(recorded_on)).days
+    except ValueError:
+        return None

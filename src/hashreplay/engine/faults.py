@@ -25,7 +25,7 @@ import orjson
 
 from hashreplay.core.constants import FAULT_MARKER
 from hashreplay.core.errors import ConfigError, HashReplayError
-from hashreplay.core.modes import Pace, Unconsumed
+from hashreplay.core.modes import MaxAge, Pace, Stale, Unconsumed
 from hashreplay.engine.http import BreakKind
 
 #: The `error=` values a fault may name.
@@ -311,7 +311,16 @@ class Hang:
 
 class TestOptions:
     __test__ = False  # not a pytest test class
-    __slots__ = ("faults", "header_faults", "pace", "recorded_first", "timing", "unconsumed")
+    __slots__ = (
+        "faults",
+        "header_faults",
+        "max_age",
+        "pace",
+        "recorded_first",
+        "stale",
+        "timing",
+        "unconsumed",
+    )
 
     def __init__(
         self,
@@ -319,7 +328,13 @@ class TestOptions:
         pace: Pace | None = None,
         unconsumed: Unconsumed | None = None,
         faults: list[ActiveFault] | None = None,
+        *,
+        max_age: MaxAge | None = None,
+        stale: Stale | None = None,
     ) -> None:
+        #: the marker's `max_age` and `stale` (None: the configuration's)
+        self.max_age = max_age
+        self.stale = stale
         self.timing = timing
         self.pace = pace
         self.unconsumed = unconsumed

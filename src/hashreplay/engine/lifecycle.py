@@ -23,14 +23,19 @@ from collections.abc import MutableMapping, Sequence
 from enum import Enum
 from typing import NamedTuple
 
+from hashreplay.core.bodies import encode_request_body
 from hashreplay.core.config import Config
 from hashreplay.core.errors import BodyTooLarge, NetworkBlocked, ReplayFailure
-from hashreplay.core.modes import Mode, Pace, Unconsumed
+from hashreplay.core.keys import endpoint_of, in_call
+from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
 from hashreplay.core.network import NetworkRules, missing, replay_env_values
+from hashreplay.core.redact import Redactor
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions
+from hashreplay.engine.http import IncomingRequest
 from hashreplay.engine.keys import Prepared
+from hashreplay.engine.replay import Decision, Live, Replay
 from hashreplay.engine.scenarios import unmatched_faults
-from hashreplay.engine.state import FileIndex, Stats, Tests, Unused, unused
+from hashreplay.engine.state import Call, FileIndex, StaleUse, Stats, Tests, Unused, unused
 
 
 class TestBook:
@@ -42,6 +47,7 @@ class TestBook:
     stats: Stats
     hangs: Hangs
     files: FileIndex
+    redactor: Redactor
 
     def begin_test(self, test_id: str | None, mode: Mode | None = None) -> None:
         self.tests.begin(test_id, mode)
@@ -64,12 +70,52 @@ class TestBook:
         pace: Pace | None = None,
         unconsumed: Unconsumed | None = None,
         faults: Sequence[FaultSpec] = (),
+        max_age: MaxAge | None = None,
+        stale: Stale | None = None,
     ) -> None:
         """A test's scenario options (the markers); None keeps the configuration's."""
         with self.tests.lock:
             self.tests.state(test_id).options = TestOptions(
-                timing, pace, unconsumed, [ActiveFault(f) for f in faults]
+                timing,
+                pace,
+                unconsumed,
+                [ActiveFault(f) for f in faults],
+                max_age=max_age,
+                stale=stale,
             )
+
+    def noted(self, decision: Decision, test_id: str | None, request: object = None) -> Decision:
+        """`decision`, its exchange noted for the test's `calls` when it is replayed here or
+        goes live in live mode (recorded ones are noted by the recorder). `request`: the
+        `IncomingRequest` of a live HTTP call, read only then."""
+        if type(decision) is Replay:
+            req = decision.prep.request
+            call = Call(req.method, req.endpoint, req.body, decision.response.status, "replayed")
+        elif type(decision) is Live and isinstance(request, IncomingRequest) and not in_call():
+            body, _ = encode_request_body(request.content, request.header("content-type"))
+            endpoint = endpoint_of(request.url, self.redactor.is_query_secret)
+            call = Call(request.method, endpoint, self.redactor.value(body), None, "live")
+        else:
+            return decision
+        with self.tests.lock:
+            self.tests.state(test_id).calls.append(call)
+        return decision
+
+    def calls(self, test_id: str | None) -> list[Call]:
+        """The exchanges of a test so far, in order (the `hashreplay` fixture's `calls`)."""
+        with self.tests.lock:
+            state = self.tests.get(test_id)
+            return [] if state is None else list(state.calls)
+
+    def stale_used(self, test_id: str | None) -> tuple[Stale, list[StaleUse]]:
+        """At a test's end: its `stale` policy and the recorded responses older than its
+        `max_age` that it used (the oldest of each file, oldest first)."""
+        with self.tests.lock:
+            state = self.tests.get(test_id)
+            if state is None:
+                return self.config.stale, []
+            policy = state.options.stale or self.config.stale
+            return policy, sorted(state.stale.values(), key=lambda u: (-u.age, str(u.path)))
 
     def wait_hanging(self, test_id: str | None, timeout: float | None) -> None:
         """Return once a request of the test hangs (a HangTimeout after `timeout` s; None:

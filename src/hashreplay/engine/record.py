@@ -1,5 +1,4 @@
-"""A recording file's bytes from its staged parts, now or on the writer thread
-(docs/design.md §4).
+"""A recording file's bytes from its staged parts, now or on the writer thread.
 
 Staging decides, in call order and on the caller's thread, everything later calls depend on:
 the file, the index in the sequence, the normalised response and the ids it registered (the
@@ -15,20 +14,19 @@ value of 8 or more characters for the 16-character placeholder at most doubles a
 any other recording is serialised on the caller's thread, exactly as before.
 
 Staging: every response on its way to a file is redacted, reduced and normalised here,
-whatever a front end hands in (docs/design.md §7, §5).
-
-A live HTTP exchange (`LiveExchange`) is turned into its stored form; a response built by the
-call layer (`RecordedResponse`) is redacted again here, so no caller can write a secret by
-passing an unredacted value. The sequence of the request's hash then gets the normalised
-response appended (record mode first drops what it re-records), and the whole file's new
-content is returned for the store view to write. All of that happens on the caller's thread,
-in call order; on a write-behind session, building the file's JSON, the scrub of credential
-values and the dump are left to the writer thread (`content_of`, a `core.writer.Stage`).
+whatever a front end hands in (docs/design.md §7, §5). A live HTTP exchange (`LiveExchange`)
+is turned into its stored form; a response built by the call layer (`RecordedResponse`) is
+redacted again here, so no caller can write a secret by passing an unredacted value. The
+sequence of the request's hash then gets the normalised response appended (record mode
+first drops what it re-records), and the whole file's new content is returned for the store
+view to write.
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +34,7 @@ import orjson
 
 from hashreplay.core.bodies import BodyEncoding, encode_body
 from hashreplay.core.constants import SECRET_PLACEHOLDER
+from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import (
     Ended,
     EndState,
@@ -44,7 +43,7 @@ from hashreplay.core.format import (
     Timing,
     new_recording,
 )
-from hashreplay.core.modes import Mode
+from hashreplay.core.modes import Mode, today
 from hashreplay.core.nesting import TooDeep, deep_field
 from hashreplay.core.normalise import filter_headers, new_id_registry
 from hashreplay.core.normalise_response import normalise_response
@@ -56,7 +55,7 @@ from hashreplay.core.templates import escape
 from hashreplay.core.writer import Content, Stage
 from hashreplay.engine.http import LiveExchange, header_value
 from hashreplay.engine.keys import Prepared, model_list_path
-from hashreplay.engine.state import StoreView, Tests, sequence_for
+from hashreplay.engine.state import Call, RecordedSequence, StoreView, Tests, sequence_for
 
 __all__ = ["content_of", "model_list_content"]
 
@@ -289,7 +288,10 @@ class Recorder:
         *,
         record_timing: bool = False,
         answers_only: bool = True,
+        today: Callable[[], datetime.date] = today,
     ) -> None:
+        #: the UTC day new responses are stamped with (injectable: no test reads the clock)
+        self.today = today
         self.record_timing = record_timing
         #: `record_failures = "responses"`: a call that got no response is never written
         self.answers_only = answers_only
@@ -323,8 +325,13 @@ class Recorder:
                 # recorded, which is replaced in place
                 del seq.responses[index:]
             where = "response.body" if index == 0 else f"later_responses[{index - 1}].body"
+            if replaces:  # its stable ids are free again: an unchanged answer keeps them
+                inside = (where, f"{where}.", f"{where}[")  # fields like response.body.id
+                for stable in [k for k, v in seq.ids.facts.items() if v.startswith(inside)]:
+                    del seq.ids.facts[stable]
             # the test's next request is hashed with the ids this registers: in call order
             normalised = normalise_response(response, seq.ids, where=where, known_ids=state.id_map)
+            normalised = self._dated(prep, seq, index, normalised, renew=replaces)
             responses = list(seq.responses)
             if replaces:
                 responses[index] = normalised
@@ -333,15 +340,48 @@ class Recorder:
             # a body over max_body_bytes raises BodyTooLarge here, the sequence unchanged
             content = content_of(self.view.store, prep, responses, dict(seq.ids.facts), later=later)
             seq.responses[:] = responses
+            req = prep.request
+            state.calls.append(
+                Call(req.method, req.endpoint, req.body, response.status, "recorded")
+            )
             seq.calls += 1
             state.id_map.update(seq.ids.stable)
             tests.stats.recorded += 1
             tests.use(prep.test_id, seq.path)
             return seq.path, content
 
+    def _dated(
+        self,
+        prep: Prepared,
+        seq: RecordedSequence,
+        index: int,
+        new: RecordedResponse,
+        *,
+        renew: bool,
+    ) -> RecordedResponse:
+        """`new` with its day (docs/recordings.md, "Age"): in record mode the old one's when
+        the normalised content is the same (the zero diff), else today (`renew`: always)."""
+        day = self.today().isoformat()
+        if not renew and prep.mode is Mode.RECORD:
+            if seq.previous is None:
+                try:
+                    found = self.view.read_first(prep.test_id, prep.hash)
+                except RecordingError:  # unreadable: overwritten, nothing to keep
+                    found = None
+                seq.previous = [] if found is None else found.recording.responses
+            old = seq.previous[index] if index < len(seq.previous) else None
+            if old is not None and old.recorded_on is not None:
+                fresh = new.model_dump(mode="json", exclude={"recorded_on"})
+                if prep.secrets:  # the file holds them scrubbed
+                    fresh = prep.secrets.value(fresh)
+                if fresh == old.model_dump(mode="json", exclude={"recorded_on"}):
+                    day = old.recorded_on
+        return new.replace(recorded_on=day)
+
     def _stage_model_list(
         self, prep: Prepared, response: RecordedResponse, *, later: bool
     ) -> tuple[Path, Content | None]:
+        response = response.replace(recorded_on=self.today().isoformat())
         path = model_list_path(self.view.store, prep.hash, response)
         with self.tests.lock:
             self.tests.stats.recorded += 1
@@ -403,4 +443,7 @@ class Recorder:
         with self.tests.lock:
             self.tests.stats.not_recorded += 1
             self.tests.use(prep.test_id, *kept)
+            req = prep.request
+            call = Call(req.method, req.endpoint, req.body, None, "live")
+            self.tests.state(prep.test_id).calls.append(call)
         return True

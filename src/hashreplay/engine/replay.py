@@ -23,13 +23,15 @@ The miss report is `engine/miss.py`, loaded on the first miss.
 
 from __future__ import annotations
 
+import datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hashreplay.core.bodies import encode_request_body
 from hashreplay.core.errors import RecordingError, ReplayMiss
 from hashreplay.core.format import EndState, RecordedResponse, is_no_response
-from hashreplay.core.modes import Mode, Pace
+from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, age_in_days, today
 from hashreplay.core.redact import Redactor
 from hashreplay.core.store import Store
 from hashreplay.core.templates import TemplateError
@@ -37,7 +39,7 @@ from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.http import IncomingRequest, ReplayPlan, miss_plan, plan_for
 from hashreplay.engine.keys import Prepared
 from hashreplay.engine.scenarios import Scenario, check_pace, templated
-from hashreplay.engine.state import StoreView, Tests, sequence_for
+from hashreplay.engine.state import StaleUse, StoreView, Tests, sequence_for
 
 if TYPE_CHECKING:
     from hashreplay.core.store import Store
@@ -105,10 +107,17 @@ class Replayer:
         pace: Pace,
         *,
         answers_only: bool = True,
+        max_age: MaxAge | None = None,
+        stale: Stale = Stale.WARN,
+        today: Callable[[], datetime.date] = today,
     ) -> None:
         #: record-if-missing records again a stored call that got no response
         #: (`record_failures = "responses"`)
         self.answers_only = answers_only
+        #: the configuration's age limit and what to do past it (a marker's win)
+        self.max_age = max_age
+        self.stale = stale
+        self.today = today
         self.view = view
         self.store: Store = view.store
         self.tests = tests
@@ -133,6 +142,8 @@ class Replayer:
                 prep, seq.responses[index]
             ):
                 return None
+            if self._refresh(prep, seq.responses[index], seq.path):
+                return None
             seq.calls += 1
             tests.stats.replayed += 1
             tests.use(prep.test_id, seq.path)
@@ -145,6 +156,27 @@ class Replayer:
         if response.end_state is EndState.ABANDONED:
             return True
         return self.answers_only and is_no_response(prep.request, response)
+
+    def _refresh(self, prep: Prepared, response: RecordedResponse, path: Path) -> bool:
+        """Whether a response older than the test's `max_age` is recorded again (`stale =
+        "refresh"` in record-if-missing); else a stale one is noted for the test's report
+        (callers hold the lock). Responses without a day have no age."""
+        state = self.tests.get(prep.test_id)
+        options = state.options if state is not None else None
+        max_age = (options.max_age if options is not None else None) or self.max_age
+        if max_age is None or response.recorded_on is None:
+            return False
+        age = age_in_days(response.recorded_on, self.today())
+        if age is None or age <= max_age.days:
+            return False
+        policy = (options.stale if options is not None else None) or self.stale
+        if policy is Stale.REFRESH and prep.mode is Mode.RECORD_IF_MISSING:
+            return True
+        if state is not None:
+            kept = state.stale.get(path)
+            if kept is None or age > kept.age:
+                state.stale[path] = StaleUse(path, response.recorded_on, age, max_age)
+        return False
 
     def _recorded_model_list(self, prep: Prepared) -> Recorded | None:
         paths = self.view.model_list_paths(prep.hash, prep.test_id)

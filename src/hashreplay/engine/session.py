@@ -28,7 +28,7 @@ from hashreplay.core.errors import (
 )
 from hashreplay.core.format import RecordedRequest
 from hashreplay.core.keys import current_test_id, in_call
-from hashreplay.core.modes import Pace, RecordFailures
+from hashreplay.core.modes import MaxAge, Pace, RecordFailures, today
 from hashreplay.core.network import placeholder_keys, placeholder_refusal
 from hashreplay.core.normalise import KEPT_RESPONSE_HEADERS
 from hashreplay.core.paths import RecordingsDirOutside
@@ -67,6 +67,7 @@ class Session(TestBook):
     ) -> None:
         """`write_behind`: write recordings on a background thread (the pytest plugin does),
         so recording costs the caller no disk latency; call `flush()` before reading files."""
+        today()  # a bad HASHREPLAY_TODAY fails the start (docs/recordings.md, "Age")
         self.config = config
         self.store = store or Store.from_config(config)
         self.keyer = Keyer(config)
@@ -89,6 +90,8 @@ class Session(TestBook):
             config.root,
             self.pace,
             answers_only=config.record_failures is RecordFailures.RESPONSES,
+            max_age=None if config.max_age is None else MaxAge.parse(config.max_age),
+            stale=config.stale,
         )
         #: requests that hang (fault `hang=True`), for `wait_hanging`
         self.hangs = Hangs()
@@ -135,7 +138,7 @@ class Session(TestBook):
                 and carries_any(self.redactor, request.url, request.headers, self._placeholders)
             ):
                 return self._refuse_placeholder(self.prepare(request, test_id), request.url) or gate
-            return gate
+            return self.noted(gate, test_id, request)
         prep = self.prepare(request, test_id)
         with self.tests.lock:
             state = self.tests.get(test_id)
@@ -147,7 +150,7 @@ class Session(TestBook):
                 fault = fault_for(state.options if state else None, request)
             except ConfigError as exc:  # a malformed proxy fault header
                 return Miss(prep, self.replayer.failure(prep, str(exc)))
-        return self._decide(prep, request, fault)
+        return self.noted(self._decide(prep, request, fault), test_id)
 
     def decide_call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Decision:
         """What to do with a call of a call-layer target (`self` already excluded)."""
@@ -155,7 +158,7 @@ class Session(TestBook):
         gate = self._gate(None, test_id)
         if gate is not None:
             return gate
-        return self._decide(self.prepare_call(name, args, kwargs, test_id))
+        return self.noted(self._decide(self.prepare_call(name, args, kwargs, test_id)), test_id)
 
     def _gate(self, url: str | None, test_id: str | None) -> Passthrough | Live | None:
         """Whether a request is intercepted at all: the one place that says so."""

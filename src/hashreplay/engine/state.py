@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
@@ -33,7 +34,7 @@ from hashreplay.core.errors import RecordingError, ReplayFailure
 from hashreplay.core.files import awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.format import RecordedResponse, Recording
 from hashreplay.core.keys import model_list_name_prefix, recording_name
-from hashreplay.core.modes import Mode
+from hashreplay.core.modes import MaxAge, Mode
 from hashreplay.core.normalise import IdRegistry, new_id_registry
 from hashreplay.core.store import Found, Store, read_file
 from hashreplay.core.writer import BackgroundWriter, Content
@@ -80,17 +81,52 @@ class Stats:
 class RecordedSequence:
     """The responses of one hash within one test run, and their id registry."""
 
-    __slots__ = ("calls", "ids", "path", "responses")
+    __slots__ = ("calls", "ids", "path", "previous", "responses")
 
     def __init__(self, responses: list[RecordedResponse], ids: IdRegistry, path: Path) -> None:
         self.responses = responses
         self.ids = ids
         self.path = path
         self.calls = 0
+        #: record mode: the responses the file held before (their days), read on first use
+        self.previous: list[RecordedResponse] | None = None
+
+
+class StaleUse(NamedTuple):
+    """A recorded response older than `max_age` that a test used (docs/recordings.md, "Age")."""
+
+    path: Path
+    recorded_on: str
+    #: days since `recorded_on`
+    age: int
+    max_age: MaxAge
+
+
+class Call(NamedTuple):
+    """One exchange of a test, as the `hashreplay` fixture's `calls` lists it."""
+
+    method: str
+    endpoint: str
+    #: the request body as keyed: parsed JSON when JSON, redacted and normalised
+    body: object
+    #: None: no HTTP status (a call-layer target, a live call, no response)
+    status: int | None
+    #: "replayed", "recorded" or "live"
+    source: str
 
 
 class TestState:
-    __slots__ = ("id_map", "misses", "mode", "options", "passed_through", "run_id", "sequences")
+    __slots__ = (
+        "calls",
+        "id_map",
+        "misses",
+        "mode",
+        "options",
+        "passed_through",
+        "run_id",
+        "sequences",
+        "stale",
+    )
 
     def __init__(self, mode: Mode | None = None, run_id: str | None = None) -> None:
         self.mode = mode
@@ -104,6 +140,9 @@ class TestState:
         self.options = TestOptions()
         #: it sent requests to a server under test, which replays this test's files itself
         self.passed_through = False
+        #: stale recorded responses it used, by file (the oldest of each)
+        self.stale: dict[Path, StaleUse] = {}
+        self.calls: list[Call] = []  # its exchanges in order (the fixture's `calls`)
 
 
 class Tests:

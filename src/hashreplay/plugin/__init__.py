@@ -144,7 +144,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 @pytest.fixture
 def hashreplay(request: pytest.FixtureRequest) -> HashReplayFixture:
-    """hashreplay inside a test: `mode`, `test_id`, `conversation(name)`, `wait_hanging()`.
+    """hashreplay inside a test: `mode`, `test_id`, `calls`, `conversation(name)`, `wait_hanging()`.
 
     Fails the test, saying how to turn hashreplay on, in a project that has not opted in
     (there is nothing to wait for or record under)."""

@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections.abc import Coroutine
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,22 +21,25 @@ import pytest
 from hashreplay.core.constants import FAULT_MARKER
 from hashreplay.core.errors import ConfigError, HashReplayWarning, RecordingError
 from hashreplay.core.keys import conversation
-from hashreplay.core.modes import Mode, Pace, Unconsumed
+from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
 from hashreplay.engine.faults import FaultSpec, check_timeout, hang_timeout
 from hashreplay.engine.session import Session
+from hashreplay.engine.state import Call
 
 MARKER = "hashreplay"
 _MODES = ", ".join(m.value for m in Mode)
 #: The `hashreplay` marker's keywords: the `[tool.hashreplay]` names, and `timing`, the
 #: alias of `record_timing` that suites written before the names matched still use.
-MARKER_KEYWORDS = ("mode", "record_timing", "pace", "unconsumed")
+MARKER_KEYWORDS = ("mode", "record_timing", "pace", "unconsumed", "max_age", "stale")
 _ALIASES = {"timing": "record_timing"}
 
 #: The `markers` ini lines: what `pytest --markers` shows.
 MARKER_LINES = (
-    f"{MARKER}(mode=None, record_timing=None, pace=None, unconsumed=None): run this test in "
-    f"another hashreplay mode ({_MODES}), record timing (alias: timing=), pace its replay "
-    '("instant", "recorded", "fixed:<ms>"), treat unused recordings ("warn", "fail", "ignore")',
+    f"{MARKER}(mode=None, record_timing=None, pace=None, unconsumed=None, max_age=None, "
+    f"stale=None): run this test in another hashreplay mode ({_MODES}), record timing "
+    '(alias: timing=), pace its replay ("instant", "recorded", "fixed:<ms>"), treat unused '
+    'recordings ("warn", "fail", "ignore"), and recordings older than max_age ("180d", '
+    '"26w") ("warn", "fail", "refresh")',
     f"{FAULT_MARKER}(status=None, headers=None, body=None, endpoint=None, times=None, "
     "call=None, error=None, after_chunks=None, hang=False): answer matching requests with "
     'a fault instead of their recording (error: "read_timeout", "connect_error", '
@@ -82,11 +86,13 @@ def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | Non
         raise ConfigError(msg)
     pace = options.get("pace")
     unconsumed = options.get("unconsumed")
+    max_age, stale = options.get("max_age"), options.get("stale")
     faults = [
         FaultSpec.parse(m.kwargs, source=f"@pytest.mark.{FAULT_MARKER}")
         for m in reversed(list(item.iter_markers(FAULT_MARKER)))
     ]
-    if timing is not None or pace is not None or unconsumed is not None or faults:
+    given = (timing, pace, unconsumed, max_age, stale)
+    if faults or any(value is not None for value in given):
         session.set_test_options(
             item.nodeid,
             timing=timing,
@@ -95,6 +101,8 @@ def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | Non
             if unconsumed is None
             else Unconsumed.parse(unconsumed, source=f"{source} unconsumed"),
             faults=faults,
+            max_age=None if max_age is None else MaxAge.parse(max_age, source=f"{source} max_age"),
+            stale=None if stale is None else Stale.parse(stale, source=f"{source} stale"),
         )
     return None if mode is None else Mode.parse(mode, source=f"{source} mode")
 
@@ -129,6 +137,40 @@ def report_leftovers(item: pytest.Item, session: Session, report: pytest.TestRep
     elif policy is not Unconsumed.IGNORE:
         item.warn(HashReplayWarning(text))
     return count
+
+
+def report_stale(item: pytest.Item, session: Session, report: pytest.TestReport) -> list[str]:
+    """Fail the test (`stale = "fail"`) for the recorded responses older than its `max_age`
+    that it used, naming each file and its age; returns a summary line for each (the run
+    lists them under `warn` and `refresh`)."""
+    policy, used = session.stale_used(item.nodeid)
+    if not used:
+        return []
+    root = session.config.root
+    lines = [
+        f"{_shown(root, u.path)}: recorded on {u.recorded_on}, {u.age} days ago "
+        f"(max_age {u.max_age}), used by {item.nodeid}"
+        for u in used
+    ]
+    if policy is Stale.FAIL and report.passed:
+        head = (
+            f"hashreplay: {item.nodeid} used {len(used)} recording(s) older than max_age "
+            f'{used[0].max_age} (stale = "fail")'
+        )
+        fix = (
+            f"  to renew them: INFERENCE_MODE=record-if-missing pytest {item.nodeid} with "
+            'stale = "refresh" (in [tool.hashreplay] or @pytest.mark.hashreplay(stale="refresh"))'
+        )
+        report.outcome = "failed"
+        report.longrepr = "\n".join([head, *(f"  {line}" for line in lines), fix])
+    return lines
+
+
+def _shown(root: Path, path: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
 
 
 def _report_recorded_first(item: pytest.Item, session: Session, report: pytest.TestReport) -> None:
@@ -171,6 +213,14 @@ class HashReplayFixture:
     def mode(self) -> Mode:
         """The mode this test runs in: the run's, or its marker's."""
         return self._session.mode_for(self._test_id)
+
+    @property
+    def calls(self) -> list[Call]:
+        """This test's exchanges so far, in order: each with `method`, `endpoint`, `body`
+        (the request body as keyed: parsed JSON when JSON, redacted), `status` (None without
+        one: a live call, a call-layer target) and `source` ("replayed", "recorded" or
+        "live"), for assertions like respx's `calls`."""
+        return self._session.calls(self._test_id)
 
     @staticmethod
     def conversation(name: str) -> AbstractContextManager[None]:

@@ -27,7 +27,7 @@ from hashreplay.core.modes import Mode
 from hashreplay.engine.lifecycle import Placeholders
 from hashreplay.engine.session import Session, Stats
 from hashreplay.engine.usage import UsageCollector
-from hashreplay.plugin.markers import MARKER, apply_markers, report_leftovers
+from hashreplay.plugin.markers import MARKER, apply_markers, report_leftovers, report_stale
 from hashreplay.plugin.usage import UsageTracker, finish_usage, merge_worker_piece, worker_piece
 
 #: The one `config.stash` key of the plugin: the run's `PluginRun`, in an opted-in project.
@@ -59,6 +59,8 @@ class PluginRun:
         self.worker_unrecorded: dict[str, set[str]] = {}
         #: recorded responses that tests left unused (this process and its workers)
         self.unconsumed = 0
+        #: stale recordings tests used, a summary line each (this process and its workers)
+        self.stale: list[str] = []
         #: which tests ran and which files each used; made when the session starts
         self.usage: UsageCollector | None = None
 
@@ -146,6 +148,7 @@ class PluginRun:
             report.longrepr = text
         if call.when == "call":
             self.unconsumed += report_leftovers(item, self.session, report)
+            self.stale += report_stale(item, self.session, report)
         return report
 
     # --- end of the run ---------------------------------------------------------------------
@@ -183,6 +186,7 @@ class PluginRun:
         return {
             "stats": self.session.stats.as_dict(),
             "unconsumed": self.unconsumed,
+            "stale": self.stale,
             "unrecorded": {
                 label: sorted(openers)
                 for label, openers in self.session.connections.unrecorded.items()
@@ -196,6 +200,7 @@ class PluginRun:
         if sent.get("stats"):
             self.worker_stats.merge(Stats(**sent["stats"]))
         self.unconsumed += sent.get("unconsumed", 0)
+        self.stale += sent.get("stale", [])
         for label, openers in sent.get("unrecorded", {}).items():
             self.worker_unrecorded.setdefault(label, set()).update(openers)
         if self.usage is not None:
@@ -225,6 +230,13 @@ class PluginRun:
         unrecorded = connections.summary()
         if unrecorded:
             terminalreporter.write_line(f"hashreplay: {unrecorded}", yellow=True)
+        if self.stale:  # docs/recordings.md, "Age"
+            terminalreporter.write_line(
+                f"hashreplay: {len(self.stale)} recording(s) older than max_age used:",
+                yellow=True,
+            )
+            for line in sorted(self.stale):
+                terminalreporter.write_line(f"  {line}", yellow=True)
         if not self.has_table and settings.mode in (Mode.RECORD, Mode.RECORD_IF_MISSING):
             terminalreporter.write_line(INIT_HINT, yellow=True)
 
