@@ -204,6 +204,9 @@ class Config(BaseModel):
     unconsumed: Unconsumed = Unconsumed.WARN
     #: What a call that got no HTTP response leaves: "responses" (nothing), "all" (its error).
     record_failures: RecordFailures = RecordFailures.RESPONSES
+    #: A drift run (`pytest --hashreplay-drift`) exits 1 when any test drifted; false: it
+    #: only reports (docs/design.md §15, "Drift").
+    drift_fail: bool = True
 
     # Filled in by load_config, never read from the file.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
