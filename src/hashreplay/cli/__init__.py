@@ -133,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dry_run(prune, "would be deleted")
     _add_usage_logs(prune)
 
+    drift = sub.add_parser(
+        "drift-report",
+        help="the last `pytest --hashreplay-drift` result: each drifted test, every difference",
+    )
+    _add_root(drift)
+
     _add_review(sub)
 
     from hashreplay.cli.store import configure as configure_import
@@ -195,6 +201,7 @@ def _commands() -> dict[str, Command]:
         "rehash": commands.rehash,
         "normalize": commands.normalize,
         "prune": usage_commands.prune,
+        "drift-report": usage_commands.drift_report,
     }
 
 

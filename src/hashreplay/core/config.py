@@ -208,6 +208,9 @@ class Config(BaseModel):
     max_age: str | None = None
     #: What a test does with a stale response: "warn", "fail" or "refresh".
     stale: Stale = Stale.WARN
+    #: A drift run (`pytest --hashreplay-drift`) exits 1 when any test drifted; false: it
+    #: only reports (docs/design.md §15, "Drift").
+    drift_fail: bool = True
 
     # Filled in by load_config, never read from the file.
     root: Path = Field(default_factory=Path.cwd, exclude=True)

@@ -53,6 +53,7 @@ from hashreplay.engine.scenarios import (
 from hashreplay.engine.state import FileIndex, Stats, StoreView, Tests
 
 if TYPE_CHECKING:
+    from hashreplay.engine.drift import DriftCheck
     from hashreplay.engine.record import Outcome, Recorder
 
 
@@ -101,6 +102,7 @@ class Session(TestBook):
         self._passthrough = tuple(config.passthrough)
         #: keyless replay's placeholder keys: never sent to a live upstream
         self._placeholders = placeholder_keys(config.replay_env)
+        self.drift: DriftCheck | None = None  # a drift run's check (docs/design.md §15)
 
     @property
     def recorder(self) -> Recorder:
@@ -188,7 +190,7 @@ class Session(TestBook):
             hang = self.hangs.hang(prep.test_id) if fault.hang else None
             return Replay(prep, fault_response(fault), path, Scenario(fault=fault, hang=hang))
         url = request.url if request is not None else prep.request.url
-        if not prep.mode.may_replay and fault is None:
+        if (self.drift is not None or not prep.mode.may_replay) and fault is None:
             return self._refuse_placeholder(prep, url) or Record(prep)
         try:
             found = self.replayer.recorded(prep) if prep.mode.may_replay else None
@@ -280,11 +282,11 @@ class Session(TestBook):
     def record(self, prep: Prepared, outcome: Outcome) -> Path | None:
         """Stage (redact, normalise) and write one outcome; returns its file, or None for an
         outcome that is no answer and is not recorded (`Recorder.unanswered`)."""
-        return self.recorder.record(prep, outcome)
+        return (self.drift or self.recorder).record(prep, outcome)
 
     async def arecord(self, prep: Prepared, outcome: Outcome) -> Path | None:
         """`record` for event loops: the write never blocks the loop."""
-        return await self.recorder.arecord(prep, outcome)
+        return await (self.drift or self.recorder).arecord(prep, outcome)
 
     def live_body(
         self,

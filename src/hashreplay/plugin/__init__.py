@@ -54,6 +54,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="at the end of the run, delete the recordings it shows to be unused "
         "(as `hashreplay prune` does)",
     )
+    group.addoption(
+        "--hashreplay-drift",
+        dest="hashreplay_drift",
+        action="store_true",
+        default=False,
+        help="send every intercepted call live (needs the real keys), write nothing, and "
+        "compare each answer with its recording by shape; results in .hashreplay/drift.json",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -65,8 +73,9 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as exc:
         raise pytest.UsageError(f"hashreplay: {exc}") from None
     if not (has_table or option or os.environ.get(MODE_ENV)):
-        if config.getoption("hashreplay_prune"):
-            raise pytest.UsageError(f"hashreplay: --hashreplay-prune: {NOT_OPTED_IN}")
+        for flag in ("prune", "drift"):
+            if config.getoption(f"hashreplay_{flag}"):
+                raise pytest.UsageError(f"hashreplay: --hashreplay-{flag}: {NOT_OPTED_IN}")
         return
     try:
         settings = load_config(config.rootpath, mode=option)

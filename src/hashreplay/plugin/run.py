@@ -13,8 +13,9 @@ controller adds them up in `testnodedown`, both below.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -29,6 +30,9 @@ from hashreplay.engine.session import Session, Stats
 from hashreplay.engine.usage import UsageCollector
 from hashreplay.plugin.markers import MARKER, apply_markers, report_leftovers, report_stale
 from hashreplay.plugin.usage import UsageTracker, finish_usage, merge_worker_piece, worker_piece
+
+if TYPE_CHECKING:
+    from hashreplay.engine.drift import DriftCheck
 
 #: The one `config.stash` key of the plugin: the run's `PluginRun`, in an opted-in project.
 RUN_KEY = pytest.StashKey["PluginRun"]()
@@ -63,6 +67,10 @@ class PluginRun:
         self.stale: list[str] = []
         #: which tests ran and which files each used; made when the session starts
         self.usage: UsageCollector | None = None
+        #: whether this run wrote `.hashreplay/drift.json` (a drift run's controller)
+        self.drift_written = False
+        if config.getoption("hashreplay_drift", False):
+            self.session.drift = drift_check(config, self.session)
 
     # --- start and end --------------------------------------------------------------------
 
@@ -70,7 +78,7 @@ class PluginRun:
         """Intercept: sweep what killed writers left, placeholders, adapters, guard. A
         ConfigError (a bad `callables` entry) leaves nothing changed."""
         self.session.store.sweep_temp_files()
-        self.placeholders.apply(self.session.config.mode)
+        self._placeholders(self.session.config.mode)
         try:
             adapters.activate(self.session)
         except ConfigError:
@@ -100,8 +108,10 @@ class PluginRun:
                 return (yield)
         finally:
             set_process_test_id(None)
+            if session.drift is not None:
+                session.drift.end_test(item.nodeid)
             session.end_test(item.nodeid)
-            self.placeholders.apply(session.config.mode)
+            self._placeholders(session.config.mode)
 
     def fixture_setup(self, fixturedef: pytest.FixtureDef[Any]) -> Generator[None, object, object]:
         if fixturedef.scope == "function":
@@ -129,7 +139,11 @@ class PluginRun:
         if mode is not None:
             self.session.set_test_mode(item.nodeid, mode)
             # placeholder keys only while replaying: a test marked record uses the real ones
-            self.placeholders.apply(mode)
+            self._placeholders(mode)
+
+    def _placeholders(self, mode: Mode) -> None:
+        """Keyless replay's placeholders for `mode`; never in a drift run (real keys only)."""
+        self.placeholders.apply(Mode.LIVE if self.session.drift is not None else mode)
 
     def runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport
@@ -146,7 +160,7 @@ class PluginRun:
                 )
             report.outcome = "failed"
             report.longrepr = text
-        if call.when == "call":
+        if call.when == "call" and self.session.drift is None:  # drift reports leftovers
             self.unconsumed += report_leftovers(item, self.session, report)
             self.stale += report_stale(item, self.session, report)
         return report
@@ -162,6 +176,8 @@ class PluginRun:
             workeroutput[_WORKER_OUTPUT] = self._worker_output()
         else:
             finish_usage(session, self.session, self.usage)
+            if self.session.drift is not None:
+                self.drift_written = finish_drift(session, self.session)
 
     def _flush_recordings(self, session: pytest.Session) -> None:
         """Every recording of the run on disk before usage is written or anything is
@@ -192,6 +208,7 @@ class PluginRun:
                 for label, openers in self.session.connections.unrecorded.items()
             },
             "usage": worker_piece(self.session, self.usage),
+            "drift": None if self.session.drift is None else self.session.drift.as_dict(),
         }
 
     def testnodedown(self, node: Any) -> None:
@@ -203,6 +220,8 @@ class PluginRun:
         self.stale += sent.get("stale", [])
         for label, openers in sent.get("unrecorded", {}).items():
             self.worker_unrecorded.setdefault(label, set()).update(openers)
+        if self.session.drift is not None and sent.get("drift"):
+            self.session.drift.merge(sent["drift"])
         if self.usage is not None:
             worker = getattr(getattr(node, "gateway", None), "id", "?")
             merge_worker_piece(self.usage, sent.get("usage"), worker)
@@ -237,6 +256,8 @@ class PluginRun:
             )
             for line in sorted(self.stale):
                 terminalreporter.write_line(f"  {line}", yellow=True)
+        if self.session.drift is not None:
+            drift_summary(terminalreporter, self.session, written=self.drift_written)
         if not self.has_table and settings.mode in (Mode.RECORD, Mode.RECORD_IF_MISSING):
             terminalreporter.write_line(INIT_HINT, yellow=True)
 
@@ -250,3 +271,67 @@ def fixture_test_id(fixturedef: pytest.FixtureDef[Any]) -> str:
     if ".py" not in base:
         base = f"{base}/conftest.py" if base else "conftest.py"
     return f"{base}{FIXTURE_MARK}{fixturedef.argname}"
+
+
+# --- drift (docs/design.md §15, "Drift") ------------------------------------------------------
+
+
+def drift_check(config: pytest.Config, hr: Session) -> DriftCheck:
+    """A drift run's check, or a ConfigError before any call: with `--hashreplay-prune`
+    (a drift run uses no recording as replay would), in `live` mode (no recording is looked
+    at), or without a real key (every call would go out with a placeholder)."""
+    if config.getoption("hashreplay_prune", False):
+        raise ConfigError(
+            "--hashreplay-drift and --hashreplay-prune cannot be combined: a drift run "
+            "does not replay, so it cannot tell which recordings are unused"
+        )
+    from hashreplay.engine.drift import DriftCheck, keys_problem  # drift runs only
+
+    settings = hr.config
+    if settings.mode is Mode.LIVE:
+        raise ConfigError(
+            "--hashreplay-drift compares live answers with recordings, and live mode looks "
+            "at none: run it in replay mode (unset INFERENCE_MODE / --inference-mode)"
+        )
+    problem = keys_problem(settings.replay_env, os.environ)
+    if problem is not None:
+        raise ConfigError(problem)
+    return DriftCheck(hr)
+
+
+def finish_drift(session: pytest.Session, hr: Session) -> bool:
+    """Write `.hashreplay/drift.json` (not after an interrupted run: a partial result would
+    read as a clean one) and fail the run when a test drifted (`drift_fail`)."""
+    from hashreplay.engine.drift import write_result
+
+    drift = hr.drift
+    assert drift is not None
+    if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        return False
+    write_result(hr.config.root, drift.result())
+    if drift.drifted and hr.config.drift_fail and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    return True
+
+
+def drift_summary(terminalreporter: Any, hr: Session, *, written: bool) -> None:
+    """The drift table (test, endpoint, first differences), or why no result was written."""
+    from hashreplay.engine.drift import drift_path, render
+
+    drift = hr.drift
+    assert drift is not None
+    shown = os.path.relpath(drift_path(hr.config.root), hr.config.root)
+    if not written:
+        terminalreporter.write_line(
+            f"hashreplay drift: the run was interrupted, so {shown} was not written "
+            "(a partial result would hide what was not checked); run it again",
+            yellow=True,
+        )
+        return
+    result = drift.result()
+    for i, line in enumerate(render(result, where=shown)):
+        terminalreporter.write_line(line, red=drift.drifted and i == 0, bold=i == 0)
+    if drift.drifted and not hr.config.drift_fail:
+        terminalreporter.write_line(
+            "hashreplay drift: drift_fail = false, so drift does not fail this run"
+        )
