@@ -174,7 +174,7 @@ def test_recording_stays_verifiable_after_scrubbing(tmp_path: Path) -> None:
 
     for path in (tmp_path / "tests" / "recordings").glob("*.json"):
         recording = read_recording(path)
-        assert session.key_of(recording.request, recording.test_id)[0] == path.stem
+        assert session.keyer.key_of(recording.request, recording.test_id)[0] == path.stem
 
 
 def test_proxy_log_lines_are_scrubbed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -1,7 +1,7 @@
 """A drift run's results (docs/design.md §15, "Drift").
 
 A drift run (`pytest --hashreplay-drift`) sends every intercepted call live and writes no
-recording; each live answer is compared by shape (`core/shape.py`) with the response
+recording; each live answer is compared by shape (`core/diff.py`) with the response
 recorded for the same call, in call order, as replay would have answered it. `DriftCheck`
 keeps the results per test id: drifted shapes, recordings no live call asked for, live calls
 with no recording, and apart from those the calls that could not be checked (a network
@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from hashreplay.core.constants import STATE_DIRNAME
+from hashreplay.core.diff import compare, shape_of
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.files import write_bytes_atomic
 from hashreplay.core.format import EndState, RecordedResponse
 from hashreplay.core.modes import Mode
 from hashreplay.core.network import placeholder_keys
-from hashreplay.core.shape import compare, shape_of
 from hashreplay.engine.state import FileIndex, StoreView, Tests, TestState, sequence_for, unused
 
 if TYPE_CHECKING:

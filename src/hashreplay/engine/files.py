@@ -206,12 +206,12 @@ class Rules:
         self.request_rules = self.engine.keyer.rules
 
     def is_shared(self, recording: Recording) -> bool:
-        return self.engine.key_of(recording.request, recording.test_id)[1]
+        return self.engine.keyer.key_of(recording.request, recording.test_id)[1]
 
     def request_hash(self, recording: Recording, body: Any) -> str:
         """The hash the engine names this recording's request by, with `body` as its body."""
         request = recording.request.replace(body=body)
-        return self.engine.key_of(request, recording.test_id)[0]
+        return self.engine.keyer.key_of(request, recording.test_id)[0]
 
     def file_name(self, recording: Recording, body: Any) -> str:
         """The name the engine gives a file holding this request (with this stored body)."""

@@ -262,9 +262,6 @@ class Session(TestBook):
         mode = self.mode_for(test_id)
         return Prepared(test_id, mode, hash_hex, shared, request, secrets, shown)
 
-    def key_of(self, request: RecordedRequest, test_id: str | None) -> tuple[str, bool]:
-        return self.keyer.key_of(request, test_id)
-
     def miss(
         self,
         prep: Prepared,
