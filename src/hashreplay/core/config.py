@@ -35,6 +35,7 @@ from hashreplay.core.constants import (
     RECORDINGS_DIRNAME,
 )
 from hashreplay.core.errors import ConfigError
+from hashreplay.core.matching import DEFAULT_MATCH_ON, MatchRule, Repeat, parse_match_on, parse_path
 from hashreplay.core.modes import Mode, Pace, RecordFailures, Unconsumed
 from hashreplay.core.network import BlockNetwork
 from hashreplay.core.normalise import compile_patterns
@@ -204,6 +205,12 @@ class Config(BaseModel):
     unconsumed: Unconsumed = Unconsumed.WARN
     #: What a call that got no HTTP response leaves: "responses" (nothing), "all" (its error).
     record_failures: RecordFailures = RecordFailures.RESPONSES
+    #: Request paths left out of the key (docs/design.md §14): `body.max_tokens`, `query.ts`.
+    ignore: tuple[str, ...] = ()
+    #: The parts of a request in its key (docs/design.md §14).
+    match_on: tuple[str, ...] = DEFAULT_MATCH_ON
+    #: What answers a call past the end of a recorded sequence: "strict" (a miss) or "last".
+    repeat: Repeat = Repeat.STRICT
 
     # Filled in by load_config, never read from the file.
     root: Path = Field(default_factory=Path.cwd, exclude=True)
@@ -236,6 +243,28 @@ class Config(BaseModel):
     @classmethod
     def _parse_record_failures(cls, value: object) -> RecordFailures:
         return _collected(RecordFailures.parse, value)
+
+    @field_validator("ignore", mode="after")
+    @classmethod
+    def _check_ignore(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for path in value:
+            _collected(lambda v: parse_path(v, source="ignore"), path)
+        return value
+
+    @field_validator("match_on", mode="before")
+    @classmethod
+    def _parse_match_on(cls, value: object) -> tuple[str, ...]:
+        return _collected(lambda v: parse_match_on(v, source="match_on"), value)
+
+    @field_validator("repeat", mode="before")
+    @classmethod
+    def _parse_repeat(cls, value: object) -> Repeat:
+        return _collected(Repeat.parse, value)
+
+    @property
+    def match_rule(self) -> MatchRule:
+        """The matching rule of the project (docs/design.md §14)."""
+        return MatchRule(self.ignore, self.match_on)
 
     @field_validator("match_headers", "keep_response_headers", mode="after")
     @classmethod

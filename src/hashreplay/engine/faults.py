@@ -25,6 +25,7 @@ import orjson
 
 from hashreplay.core.constants import FAULT_MARKER
 from hashreplay.core.errors import ConfigError, HashReplayError
+from hashreplay.core.matching import MatchRule, Repeat
 from hashreplay.core.modes import Pace, Unconsumed
 from hashreplay.engine.http import BreakKind
 
@@ -311,7 +312,16 @@ class Hang:
 
 class TestOptions:
     __test__ = False  # not a pytest test class
-    __slots__ = ("faults", "header_faults", "pace", "recorded_first", "timing", "unconsumed")
+    __slots__ = (
+        "faults",
+        "header_faults",
+        "match",
+        "pace",
+        "recorded_first",
+        "repeat",
+        "timing",
+        "unconsumed",
+    )
 
     def __init__(
         self,
@@ -319,7 +329,13 @@ class TestOptions:
         pace: Pace | None = None,
         unconsumed: Unconsumed | None = None,
         faults: list[ActiveFault] | None = None,
+        *,
+        match: MatchRule | None = None,
+        repeat: Repeat | None = None,
     ) -> None:
+        #: the test's matching rule and repeat policy (docs/design.md §14); None: the config's
+        self.match = match
+        self.repeat = repeat
         self.timing = timing
         self.pace = pace
         self.unconsumed = unconsumed

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 from hashreplay.core.config import Config
 from hashreplay.core.errors import BodyTooLarge, NetworkBlocked, ReplayFailure
+from hashreplay.core.matching import MatchRule, Repeat
 from hashreplay.core.modes import Mode, Pace, Unconsumed
 from hashreplay.core.network import NetworkRules, missing, replay_env_values
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions
@@ -64,11 +65,19 @@ class TestBook:
         pace: Pace | None = None,
         unconsumed: Unconsumed | None = None,
         faults: Sequence[FaultSpec] = (),
+        match: MatchRule | None = None,
+        repeat: Repeat | None = None,
     ) -> None:
-        """A test's scenario options (the markers); None keeps the configuration's."""
+        """A test's scenario and matching options (the markers); None keeps the
+        configuration's."""
         with self.tests.lock:
             self.tests.state(test_id).options = TestOptions(
-                timing, pace, unconsumed, [ActiveFault(f) for f in faults]
+                timing,
+                pace,
+                unconsumed,
+                [ActiveFault(f) for f in faults],
+                match=match,
+                repeat=repeat,
             )
 
     def wait_hanging(self, test_id: str | None, timeout: float | None) -> None:

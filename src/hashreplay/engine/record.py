@@ -68,11 +68,15 @@ def content_of(
     facts: dict[str, str],
     *,
     later: bool,
+    match: dict[str, Any] | None = None,
 ) -> Content:
     """The bytes of the file holding `responses` for `prep`'s request (`facts`: the id
-    registry's facts, a copy), or with `later` when no body can be too large, the stage
-    that makes them. A body over `max_body_bytes` raises BodyTooLarge here."""
-    stage = functools.partial(_file_bytes, store, prep, prep.shown_test_id, responses, facts)
+    registry's facts, a copy; `match`: the file's matching rule, docs/design.md §14), or
+    with `later` when no body can be too large, the stage that makes them. A body over
+    `max_body_bytes` raises BodyTooLarge here."""
+    stage = functools.partial(
+        _file_bytes, store, prep, prep.shown_test_id, responses, facts, match=match
+    )
     return _now_or_later(stage, store, prep, responses, later=later)
 
 
@@ -104,6 +108,8 @@ def _file_bytes(
     test_id: str | None,
     responses: list[RecordedResponse],
     facts: dict[str, str],
+    *,
+    match: dict[str, Any] | None = None,
 ) -> bytes:
     """The file's bytes, with the request's own credential values scrubbed from every
     string (only walked when one occurs: most recordings never echo a key)."""
@@ -112,6 +118,7 @@ def _file_bytes(
         request=prep.request,
         responses=responses,
         id_mapping=facts,
+        match=match,
     )
     data = recording.model_dump(mode="json")
     secrets = prep.secrets
@@ -331,7 +338,14 @@ class Recorder:
             else:
                 responses.append(normalised)
             # a body over max_body_bytes raises BodyTooLarge here, the sequence unchanged
-            content = content_of(self.view.store, prep, responses, dict(seq.ids.facts), later=later)
+            content = content_of(
+                self.view.store,
+                prep,
+                responses,
+                dict(seq.ids.facts),
+                later=later,
+                match=seq.match,
+            )
             seq.responses[:] = responses
             seq.calls += 1
             state.id_map.update(seq.ids.stable)

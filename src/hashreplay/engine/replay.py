@@ -35,6 +35,7 @@ from hashreplay.core.constants import FIXTURE_MARK, RECORD_COMMAND
 from hashreplay.core.errors import RecordingError, ReplayMiss, unreadable_fix
 from hashreplay.core.format import EndState, RecordedResponse, is_no_response
 from hashreplay.core.keys import is_model_list_name, recording_name
+from hashreplay.core.matching import Repeat
 from hashreplay.core.modes import Mode, Pace
 from hashreplay.core.redact import Redactor
 from hashreplay.core.store import Store
@@ -112,7 +113,10 @@ class Replayer:
         pace: Pace,
         *,
         answers_only: bool = True,
+        repeat: Repeat = Repeat.STRICT,
     ) -> None:
+        #: what answers a call past the end of a recorded sequence (docs/design.md §14)
+        self.repeat = repeat
         #: record-if-missing records again a stored call that got no response
         #: (`record_failures = "responses"`)
         self.answers_only = answers_only
@@ -135,7 +139,9 @@ class Replayer:
             seq = sequence_for(tests, self.view, prep)
             index = seq.calls
             if index >= len(seq.responses):
-                return None
+                if not seq.responses or self._repeat(prep) is not Repeat.LAST:
+                    return None
+                index = len(seq.responses) - 1  # a polling loop: the last answer again
             if prep.mode is Mode.RECORD_IF_MISSING and self._record_again(
                 prep, seq.responses[index]
             ):
@@ -144,6 +150,11 @@ class Replayer:
             tests.stats.replayed += 1
             tests.use(prep.test_id, seq.path)
         return Recorded(seq.responses[index], seq.path)
+
+    def _repeat(self, prep: Prepared) -> Repeat:
+        state = self.tests.get(prep.test_id)
+        repeat = state.options.repeat if state is not None else None
+        return self.repeat if repeat is None else repeat
 
     def _record_again(self, prep: Prepared, response: RecordedResponse) -> bool:
         """Whether record-if-missing treats a stored response as missing: one cut off when it

@@ -73,7 +73,7 @@ class Session(TestBook):
         self.redactor = self.keyer.redactor
         # temp files under .hashreplay/tmp, where git never sees them
         writer = BackgroundWriter(self.store.temp_dir) if write_behind else None
-        self.view = StoreView(self.store, writer)
+        self.view = StoreView(self.store, writer, self.keyer.key_of)
         #: credential values seen in requests, scrubbed from logs and the usage log
         self.seen_secrets = SeenSecrets()
         self.tests = Tests(config.mode)
@@ -89,6 +89,7 @@ class Session(TestBook):
             config.root,
             self.pace,
             answers_only=config.record_failures is RecordFailures.RESPONSES,
+            repeat=config.repeat,
         )
         #: requests that hang (fault `hang=True`), for `wait_hanging`
         self.hangs = Hangs()
@@ -253,9 +254,12 @@ class Session(TestBook):
     ) -> Prepared:
         # a key that appears in the test id (a parametrised test) leaves its hash too
         shown = self.keyer.test_id(test_id, secrets)
-        hash_hex, shared = self.keyer.key_of(request, shown)
+        state = self.tests.get(test_id)
+        marked = state.options.match if state is not None else None  # the marker's rule
+        rule = self.keyer.rule if marked is None else None if marked.is_default else marked
+        hash_hex, shared = self.keyer.key_of(request, shown, rule)
         mode = self.mode_for(test_id)
-        return Prepared(test_id, mode, hash_hex, shared, request, secrets, shown)
+        return Prepared(test_id, mode, hash_hex, shared, request, secrets, shown, rule)
 
     def key_of(self, request: RecordedRequest, test_id: str | None) -> tuple[str, bool]:
         return self.keyer.key_of(request, test_id)
@@ -300,8 +304,7 @@ class Session(TestBook):
         return LiveBody(status, headers, started=started, limit=limit)
 
     def flush(self) -> None:
-        """Wait until every recording written so far is on disk (write-behind sessions);
-        raises a RecordingError for a write that failed."""
+        """Wait until every recording written so far is on disk; a RecordingError if not."""
         self.view.flush()
 
     def close(self) -> None:

@@ -24,21 +24,27 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 
 from hashreplay.core.constants import FORMAT_VERSION, MODEL_LIST_PREFIX
 from hashreplay.core.errors import RecordingError, ReplayFailure
 from hashreplay.core.files import awrite_bytes_atomic, write_bytes_atomic
-from hashreplay.core.format import RecordedResponse, Recording
+from hashreplay.core.format import RecordedRequest, RecordedResponse, Recording
 from hashreplay.core.keys import model_list_name_prefix, recording_name
+from hashreplay.core.matching import MatchRule, RuleIndex
 from hashreplay.core.modes import Mode
 from hashreplay.core.normalise import IdRegistry, new_id_registry
 from hashreplay.core.store import Found, Store, read_file
 from hashreplay.core.writer import BackgroundWriter, Content
 from hashreplay.engine.faults import TestOptions
 from hashreplay.engine.keys import Prepared, check_name
+
+#: `Keyer.key_of`: a request's hash under a matching rule (None: the default)
+KeyOf = Callable[[RecordedRequest, "str | None", "MatchRule | None"], tuple[str, bool]]
 
 
 class Stats:
@@ -80,13 +86,21 @@ class Stats:
 class RecordedSequence:
     """The responses of one hash within one test run, and their id registry."""
 
-    __slots__ = ("calls", "ids", "path", "responses")
+    __slots__ = ("calls", "ids", "match", "path", "responses")
 
-    def __init__(self, responses: list[RecordedResponse], ids: IdRegistry, path: Path) -> None:
+    def __init__(
+        self,
+        responses: list[RecordedResponse],
+        ids: IdRegistry,
+        path: Path,
+        match: dict[str, Any] | None = None,
+    ) -> None:
         self.responses = responses
         self.ids = ids
         self.path = path
         self.calls = 0
+        #: the file's matching rule (docs/design.md §14), written with it; None: the default
+        self.match = match
 
 
 class TestState:
@@ -213,9 +227,26 @@ class Tests:
 
 
 class StoreView:
-    def __init__(self, store: Store, writer: BackgroundWriter | None) -> None:
+    def __init__(
+        self, store: Store, writer: BackgroundWriter | None, key_of: KeyOf | None = None
+    ) -> None:
         self.store = store
         self.writer = writer
+        self.key_of = key_of
+        self.rules = RuleIndex()
+
+    def read_other_rule(self, prep: Prepared) -> tuple[str, MatchRule | None, Found] | None:
+        """After `prep.hash` missed: its recording under another matching rule that the
+        test's directories hold (docs/design.md §14), as its hash, rule and file. Only a miss
+        pays for this; each directory's rules are read once (callers hold the tests lock)."""
+        if self.key_of is None:
+            return None
+        for rule in self.rules.after_miss(self.store.search_dirs(prep.test_id), prep.rule):
+            hash_hex = self.key_of(prep.request, prep.shown_test_id, rule)[0]
+            found = self.read_first(prep.test_id, hash_hex)
+            if found is not None:
+                return hash_hex, rule, found
+        return None
 
     def read_first(self, test_id: str | None, hash_hex: str) -> Found | None:
         """Like `Store.read_first`, but sees writes still queued."""
@@ -270,24 +301,30 @@ def _bytes(content: Content) -> bytes:
 
 def sequence_for(tests: Tests, view: StoreView, prep: Prepared) -> RecordedSequence:
     """The sequence of `prep`'s hash in its test (callers hold `tests.lock`). Record mode
-    starts empty; a file that exists but cannot be used raises its RecordingError."""
+    starts empty; a file that exists but cannot be used raises its RecordingError. After a
+    miss, a recording under another matching rule of the test's directories answers, and
+    identical requests under that rule share its sequence (docs/design.md §14)."""
     state = tests.state(prep.test_id)
     seq = state.sequences.get(prep.hash)
     if seq is not None:
         return seq
     found = None if prep.mode is Mode.RECORD else view.read_first(prep.test_id, prep.hash)
-    if found is None:
-        seq = RecordedSequence(
-            [], new_id_registry(prep.hash), view.store.path_for(prep.test_id, prep.hash)
-        )
-    else:
+    hash_hex, rule = prep.hash, prep.rule
+    if found is None and prep.mode is not Mode.RECORD:
+        other = view.read_other_rule(prep)
+        if other is not None:
+            hash_hex, rule, found = other
+            seq = state.sequences.get(hash_hex)
+    own = rule.as_json() if rule is not None else None
+    if seq is None and found is None:
+        path = view.store.path_for(prep.test_id, prep.hash)
+        seq = RecordedSequence([], new_id_registry(prep.hash), path, own)
+    elif seq is None and found is not None:
         path, recording = found
-        check_name(path, recording, prep)
-        seq = RecordedSequence(
-            recording.responses,
-            new_id_registry(prep.hash, recording.id_normalization_mapping),
-            path,
-        )
+        check_name(path, recording, prep, rule)
+        registry = new_id_registry(hash_hex, recording.id_normalization_mapping)
+        seq = state.sequences[hash_hex] = RecordedSequence(recording.responses, registry, path, own)
+    assert seq is not None
     state.sequences[prep.hash] = seq
     return seq
 
@@ -401,6 +438,8 @@ def unused(state: TestState, files: list[tuple[Path, int]]) -> list[Unused]:
     # name), so they compare as they are: no `resolve()`, two system calls a component
     seen: set[Path] = set()
     for seq in state.sequences.values():
+        if seq.path in seen:  # one sequence under two hashes (another matching rule)
+            continue
         seen.add(seq.path)
         if seq.calls < len(seq.responses):
             found.append(Unused(seq.path, len(seq.responses) - seq.calls, len(seq.responses)))

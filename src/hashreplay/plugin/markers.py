@@ -20,6 +20,7 @@ import pytest
 from hashreplay.core.constants import FAULT_MARKER
 from hashreplay.core.errors import ConfigError, HashReplayWarning, RecordingError
 from hashreplay.core.keys import conversation
+from hashreplay.core.matching import DEFAULT_MATCH_ON, MatchRule, Repeat
 from hashreplay.core.modes import Mode, Pace, Unconsumed
 from hashreplay.engine.faults import FaultSpec, check_timeout, hang_timeout
 from hashreplay.engine.session import Session
@@ -28,14 +29,17 @@ MARKER = "hashreplay"
 _MODES = ", ".join(m.value for m in Mode)
 #: The `hashreplay` marker's keywords: the `[tool.hashreplay]` names, and `timing`, the
 #: alias of `record_timing` that suites written before the names matched still use.
-MARKER_KEYWORDS = ("mode", "record_timing", "pace", "unconsumed")
+MARKER_KEYWORDS = ("mode", "record_timing", "pace", "unconsumed", "ignore", "match_on", "repeat")
 _ALIASES = {"timing": "record_timing"}
 
 #: The `markers` ini lines: what `pytest --markers` shows.
 MARKER_LINES = (
-    f"{MARKER}(mode=None, record_timing=None, pace=None, unconsumed=None): run this test in "
-    f"another hashreplay mode ({_MODES}), record timing (alias: timing=), pace its replay "
-    '("instant", "recorded", "fixed:<ms>"), treat unused recordings ("warn", "fail", "ignore")',
+    f"{MARKER}(mode=None, record_timing=None, pace=None, unconsumed=None, ignore=None, "
+    f"match_on=None, repeat=None): run this test in another hashreplay mode ({_MODES}), "
+    'record timing (alias: timing=), pace its replay ("instant", "recorded", "fixed:<ms>"), '
+    'treat unused recordings ("warn", "fail", "ignore"), leave request paths out of the key '
+    '(ignore=["body.max_tokens"]), key on fewer parts (match_on=["method", "endpoint"]), '
+    'answer calls past a recorded sequence with its last response (repeat="last")',
     f"{FAULT_MARKER}(status=None, headers=None, body=None, endpoint=None, times=None, "
     "call=None, error=None, after_chunks=None, hang=False): answer matching requests with "
     'a fault instead of their recording (error: "read_timeout", "connect_error", '
@@ -86,7 +90,17 @@ def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | Non
         FaultSpec.parse(m.kwargs, source=f"@pytest.mark.{FAULT_MARKER}")
         for m in reversed(list(item.iter_markers(FAULT_MARKER)))
     ]
-    if timing is not None or pace is not None or unconsumed is not None or faults:
+    match = None
+    if "ignore" in options or "match_on" in options:  # each not given: the config's
+        match = MatchRule.parse(
+            options.get("ignore", session.config.ignore),
+            options.get("match_on", session.config.match_on or DEFAULT_MATCH_ON),
+            source=source,
+        )
+    repeat = options.get("repeat")
+    if repeat is not None:
+        repeat = Repeat.parse(repeat, source=f"{source} repeat")
+    if any(v is not None for v in (timing, pace, unconsumed, match, repeat)) or faults:
         session.set_test_options(
             item.nodeid,
             timing=timing,
@@ -95,6 +109,8 @@ def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | Non
             if unconsumed is None
             else Unconsumed.parse(unconsumed, source=f"{source} unconsumed"),
             faults=faults,
+            match=match,
+            repeat=repeat,
         )
     return None if mode is None else Mode.parse(mode, source=f"{source} mode")
 
