@@ -263,3 +263,41 @@ def test_a_bad_config_setting_is_named(
     output = result.stdout.str() + result.stderr.str()
     assert "invalid [tool.hashreplay]" in output
     assert expected in output
+
+
+def test_a_rule_change_misses_naming_rehash_which_re_keys_the_store(
+    project: pytest.Pytester,
+    upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from hashreplay.cli import main
+
+    project.makepyprojecttoml(PYPROJECT)
+    project.makepyfile(test_app=TESTS)
+    project.runpytest("--inference-mode=record").assert_outcomes(passed=1)
+    (strict,) = project.path.rglob("recordings/*.json")
+    upstream.stop()
+    project.makepyprojecttoml(PYPROJECT + IGNORE)
+    monkeypatch.setenv("DRIFT", "1")
+    missed = project.runpytest()
+    missed.assert_outcomes(failed=1)
+    missed.stdout.fnmatch_lines(["*named by other rules*run `hashreplay rehash`*"])
+
+    assert main(["rehash", "--root", str(project.path)]) == 0
+    assert "1/1 files re-keyed" in capsys.readouterr().out
+    (narrowed,) = project.path.rglob("recordings/*.json")
+    assert narrowed.name != strict.name
+    assert json.loads(narrowed.read_text())["match"]["ignore"] == [
+        "body.max_tokens",
+        "body.messages[*].content[*].cache_control",
+        "query.ts",
+    ]
+    project.runpytest().assert_outcomes(passed=1)
+    # a second rehash changes nothing; the file keeps its own rule without the setting
+    assert main(["rehash", "--root", str(project.path)]) == 0
+    assert "0/1 files re-keyed" in capsys.readouterr().out
+    project.makepyprojecttoml(PYPROJECT)
+    assert main(["rehash", "--root", str(project.path)]) == 0
+    assert "0/1 files re-keyed" in capsys.readouterr().out
+    project.runpytest().assert_outcomes(passed=1)

@@ -44,7 +44,7 @@ from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.http import IncomingRequest, ReplayPlan, miss_plan, plan_for
 from hashreplay.engine.keys import Prepared, count_differences, request_difference
 from hashreplay.engine.scenarios import Scenario, check_pace, templated
-from hashreplay.engine.state import StoreView, Tests, sequence_for
+from hashreplay.engine.state import KeyOf, StoreView, Tests, sequence_for
 
 if TYPE_CHECKING:
     from hashreplay.core.format import Recording
@@ -188,7 +188,13 @@ class Replayer:
         recorded = self.tests.recorded_count(prep.test_id, prep.hash)
         url = None if request is None else self.redactor.url(request.url)
         report = miss_report(
-            self.store, self.root, prep, problem=problem, recorded_count=recorded, url=url
+            self.store,
+            self.root,
+            prep,
+            problem=problem,
+            recorded_count=recorded,
+            url=url,
+            key_of=self.view.key_of,
         )
         report = prep.secrets.text(self.redactor.text(report))
         miss = ReplayMiss(report, test_id=prep.test_id, request_hash=prep.hash)
@@ -321,6 +327,7 @@ def miss_report(
     problem: RecordingError | None = None,
     recorded_count: int = 0,
     url: str | None = None,
+    key_of: KeyOf | None = None,
 ) -> str:
     """The text that fails the test: what was asked, where we looked, what is nearest, and
     the command that records it. `url` is where the request really went (redacted), with
@@ -345,7 +352,7 @@ def miss_report(
             "has no recording (the code now makes more identical calls than when recorded)"
         )
     else:
-        lines.extend(_nearest_lines(store, root, prep))
+        lines.extend(_nearest_lines(store, root, prep, key_of))
     if problem is not None and problem.path is not None and problem.path.suffix == ".json":
         # record-if-missing would meet the same file again: name what replaces it
         rerun = record_target(prep.test_id, prep.shown_test_id) if prep.test_id else None
@@ -360,7 +367,9 @@ def miss_report(
     return "\n".join(lines)
 
 
-def _nearest_lines(store: Store, root: Path, prep: Prepared) -> list[str]:
+def _nearest_lines(
+    store: Store, root: Path, prep: Prepared, key_of: KeyOf | None = None
+) -> list[str]:
     candidates, own = _candidates(store, prep)
     lines: list[str] = []
     if own == 0 and prep.test_id:
@@ -386,6 +395,13 @@ def _nearest_lines(store: Store, root: Path, prep: Prepared) -> list[str]:
     lines.append(f"  nearest:   {_rel(root, best.path)} ({_TIERS[best.tier]})")
     if diff is not None:
         lines.append(f"  differs:   {diff.describe()}")
+    if key_of is not None and best.tier <= 1:  # of this test
+        renamed = key_of(best.recording.request, prep.shown_test_id, prep.rule)[0]
+        if renamed == prep.hash:  # the same request under today's rules: named by others
+            lines.append(
+                "  it matches this request under the current matching rules but was named by "
+                "other rules (or an older key_version): run `hashreplay rehash`"
+            )
     return lines
 
 
