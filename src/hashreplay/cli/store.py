@@ -44,6 +44,15 @@ def configure(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         metavar="HOST",
         help="import only requests to this host (repeatable); others are skipped",
     )
+    vcr.add_argument(
+        "--match-on",
+        action="append",
+        default=None,
+        metavar="PART",
+        help="key on this request part besides method and endpoint (repeatable; `body` makes "
+        "the import strict); default: as the cassette was matched (its vcr_config's match_on, "
+        "else vcrpy's method + URI)",
+    )
     ogx = formats.add_parser("ogx", help="OGX (Llama Stack) api_recorder files")
     for parser_ in (vcr, ogx):
         parser_.add_argument(
@@ -71,6 +80,7 @@ def _reader(run: Run) -> Reader:
         from hashreplay.engine.import_ogx import read_ogx
 
         return read_ogx
+    from hashreplay.core.matching import parse_match_on
     from hashreplay.engine.import_vcr import vcr_reader
 
     return vcr_reader(
@@ -78,6 +88,9 @@ def _reader(run: Run) -> Reader:
         test_id=args.test_id,
         hosts=tuple(args.host),
         max_bytes=run.config.max_body_bytes,
+        match_on=None
+        if args.match_on is None
+        else parse_match_on(("method", "endpoint", *args.match_on), source="--match-on"),
     )
 
 

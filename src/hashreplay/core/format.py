@@ -176,7 +176,7 @@ class RecordedResponse(_Model):
 
 
 class Recording(_Model):
-    omit_when_none = ("later_responses",)
+    omit_when_none = ("later_responses", "match")
 
     format_version: StrictInt
     key_version: StrictInt
@@ -186,6 +186,9 @@ class Recording(_Model):
     later_responses: list[RecordedResponse] = []
     #: Stable facts only: which stable id replaced the value of which field.
     id_normalization_mapping: dict[str, StrictStr] = {}
+    #: The matching rule that named the file (`ignore`, `match_on`) when it is narrower than
+    #: the default (docs/design.md §14); absent: the default rule.
+    match: dict[str, Any] | None = None
 
     @property
     def responses(self) -> list[RecordedResponse]:
@@ -279,8 +282,10 @@ def new_recording(
     request: RecordedRequest,
     responses: list[RecordedResponse],
     id_mapping: dict[str, str] | None = None,
+    match: dict[str, Any] | None = None,
 ) -> Recording:
     return Recording(
+        match=match,
         format_version=FORMAT_VERSION,
         key_version=KEY_VERSION,
         test_id=test_id,

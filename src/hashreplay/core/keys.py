@@ -207,13 +207,16 @@ def request_hash(
     headers: Mapping[str, str | None] | None = None,
     shared: bool = False,
     conversation: str | None = None,
+    match: Mapping[str, Any] | None = None,
 ) -> str:
     """The file name (without `.json`) of a request.
 
     `body` must already be redacted and normalised. `shared` (model lists) leaves the test id
     out so every test finds the same recording. `headers` are the `match_headers` values and
     are only part of the hash when that option is set; `conversation` only when there is one
-    (`hashreplay.conversation`), so every other request keeps its hash.
+    (`hashreplay.conversation`), so every other request keeps its hash; `match` only under
+    a narrower matching rule (docs/design.md §14), whose projection of the request the
+    other arguments then are.
     """
     payload: dict[str, Any] = {"method": method.upper(), "endpoint": endpoint, "body": body}
     if not shared:
@@ -222,6 +225,8 @@ def request_hash(
         payload["headers"] = dict(headers)
     if conversation is not None:
         payload["conversation"] = conversation
+    if match is not None:
+        payload["match"] = dict(match)
     return digest(canonical_json(payload))
 
 

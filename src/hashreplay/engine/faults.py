@@ -25,6 +25,7 @@ import orjson
 
 from hashreplay.core.constants import FAULT_MARKER
 from hashreplay.core.errors import ConfigError, HashReplayError
+from hashreplay.core.matching import MatchRule, Repeat
 from hashreplay.core.modes import MaxAge, Pace, Stale, Unconsumed
 from hashreplay.engine.http import BreakKind
 
@@ -314,9 +315,11 @@ class TestOptions:
     __slots__ = (
         "faults",
         "header_faults",
+        "match",
         "max_age",
         "pace",
         "recorded_first",
+        "repeat",
         "stale",
         "timing",
         "unconsumed",
@@ -331,10 +334,15 @@ class TestOptions:
         *,
         max_age: MaxAge | None = None,
         stale: Stale | None = None,
+        match: MatchRule | None = None,
+        repeat: Repeat | None = None,
     ) -> None:
         #: the marker's `max_age` and `stale` (None: the configuration's)
         self.max_age = max_age
         self.stale = stale
+        #: the test's matching rule and repeat policy (docs/design.md §14); None: the config's
+        self.match = match
+        self.repeat = repeat
         self.timing = timing
         self.pace = pace
         self.unconsumed = unconsumed

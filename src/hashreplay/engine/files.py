@@ -25,7 +25,7 @@ from hashreplay.core.constants import (
     RECORDINGS_DIRNAME,
 )
 from hashreplay.core.diff import first_difference
-from hashreplay.core.errors import PathNotFound, RecordingError
+from hashreplay.core.errors import ConfigError, PathNotFound, RecordingError
 from hashreplay.core.files import write_bytes_atomic
 from hashreplay.core.format import EndState, Recording, is_no_response
 from hashreplay.core.keys import (
@@ -36,6 +36,7 @@ from hashreplay.core.keys import (
     recording_name,
     stored_url,
 )
+from hashreplay.core.matching import MatchRule
 from hashreplay.core.modes import RecordFailures
 from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_request_body
 from hashreplay.core.normalise_response import normalise_response
@@ -209,9 +210,21 @@ class Rules:
         return self.engine.keyer.key_of(recording.request, recording.test_id)[1]
 
     def request_hash(self, recording: Recording, body: Any) -> str:
-        """The hash the engine names this recording's request by, with `body` as its body."""
+        """The hash the engine names this recording's request by, with `body` as its body,
+        under the file's matching rule (docs/design.md §14)."""
         request = recording.request.replace(body=body)
-        return self.engine.keyer.key_of(request, recording.test_id)[0]
+        return self.engine.keyer.key_of(request, recording.test_id, self.rule_of(recording))[0]
+
+    def rule_of(self, recording: Recording) -> MatchRule | None:
+        """The matching rule a file is named by: its own `match`, else the project's (None:
+        the default). A `match` that cannot be read counts as absent."""
+        if recording.match is not None:
+            try:
+                rule = MatchRule.from_json(recording.match)
+            except ConfigError:
+                return self.engine.keyer.rule
+            return None if rule.is_default else rule
+        return self.engine.keyer.rule
 
     def file_name(self, recording: Recording, body: Any) -> str:
         """The name the engine gives a file holding this request (with this stored body)."""

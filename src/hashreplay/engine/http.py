@@ -20,7 +20,7 @@ from typing import NamedTuple, Protocol
 from hashreplay.core.bodies import decode_body, decoder_for
 from hashreplay.core.constants import MISS_HEADER, MISS_STATUS
 from hashreplay.core.errors import BodyTooLarge, RecordingError, ReplayMiss, error_body
-from hashreplay.core.format import EndState, RecordedResponse
+from hashreplay.core.format import EndState, RecordedResponse, Timing
 from hashreplay.core.streams import render_stream, stream_finished, stream_format_for
 
 
@@ -344,3 +344,15 @@ def miss_plan(miss: ReplayMiss, *, hint: str | None = None) -> ReplayPlan:
         ("content-length", str(len(body))),
     ]
     return ReplayPlan(MISS_STATUS, headers, [body], False)
+
+
+def timing_of(exchange: LiveExchange) -> Timing | None:
+    """Offsets (µs) of the head and each chunk from the request's start."""
+    if exchange.started is None:
+        return None
+    start = exchange.started
+    head = exchange.head_at if exchange.head_at is not None else start
+    return Timing(
+        head_us=max(0, round((head - start) * 1e6)),
+        chunks_us=[max(0, round((at - start) * 1e6)) for at in exchange.chunk_at],
+    )

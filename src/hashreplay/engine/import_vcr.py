@@ -15,7 +15,9 @@ YAML needs PyYAML (`pip install 'hashreplay[import]'`), imported only here.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,6 +26,7 @@ import orjson
 
 from hashreplay.core.bodies import DecodedTooLarge, decode_limited
 from hashreplay.core.constants import DEFAULT_MAX_BODY_BYTES
+from hashreplay.core.matching import parse_match_on
 from hashreplay.core.nesting import MAX_NESTING, deep_field, too_deep_problem
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.importing import Entry, Read, Reader, Skipped, UnreadableSource
@@ -40,12 +43,14 @@ def vcr_reader(
     test_id: str | None = None,
     hosts: tuple[str, ...] = (),
     max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    match_on: tuple[str, ...] | None = None,
 ) -> Reader:
     """A reader of cassettes under project `root`: every cassette under `test_id` when given,
     else under the id its place in pytest-recording's layout gives; only requests to `hosts`
     when any are given. A test id met twice is a duplicate, skipped. `max_bytes`
     (`max_body_bytes`) bounds what a cassette may grow to in memory: its YAML aliases
-    expanded, and each compressed body decoded."""
+    expanded, and each compressed body decoded. Each cassette is keyed as vcrpy matched it
+    (its `vcr_config`'s `match_on`, else vcrpy's default), unless `match_on` is given."""
     seen: dict[str, Path] = {}
 
     def read(path: Path) -> Read:
@@ -56,6 +61,8 @@ def vcr_reader(
             return Read(skipped=[Skipped(str(path), reason)])
         read_ = read_cassette(path, test, hosts, max_bytes)
         seen[test] = path.resolve()
+        matched = match_on if match_on is not None else cassette_match_on(path, root)
+        read_.entries[:] = [replace(e, match_on=matched) for e in read_.entries]
         return read_
 
     return read
@@ -87,6 +94,71 @@ def layout_test_id(path: Path, root: Path) -> str:
         name = f"{head}::{tail}"  # a test method: `<Class>.<test>`
     prefix = f"{where}/" if where not in ("", ".") else ""
     return f"{prefix}{module}.py::{name}"
+
+
+#: vcrpy's default `match_on`
+VCR_DEFAULT_MATCH_ON = ("method", "scheme", "host", "port", "path", "query")
+
+#: vcrpy's matchers as hashreplay's parts; the host is never part of a key, and headers or
+#: custom matchers have no equivalent (they are left out, so matching is looser, never stricter)
+_VCR_PARTS = {
+    "method": "method",
+    "uri": "endpoint",
+    "path": "path",
+    "query": "query",
+    "body": "body",
+    "raw_body": "body",
+}
+
+
+def vcr_match_on(matchers: tuple[str, ...]) -> tuple[str, ...]:
+    """vcrpy's `match_on` as hashreplay's: `("method", "uri")` → `("method", "endpoint")`."""
+    parts = tuple(_VCR_PARTS[m] for m in matchers if m in _VCR_PARTS)
+    return parse_match_on(parts or ("method", "endpoint"), source="vcr_config match_on")
+
+
+def cassette_match_on(path: Path, root: Path) -> tuple[str, ...]:
+    """How vcrpy matched a cassette's requests: the `match_on` of the nearest `conftest.py`
+    `vcr_config` fixture that returns a dict literal (read with `ast`, never imported),
+    from the test's directory up to the project root; else vcrpy's default."""
+    parts = path.resolve().parts
+    in_layout = len(parts) >= 3 and parts[-3] == CASSETTES_DIRNAME
+    directory = Path(*parts[:-3]) if in_layout else Path(*parts[:-1])
+    top = root.resolve()
+    while True:
+        found = _conftest_match_on(directory / "conftest.py")
+        if found is not None:
+            return vcr_match_on(found)
+        if directory in (top, directory.parent) or top not in directory.parents:
+            return vcr_match_on(VCR_DEFAULT_MATCH_ON)
+        directory = directory.parent
+
+
+def _conftest_match_on(conftest: Path) -> tuple[str, ...] | None:
+    """The `match_on` a conftest's `vcr_config` declares (vcrpy's default when it returns a
+    dict without one); None when the file has no `vcr_config` returning a dict literal."""
+    try:
+        tree = ast.parse(conftest.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if (
+            not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            or node.name != "vcr_config"
+        ):
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Return) and isinstance(inner.value, ast.Dict):
+                for key, value in zip(inner.value.keys, inner.value.values, strict=True):
+                    if isinstance(key, ast.Constant) and key.value == "match_on":
+                        try:
+                            given = ast.literal_eval(value)
+                        except ValueError:
+                            return VCR_DEFAULT_MATCH_ON
+                        if isinstance(given, (list, tuple)):
+                            return tuple(str(m) for m in given)
+                return VCR_DEFAULT_MATCH_ON
+    return None
 
 
 def read_cassette(

@@ -24,6 +24,7 @@ from hashreplay.core.errors import HashReplayError
 from hashreplay.core.files import write_bytes_atomic
 from hashreplay.core.format import RecordedResponse
 from hashreplay.core.keys import test_context
+from hashreplay.core.matching import MatchRule
 from hashreplay.core.modes import Mode
 from hashreplay.core.paths import SKIP_DIRS
 from hashreplay.engine.http import IncomingRequest, LiveExchange
@@ -53,6 +54,9 @@ class Entry:
     request: IncomingRequest | None = None
     exchange: LiveExchange | None = None
     call: CallEntry | None = None
+    #: the `match_on` it was matched by where it came from (docs/design.md §14); None: the
+    #: project's rule
+    match_on: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,11 @@ def _record(session: Session, entry: Entry) -> Path:
         msg = f"{entry.source}: an entry with neither a request nor a call"
         raise UnreadableSource(msg)
     prep = session.prepare(entry.request, test_id=entry.test_id)
+    if entry.match_on is not None:  # keyed as its source matched it, so it replays as it did
+        narrowed = MatchRule(session.config.ignore, entry.match_on)
+        rule = None if narrowed.is_default else narrowed
+        key = session.keyer.key_of(prep.request, prep.shown_test_id, rule)[0]
+        prep = prep._replace(hash=key, rule=rule)
     path = session.record(prep, entry.exchange)
     if path is None:
         exc = entry.exchange.exception

@@ -44,6 +44,7 @@ from hashreplay.core.keys import (
     request_hash,
     stored_url,
 )
+from hashreplay.core.matching import MatchRule
 from hashreplay.core.modes import Mode
 from hashreplay.core.nesting import parse_checked_body
 from hashreplay.core.normalise import (
@@ -87,6 +88,8 @@ class Prepared(NamedTuple):
     #: the test id as hashed, written and printed: `test_id` with its secrets removed
     #: (`Keyer.test_id`); `test_id` itself stays the key of the test's state
     shown_test_id: str | None = None
+    #: the matching rule the hash was made under (docs/design.md §14); None: the default
+    rule: MatchRule | None = None
 
 
 class Keyer:
@@ -99,6 +102,9 @@ class Keyer:
             volatile=compile_patterns(config.volatile_patterns),
         )
         self.match_headers = tuple(config.match_headers)
+        rule = config.match_rule
+        #: the project's matching rule (docs/design.md §14); None: the default
+        self.rule: MatchRule | None = None if rule.is_default else rule
         self.model_list_suffixes = (*MODEL_LIST_SUFFIXES, *config.model_list_endpoints)
         # hashreplay's own headers are never stored (nor hashed through match_headers)
         self.kept_request_headers = (
@@ -191,9 +197,11 @@ class Keyer:
             return None
         return self.redactor.text(secrets.text(test_id))
 
-    def key_of(self, request: RecordedRequest, test_id: str | None) -> tuple[str, bool]:
-        """The hash that names the file of `request` made by `test_id`, and whether it is a
-        shared model list."""
+    def key_of(
+        self, request: RecordedRequest, test_id: str | None, rule: MatchRule | None = None
+    ) -> tuple[str, bool]:
+        """The hash that names the file of `request` made by `test_id` under `rule` (None:
+        the default), and whether it is a shared model list (never narrowed)."""
         is_call = request.method == CALL_METHOD
         shared = not is_call and is_model_list(
             request.method, request.endpoint, self.model_list_suffixes
@@ -203,23 +211,38 @@ class Keyer:
             if self.match_headers and not is_call
             else None
         )
+        method, endpoint, body, narrowed = request.method, request.endpoint, request.body, None
+        if rule is not None and not shared and not rule.is_default:
+            method, endpoint, body = rule.project(method, endpoint, body)
+            narrowed = rule.as_json()
         hash_hex = request_hash(
-            request.method,
-            request.endpoint,
-            request.body,
+            method,
+            endpoint,
+            body,
             test_id,
             headers=match,
             shared=shared,
             conversation=request.conversation,
+            match=narrowed,
         )
         return hash_hex, shared
 
 
-def check_name(path: Path, recording: Recording, prep: Prepared) -> None:
+def check_name(
+    path: Path, recording: Recording, prep: Prepared, rule: MatchRule | None = None
+) -> None:
     """Warn when a file found by its name holds another request (edited by hand, or named by
-    other rules): replay still uses it, and `hashreplay verify` lists every such file."""
+    other rules): replay still uses it, and `hashreplay verify` lists every such file. Under
+    a narrower matching `rule` only what it keys on has to agree."""
     stored = recording.request
-    if (
+    if rule is not None and recording.key_version == KEY_VERSION:
+        if (
+            rule.project(stored.method, stored.endpoint, stored.body)
+            == rule.project(prep.request.method, prep.request.endpoint, prep.request.body)
+            and recording.test_id == prep.shown_test_id
+        ):
+            return
+    elif (
         recording.key_version == KEY_VERSION
         and recording.test_id == prep.shown_test_id
         and stored.body == prep.request.body

@@ -27,15 +27,16 @@ from hashreplay.core.bodies import encode_request_body
 from hashreplay.core.config import Config
 from hashreplay.core.errors import BodyTooLarge, NetworkBlocked, ReplayFailure
 from hashreplay.core.keys import endpoint_of, in_call
+from hashreplay.core.matching import MatchRule, Repeat
 from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
 from hashreplay.core.network import NetworkRules, missing, replay_env_values
 from hashreplay.core.redact import Redactor
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions
 from hashreplay.engine.http import IncomingRequest
 from hashreplay.engine.keys import Prepared
-from hashreplay.engine.replay import Decision, Live, Replay
+from hashreplay.engine.replay import Decision, FileIndex, Live, Replay, Unused, unused
 from hashreplay.engine.scenarios import unmatched_faults
-from hashreplay.engine.state import Call, FileIndex, StaleUse, Stats, Tests, Unused, unused
+from hashreplay.engine.state import Call, StaleUse, Stats, Tests
 
 
 class TestBook:
@@ -72,8 +73,11 @@ class TestBook:
         faults: Sequence[FaultSpec] = (),
         max_age: MaxAge | None = None,
         stale: Stale | None = None,
+        match: MatchRule | None = None,
+        repeat: Repeat | None = None,
     ) -> None:
-        """A test's scenario options (the markers); None keeps the configuration's."""
+        """A test's scenario and matching options (the markers); None keeps the
+        configuration's."""
         with self.tests.lock:
             self.tests.state(test_id).options = TestOptions(
                 timing,
@@ -82,6 +86,8 @@ class TestBook:
                 [ActiveFault(f) for f in faults],
                 max_age=max_age,
                 stale=stale,
+                match=match,
+                repeat=repeat,
             )
 
     def noted(self, decision: Decision, test_id: str | None, request: object = None) -> Decision:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from hashreplay.core.format import Recording
     from hashreplay.core.store import Store
     from hashreplay.engine.keys import Prepared
+    from hashreplay.engine.state import KeyOf
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ def miss_report(
     problem: RecordingError | None = None,
     recorded_count: int = 0,
     url: str | None = None,
+    key_of: KeyOf | None = None,
 ) -> str:
     """The text that fails the test: what was asked, where we looked, what is nearest, and
     the command that records it. `url` is where the request really went (redacted), with
@@ -116,7 +118,7 @@ def miss_report(
             "has no recording (the code now makes more identical calls than when recorded)"
         )
     else:
-        lines.extend(_nearest_lines(store, root, prep))
+        lines.extend(_nearest_lines(store, root, prep, key_of))
     if problem is not None and problem.path is not None and problem.path.suffix == ".json":
         # record-if-missing would meet the same file again: name what replaces it
         rerun = record_target(prep.test_id, prep.shown_test_id) if prep.test_id else None
@@ -131,7 +133,9 @@ def miss_report(
     return "\n".join(lines)
 
 
-def _nearest_lines(store: Store, root: Path, prep: Prepared) -> list[str]:
+def _nearest_lines(
+    store: Store, root: Path, prep: Prepared, key_of: KeyOf | None = None
+) -> list[str]:
     candidates, own = _candidates(store, prep)
     lines: list[str] = []
     if own == 0 and prep.test_id:
@@ -157,6 +161,13 @@ def _nearest_lines(store: Store, root: Path, prep: Prepared) -> list[str]:
     lines.append(f"  nearest:   {_rel(root, best.path)} ({_TIERS[best.tier]})")
     if diff is not None:
         lines.append(f"  differs:   {diff.describe()}")
+    if key_of is not None and best.tier <= 1:  # of this test
+        renamed = key_of(best.recording.request, prep.shown_test_id, prep.rule)[0]
+        if renamed == prep.hash:  # the same request under today's rules: named by others
+            lines.append(
+                "  it matches this request under the current matching rules but was named by "
+                "other rules (or an older key_version): run `hashreplay rehash`"
+            )
     return lines
 
 

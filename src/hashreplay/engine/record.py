@@ -40,7 +40,6 @@ from hashreplay.core.format import (
     EndState,
     RecordedException,
     RecordedResponse,
-    Timing,
     new_recording,
 )
 from hashreplay.core.modes import Mode, today
@@ -53,7 +52,7 @@ from hashreplay.core.store import Store
 from hashreplay.core.streams import parse_stream, stream_format_for
 from hashreplay.core.templates import escape
 from hashreplay.core.writer import Content, Stage
-from hashreplay.engine.http import LiveExchange, header_value
+from hashreplay.engine.http import LiveExchange, header_value, timing_of
 from hashreplay.engine.keys import Prepared, model_list_path
 from hashreplay.engine.state import Call, RecordedSequence, StoreView, Tests, sequence_for
 
@@ -67,11 +66,15 @@ def content_of(
     facts: dict[str, str],
     *,
     later: bool,
+    match: dict[str, Any] | None = None,
 ) -> Content:
     """The bytes of the file holding `responses` for `prep`'s request (`facts`: the id
-    registry's facts, a copy), or with `later` when no body can be too large, the stage
-    that makes them. A body over `max_body_bytes` raises BodyTooLarge here."""
-    stage = functools.partial(_file_bytes, store, prep, prep.shown_test_id, responses, facts)
+    registry's facts, a copy; `match`: the file's matching rule, docs/design.md §14), or
+    with `later` when no body can be too large, the stage that makes them. A body over
+    `max_body_bytes` raises BodyTooLarge here."""
+    stage = functools.partial(
+        _file_bytes, store, prep, prep.shown_test_id, responses, facts, match=match
+    )
     return _now_or_later(stage, store, prep, responses, later=later)
 
 
@@ -103,6 +106,8 @@ def _file_bytes(
     test_id: str | None,
     responses: list[RecordedResponse],
     facts: dict[str, str],
+    *,
+    match: dict[str, Any] | None = None,
 ) -> bytes:
     """The file's bytes, with the request's own credential values scrubbed from every
     string (only walked when one occurs: most recordings never echo a key)."""
@@ -111,6 +116,7 @@ def _file_bytes(
         request=prep.request,
         responses=responses,
         id_mapping=facts,
+        match=match,
     )
     data = recording.model_dump(mode="json")
     secrets = prep.secrets
@@ -196,18 +202,6 @@ def _chunk_count(response: RecordedResponse) -> int:
     if response.is_streaming and isinstance(response.body, list):
         return len(response.body)
     return 1 if response.body not in (None, "", b"") else 0
-
-
-def timing_of(exchange: LiveExchange) -> Timing | None:
-    """Offsets (µs) of the head and each chunk from the request's start."""
-    if exchange.started is None:
-        return None
-    start = exchange.started
-    head = exchange.head_at if exchange.head_at is not None else start
-    return Timing(
-        head_us=max(0, round((head - start) * 1e6)),
-        chunks_us=[max(0, round((at - start) * 1e6)) for at in exchange.chunk_at],
-    )
 
 
 def _from_exchange(
@@ -338,7 +332,14 @@ class Recorder:
             else:
                 responses.append(normalised)
             # a body over max_body_bytes raises BodyTooLarge here, the sequence unchanged
-            content = content_of(self.view.store, prep, responses, dict(seq.ids.facts), later=later)
+            content = content_of(
+                self.view.store,
+                prep,
+                responses,
+                dict(seq.ids.facts),
+                later=later,
+                match=seq.match,
+            )
             seq.responses[:] = responses
             req = prep.request
             state.calls.append(

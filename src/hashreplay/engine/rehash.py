@@ -37,7 +37,9 @@ def plan_rekey(loaded: Loaded, rules: Rules) -> Rekey | None:
     body = rules.renormalised_body(recording)
     url = stored_url(recording.request.url)
     request = recording.request.replace(body=body, url=url)
-    updated = recording.replace(key_version=KEY_VERSION, request=request)
+    rule = rules.rule_of(recording)  # the file's own, else the project's (docs/design.md §14)
+    match = None if rule is None else rule.as_json()
+    updated = recording.replace(key_version=KEY_VERSION, request=request, match=match)
     content = rules.store.dump(updated)
     target = loaded.path.with_name(rules.file_name(recording, body))
     if target == loaded.path and content == loaded.content:

@@ -44,13 +44,22 @@ from hashreplay.engine.faults import FaultSpec, Hangs
 from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody
 from hashreplay.engine.keys import Keyer, Prepared
 from hashreplay.engine.lifecycle import Connections, TestBook
-from hashreplay.engine.replay import Decision, Live, Miss, Passthrough, Record, Replay, Replayer
+from hashreplay.engine.replay import (
+    Decision,
+    FileIndex,
+    Live,
+    Miss,
+    Passthrough,
+    Record,
+    Replay,
+    Replayer,
+)
 from hashreplay.engine.scenarios import (
     Scenario,
     fault_for,
     fault_response,
 )
-from hashreplay.engine.state import FileIndex, Stats, StoreView, Tests
+from hashreplay.engine.state import Stats, StoreView, Tests
 
 if TYPE_CHECKING:
     from hashreplay.engine.drift import DriftCheck
@@ -75,7 +84,7 @@ class Session(TestBook):
         self.redactor = self.keyer.redactor
         # temp files under .hashreplay/tmp, where git never sees them
         writer = BackgroundWriter(self.store.temp_dir) if write_behind else None
-        self.view = StoreView(self.store, writer)
+        self.view = StoreView(self.store, writer, self.keyer.key_of)
         #: credential values seen in requests, scrubbed from logs and the usage log
         self.seen_secrets = SeenSecrets()
         self.tests = Tests(config.mode)
@@ -93,6 +102,7 @@ class Session(TestBook):
             answers_only=config.record_failures is RecordFailures.RESPONSES,
             max_age=None if config.max_age is None else MaxAge.parse(config.max_age),
             stale=config.stale,
+            repeat=config.repeat,
         )
         #: requests that hang (fault `hang=True`), for `wait_hanging`
         self.hangs = Hangs()
@@ -222,8 +232,7 @@ class Session(TestBook):
         return None
 
     def is_passthrough(self, url: str) -> bool:
-        """Whether `url` is under a `passthrough` prefix. A prefix ends at a boundary:
-        `http://127.0.0.1:80` covers `http://127.0.0.1:80/x`, not `http://127.0.0.1:8000`."""
+        """Whether `url` is under a `passthrough` prefix (ending at a `/`, `?` or `#`)."""
         for prefix in self._passthrough:
             if url.startswith(prefix) and (
                 len(url) == len(prefix) or prefix[-1] in "/?#" or url[len(prefix)] in "/?#"
@@ -258,9 +267,12 @@ class Session(TestBook):
     ) -> Prepared:
         # a key that appears in the test id (a parametrised test) leaves its hash too
         shown = self.keyer.test_id(test_id, secrets)
-        hash_hex, shared = self.keyer.key_of(request, shown)
+        state = self.tests.get(test_id)
+        marked = state.options.match if state is not None else None  # the marker's rule
+        rule = self.keyer.rule if marked is None else None if marked.is_default else marked
+        hash_hex, shared = self.keyer.key_of(request, shown, rule)
         mode = self.mode_for(test_id)
-        return Prepared(test_id, mode, hash_hex, shared, request, secrets, shown)
+        return Prepared(test_id, mode, hash_hex, shared, request, secrets, shown, rule)
 
     def miss(
         self,
@@ -302,8 +314,7 @@ class Session(TestBook):
         return LiveBody(status, headers, started=started, limit=limit)
 
     def flush(self) -> None:
-        """Wait until every recording written so far is on disk (write-behind sessions);
-        raises a RecordingError for a write that failed."""
+        """Wait until every recording written so far is on disk; a RecordingError if not."""
         self.view.flush()
 
     def close(self) -> None:

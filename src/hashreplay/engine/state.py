@@ -24,22 +24,24 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-import orjson
-
-from hashreplay.core.constants import FORMAT_VERSION, MODEL_LIST_PREFIX
-from hashreplay.core.errors import RecordingError, ReplayFailure
+from hashreplay.core.errors import ReplayFailure
 from hashreplay.core.files import awrite_bytes_atomic, write_bytes_atomic
-from hashreplay.core.format import RecordedResponse, Recording
+from hashreplay.core.format import RecordedRequest, RecordedResponse, Recording
 from hashreplay.core.keys import model_list_name_prefix, recording_name
+from hashreplay.core.matching import MatchRule, RuleIndex
 from hashreplay.core.modes import MaxAge, Mode
 from hashreplay.core.normalise import IdRegistry, new_id_registry
-from hashreplay.core.store import Found, Store, read_file
+from hashreplay.core.store import Found, Store
 from hashreplay.core.writer import BackgroundWriter, Content
 from hashreplay.engine.faults import TestOptions
 from hashreplay.engine.keys import Prepared, check_name
+
+#: `Keyer.key_of`: a request's hash under a matching rule (None: the default)
+KeyOf = Callable[[RecordedRequest, "str | None", "MatchRule | None"], tuple[str, bool]]
 
 
 class Stats:
@@ -81,15 +83,23 @@ class Stats:
 class RecordedSequence:
     """The responses of one hash within one test run, and their id registry."""
 
-    __slots__ = ("calls", "ids", "path", "previous", "responses")
+    __slots__ = ("calls", "ids", "match", "path", "previous", "responses")
 
-    def __init__(self, responses: list[RecordedResponse], ids: IdRegistry, path: Path) -> None:
+    def __init__(
+        self,
+        responses: list[RecordedResponse],
+        ids: IdRegistry,
+        path: Path,
+        match: dict[str, Any] | None = None,
+    ) -> None:
         self.responses = responses
         self.ids = ids
         self.path = path
         self.calls = 0
         #: record mode: the responses the file held before (their days), read on first use
         self.previous: list[RecordedResponse] | None = None
+        #: the file's matching rule (docs/design.md §14), written with it; None: the default
+        self.match = match
 
 
 class StaleUse(NamedTuple):
@@ -252,9 +262,26 @@ class Tests:
 
 
 class StoreView:
-    def __init__(self, store: Store, writer: BackgroundWriter | None) -> None:
+    def __init__(
+        self, store: Store, writer: BackgroundWriter | None, key_of: KeyOf | None = None
+    ) -> None:
         self.store = store
         self.writer = writer
+        self.key_of = key_of
+        self.rules = RuleIndex()
+
+    def read_other_rule(self, prep: Prepared) -> tuple[str, MatchRule | None, Found] | None:
+        """After `prep.hash` missed: its recording under another matching rule that the
+        test's directories hold (docs/design.md §14), as its hash, rule and file. Only a miss
+        pays for this; each directory's rules are read once (callers hold the tests lock)."""
+        if self.key_of is None:
+            return None
+        for rule in self.rules.after_miss(self.store.search_dirs(prep.test_id), prep.rule):
+            hash_hex = self.key_of(prep.request, prep.shown_test_id, rule)[0]
+            found = self.read_first(prep.test_id, hash_hex)
+            if found is not None:
+                return hash_hex, rule, found
+        return None
 
     def read_first(self, test_id: str | None, hash_hex: str) -> Found | None:
         """Like `Store.read_first`, but sees writes still queued."""
@@ -309,141 +336,29 @@ def _bytes(content: Content) -> bytes:
 
 def sequence_for(tests: Tests, view: StoreView, prep: Prepared) -> RecordedSequence:
     """The sequence of `prep`'s hash in its test (callers hold `tests.lock`). Record mode
-    starts empty; a file that exists but cannot be used raises its RecordingError."""
+    starts empty; a file that exists but cannot be used raises its RecordingError. After a
+    miss, a recording under another matching rule of the test's directories answers, and
+    identical requests under that rule share its sequence (docs/design.md §14)."""
     state = tests.state(prep.test_id)
     seq = state.sequences.get(prep.hash)
     if seq is not None:
         return seq
     found = None if prep.mode is Mode.RECORD else view.read_first(prep.test_id, prep.hash)
-    if found is None:
-        seq = RecordedSequence(
-            [], new_id_registry(prep.hash), view.store.path_for(prep.test_id, prep.hash)
-        )
-    else:
+    hash_hex, rule = prep.hash, prep.rule
+    if found is None and prep.mode is not Mode.RECORD:
+        other = view.read_other_rule(prep)
+        if other is not None:
+            hash_hex, rule, found = other
+            seq = state.sequences.get(hash_hex)
+    own = rule.as_json() if rule is not None else None
+    if seq is None and found is None:
+        path = view.store.path_for(prep.test_id, prep.hash)
+        seq = RecordedSequence([], new_id_registry(prep.hash), path, own)
+    elif seq is None and found is not None:
         path, recording = found
-        check_name(path, recording, prep)
-        seq = RecordedSequence(
-            recording.responses,
-            new_id_registry(prep.hash, recording.id_normalization_mapping),
-            path,
-        )
+        check_name(path, recording, prep, rule)
+        registry = new_id_registry(hash_hex, recording.id_normalization_mapping)
+        seq = state.sequences[hash_hex] = RecordedSequence(recording.responses, registry, path, own)
+    assert seq is not None
     state.sequences[prep.hash] = seq
     return seq
-
-
-class Unused:
-    # not a NamedTuple: its `count` would be tuple.count
-    __slots__ = ("count", "path", "recorded")
-
-    def __init__(self, path: Path, count: int, recorded: int) -> None:
-        self.path = path
-        #: responses of the file the test did not use
-        self.count = count
-        #: how many the file holds
-        self.recorded = recorded
-
-    def describe(self, root: Path) -> str:
-        try:
-            name = self.path.relative_to(root)
-        except ValueError:
-            name = self.path
-        if self.count == self.recorded:
-            return f"{name}: never requested ({self.recorded} recorded response(s))"
-        used = self.recorded - self.count
-        return f"{name}: {used} of {self.recorded} recorded response(s) used, {self.count} not"
-
-
-class FileIndex:
-    """The recordings of each test id, by directory, read once."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._lock = threading.Lock()
-        self._dirs: dict[Path, dict[str | None, list[tuple[Path, int]]]] = {}
-
-    def files_of(self, test_id: str | None) -> list[tuple[Path, int]]:
-        directory = self.store.dir_for(test_id)
-        with self._lock:
-            index = self._dirs.get(directory)
-            if index is None:
-                index = self._dirs[directory] = self._read(directory)
-        return index.get(test_id, [])
-
-    def _read(self, directory: Path) -> dict[str | None, list[tuple[Path, int]]]:
-        index: dict[str | None, list[tuple[Path, int]]] = {}
-        if not directory.is_dir():
-            return index
-        for path in sorted(directory.glob("*.json")):
-            if path.name.startswith(MODEL_LIST_PREFIX):
-                continue
-            found = self._summary(path)
-            if found is not None:
-                index.setdefault(found[0], []).append((path, found[1]))
-        return index
-
-    def _summary(self, path: Path) -> tuple[str | None, int] | None:
-        """A file's test id and how many responses it holds, or None for a file that is not
-        a readable recording (`hashreplay verify` names it; a test that asks for it gets the
-        full check). Only parsed, not validated: the suite's first test of a directory reads
-        every file of it here."""
-        try:
-            content = read_file(path)
-            canonical = _canonical_summary(content)
-            if canonical is not None:
-                return canonical
-            data = orjson.loads(content)
-        except (OSError, RecordingError, orjson.JSONDecodeError):
-            return None
-        if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION:
-            return None
-        test_id = data.get("test_id")
-        later = data.get("later_responses", [])
-        if "response" not in data or not isinstance(test_id, (str, type(None))):
-            return None
-        return test_id, 1 + (len(later) if isinstance(later, list) else 0)
-
-
-_CANONICAL_START = b'{\n  "format_version": %d,\n' % FORMAT_VERSION
-
-
-_TEST_ID_FIELD = b'\n  "test_id": '
-
-
-def _canonical_summary(content: bytes) -> tuple[str | None, int] | None:
-    """`_summary` of a file as hashreplay writes it, without parsing its bodies (a streamed
-    answer's file is ~30 KB); None for any other shape (then it is parsed).
-
-    Written files have sorted keys and a two-space indent, so `format_version` is the first
-    field and `test_id` the last, and a line that starts with exactly two spaces and a quote
-    is a top-level field: a JSON string holds no raw newline.
-    """
-    if not content.startswith(_CANONICAL_START) or b'\n  "later_responses": ' in content:
-        return None
-    at = content.rfind(_TEST_ID_FIELD)
-    if at < 0 or b'\n  "response": ' not in content:
-        return None
-    try:
-        test_id = orjson.loads(content[at + len(_TEST_ID_FIELD) :].rstrip().removesuffix(b"}"))
-    except orjson.JSONDecodeError:  # another field after it: parse the whole file
-        return None
-    if test_id is None or type(test_id) is str:
-        return test_id, 1
-    return None
-
-
-def unused(state: TestState, files: list[tuple[Path, int]]) -> list[Unused]:
-    """What a replayed test left unused, given the files recorded for it (callers hold the
-    tests lock). A test that passed requests through to a server under test gets no `files`:
-    the server replays those itself."""
-    found: list[Unused] = []
-    # both kinds of path are the store's own (a resolved directory joined with a file
-    # name), so they compare as they are: no `resolve()`, two system calls a component
-    seen: set[Path] = set()
-    for seq in state.sequences.values():
-        seen.add(seq.path)
-        if seq.calls < len(seq.responses):
-            found.append(Unused(seq.path, len(seq.responses) - seq.calls, len(seq.responses)))
-    for path, count in files:
-        if path not in seen:
-            found.append(Unused(path, count, count))
-    return found

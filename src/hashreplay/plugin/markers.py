@@ -21,6 +21,7 @@ import pytest
 from hashreplay.core.constants import FAULT_MARKER
 from hashreplay.core.errors import ConfigError, HashReplayWarning, RecordingError
 from hashreplay.core.keys import conversation
+from hashreplay.core.matching import DEFAULT_MATCH_ON, MatchRule, Repeat
 from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
 from hashreplay.engine.faults import FaultSpec, check_timeout, hang_timeout
 from hashreplay.engine.session import Session
@@ -30,16 +31,29 @@ MARKER = "hashreplay"
 _MODES = ", ".join(m.value for m in Mode)
 #: The `hashreplay` marker's keywords: the `[tool.hashreplay]` names, and `timing`, the
 #: alias of `record_timing` that suites written before the names matched still use.
-MARKER_KEYWORDS = ("mode", "record_timing", "pace", "unconsumed", "max_age", "stale")
+MARKER_KEYWORDS = (
+    "mode",
+    "record_timing",
+    "pace",
+    "unconsumed",
+    "max_age",
+    "stale",
+    "ignore",
+    "match_on",
+    "repeat",
+)
 _ALIASES = {"timing": "record_timing"}
 
 #: The `markers` ini lines: what `pytest --markers` shows.
 MARKER_LINES = (
     f"{MARKER}(mode=None, record_timing=None, pace=None, unconsumed=None, max_age=None, "
-    f"stale=None): run this test in another hashreplay mode ({_MODES}), record timing "
-    '(alias: timing=), pace its replay ("instant", "recorded", "fixed:<ms>"), treat unused '
-    'recordings ("warn", "fail", "ignore"), and recordings older than max_age ("180d", '
-    '"26w") ("warn", "fail", "refresh")',
+    f"stale=None, ignore=None, match_on=None, repeat=None): run this test in another "
+    f"hashreplay mode ({_MODES}), record timing (alias: timing=), pace its replay "
+    '("instant", "recorded", "fixed:<ms>"), treat unused recordings ("warn", "fail", '
+    '"ignore") and recordings older than max_age ("180d", "26w") ("warn", "fail", "refresh"), '
+    'leave request paths out of the key (ignore=["body.max_tokens"]), key on fewer parts '
+    '(match_on=["method", "endpoint"]), answer calls past a recorded sequence with its last '
+    'response (repeat="last")',
     f"{FAULT_MARKER}(status=None, headers=None, body=None, endpoint=None, times=None, "
     "call=None, error=None, after_chunks=None, hang=False): answer matching requests with "
     'a fault instead of their recording (error: "read_timeout", "connect_error", '
@@ -91,7 +105,17 @@ def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | Non
         FaultSpec.parse(m.kwargs, source=f"@pytest.mark.{FAULT_MARKER}")
         for m in reversed(list(item.iter_markers(FAULT_MARKER)))
     ]
-    given = (timing, pace, unconsumed, max_age, stale)
+    match = None
+    if "ignore" in options or "match_on" in options:  # each not given: the config's
+        match = MatchRule.parse(
+            options.get("ignore", session.config.ignore),
+            options.get("match_on", session.config.match_on or DEFAULT_MATCH_ON),
+            source=source,
+        )
+    repeat = options.get("repeat")
+    if repeat is not None:
+        repeat = Repeat.parse(repeat, source=f"{source} repeat")
+    given = (timing, pace, unconsumed, max_age, stale, match, repeat)
     if faults or any(value is not None for value in given):
         session.set_test_options(
             item.nodeid,
@@ -103,6 +127,8 @@ def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | Non
             faults=faults,
             max_age=None if max_age is None else MaxAge.parse(max_age, source=f"{source} max_age"),
             stale=None if stale is None else Stale.parse(stale, source=f"{source} stale"),
+            match=match,
+            repeat=repeat,
         )
     return None if mode is None else Mode.parse(mode, source=f"{source} mode")
 
