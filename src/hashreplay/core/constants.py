@@ -33,7 +33,7 @@ SECRET_PLACEHOLDER: Final = "[secret removed]"
 FORMAT_VERSION: Final = 1
 #: Version of the normalising and hashing rules that name a file. Bump it whenever the same
 #: request would hash differently, and re-key stores with `hashreplay rehash`.
-KEY_VERSION: Final = 1
+KEY_VERSION: Final = 2
 
 #: The `method` of call-layer recordings (their `endpoint` is the target's name).
 CALL_METHOD: Final = "CALL"
