@@ -30,6 +30,7 @@ VALID_KEYS = (
     "recordings_dir",
     "redact_keys",
     "replay_env",
+    "scrub",
     "unconsumed",
     "volatile_patterns",
 )

@@ -24,6 +24,9 @@ FAULT_HEADER: Final = "X-HashReplay-Fault"
 PACE_ENV: Final = "HASHREPLAY_PACE"
 #: The pytest marker that injects faults, and the marker of per-test options.
 FAULT_MARKER: Final = "hashreplay_fault"
+#: The conftest hooks that change what is keyed and what is written (docs/design.md §14).
+REQUEST_HOOK: Final = "pytest_hashreplay_request"
+RECORD_HOOK: Final = "pytest_hashreplay_before_record"
 #: Opens a response template in a recorded body: `{{request:body.messages[-1].content}}`.
 TEMPLATE_OPEN: Final = "{{request:"
 #: What every redacted secret is replaced with (docs/design.md §7).

@@ -1,5 +1,4 @@
-"""A recording file's bytes from its staged parts, now or on the writer thread (issue 17
-item 3).
+"""A recording file's bytes from its staged parts, now or on the writer thread.
 
 Staging decides, in call order and on the caller's thread, everything later calls depend on:
 the file, the index in the sequence, the normalised response and the ids it registered (the
@@ -12,18 +11,18 @@ One thing the caller must still learn at once is a body over `max_body_bytes`: t
 fails with `BodyTooLarge` and nothing changes. So the step is deferred only when every body
 is at most half the limit, compact JSON as the check measures it (scrubbing a credential
 value of 8 or more characters for the 16-character placeholder at most doubles a body);
-any other recording is serialised on the caller's thread, exactly as before.
+any other recording is serialised on the caller's thread, exactly as before; so is one
+the user's record hooks see (docs/design.md §14), in the test's own thread.
 
 Staging: every response on its way to a file is redacted, reduced and normalised here,
-whatever a front end hands in (docs/design.md §7, §5).
-
-A live HTTP exchange (`LiveExchange`) is turned into its stored form; a response built by the
-call layer (`RecordedResponse`) is redacted again here, so no caller can write a secret by
-passing an unredacted value. The sequence of the request's hash then gets the normalised
-response appended (record mode first drops what it re-records), and the whole file's new
-content is returned for the store view to write. All of that happens on the caller's thread,
-in call order; on a write-behind session, building the file's JSON, the scrub of credential
-values and the dump are left to the writer thread (`recording_bytes`).
+whatever a front end hands in (docs/design.md §7, §5). A live HTTP exchange
+(`LiveExchange`) is turned into its stored form; a response built by the call layer
+(`RecordedResponse`) is redacted again here, so no caller can write a secret by passing an
+unredacted value. The sequence of the request's hash then gets the normalised response
+appended (record mode first drops what it re-records), and the whole file's new content is
+returned for the store view to write. All of that happens on the caller's thread, in call
+order; on a write-behind session, building the file's JSON, the scrub of credential values
+and the dump are left to the writer thread (`recording_bytes`).
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ import orjson
 
 from hashreplay.core.bodies import BodyEncoding, encode_body
 from hashreplay.core.constants import SECRET_PLACEHOLDER
+from hashreplay.core.errors import ReplayFailure
 from hashreplay.core.format import (
     Ended,
     EndState,
@@ -54,6 +54,7 @@ from hashreplay.core.store import Store
 from hashreplay.core.streams import parse_stream, stream_format_for
 from hashreplay.core.templates import escape
 from hashreplay.core.writer import Content, Stage
+from hashreplay.engine.hooks import Finish, HookError, Hooks, hook_problem
 from hashreplay.engine.http import LiveExchange, header_value
 from hashreplay.engine.keys import Prepared, model_list_path
 from hashreplay.engine.state import StoreView, Tests, sequence_for
@@ -68,19 +69,28 @@ def content_of(
     facts: dict[str, str],
     *,
     later: bool,
+    finish: Finish | None = None,
 ) -> Content:
     """The bytes of the file holding `responses` for `prep`'s request (`facts`: the id
     registry's facts, a copy), or with `later` when no body can be too large, the stage
-    that makes them. A body over `max_body_bytes` raises BodyTooLarge here."""
-    stage = functools.partial(_file_bytes, store, prep, prep.shown_test_id, responses, facts)
+    that makes them. A body over `max_body_bytes` raises BodyTooLarge here; `finish`: the
+    user's record hooks and scrub patterns (a `HookError` when a hook fails)."""
+    stage = functools.partial(
+        _file_bytes, store, prep, prep.shown_test_id, responses, facts, finish=finish
+    )
     return _now_or_later(stage, store, prep, responses, later=later)
 
 
 def model_list_content(
-    store: Store, prep: Prepared, response: RecordedResponse, *, later: bool
+    store: Store,
+    prep: Prepared,
+    response: RecordedResponse,
+    *,
+    later: bool,
+    finish: Finish | None = None,
 ) -> Content:
     """`content_of` for a shared model list: normalised on its own (no test state)."""
-    stage = functools.partial(_model_list_bytes, store, prep, response)
+    stage = functools.partial(_model_list_bytes, store, prep, response, finish)
     return _now_or_later(stage, store, prep, [response], later=later)
 
 
@@ -93,9 +103,11 @@ def _now_or_later(
     return stage()
 
 
-def _model_list_bytes(store: Store, prep: Prepared, response: RecordedResponse) -> bytes:
+def _model_list_bytes(
+    store: Store, prep: Prepared, response: RecordedResponse, finish: Finish | None
+) -> bytes:
     normalised = normalise_response(response, new_id_registry(prep.hash), model_list=True)
-    return _file_bytes(store, prep, None, [normalised], {})  # shared: no test id
+    return _file_bytes(store, prep, None, [normalised], {}, finish=finish)  # shared: no test
 
 
 def _file_bytes(
@@ -104,9 +116,12 @@ def _file_bytes(
     test_id: str | None,
     responses: list[RecordedResponse],
     facts: dict[str, str],
+    *,
+    finish: Finish | None = None,
 ) -> bytes:
     """The file's bytes, with the request's own credential values scrubbed from every
-    string (only walked when one occurs: most recordings never echo a key)."""
+    string (only walked when one occurs: most recordings never echo a key), and what the
+    user's hooks and scrub patterns make of them (`finish`)."""
     recording = new_recording(
         test_id=test_id,
         request=prep.request,
@@ -117,6 +132,8 @@ def _file_bytes(
     secrets = prep.secrets
     if secrets and secrets.mentioned_in(orjson.dumps(data)):
         data = secrets.value(data)
+    if finish is not None:
+        data = secrets.value(finish(data)) if secrets else finish(data)
     return store.dump_data(data)
 
 
@@ -289,8 +306,11 @@ class Recorder:
         *,
         record_timing: bool = False,
         answers_only: bool = True,
+        hooks: Hooks | None = None,
     ) -> None:
         self.record_timing = record_timing
+        #: the user's record hooks and scrub patterns (docs/design.md §14)
+        self.hooks = hooks or Hooks()
         #: `record_failures = "responses"`: a call that got no response is never written
         self.answers_only = answers_only
         self.tests = tests
@@ -303,7 +323,9 @@ class Recorder:
         bytes, or on a write-behind session the stage that serialises them on the writer
         thread (`recording_bytes`)."""
         tests = self.tests
-        later = self.view.writer is not None
+        finish = self.hooks.finish(self.redactor.value)
+        # a record hook runs now, in the test's thread, never later on the writer's
+        later = self.view.writer is not None and finish is None
         with tests.lock:
             state = tests.state(prep.test_id)
             timed = state.options.timing
@@ -312,7 +334,7 @@ class Recorder:
             outcome, self.redactor, self.kept_headers, timed=timed, secrets=prep.secrets
         )
         if prep.shared:
-            return self._stage_model_list(prep, response, later=later)
+            return self._stage_model_list(prep, response, later=later, finish=finish)
         with tests.lock:
             seq = sequence_for(tests, self.view, prep)
             index = min(seq.calls, len(seq.responses))
@@ -331,7 +353,9 @@ class Recorder:
             else:
                 responses.append(normalised)
             # a body over max_body_bytes raises BodyTooLarge here, the sequence unchanged
-            content = content_of(self.view.store, prep, responses, dict(seq.ids.facts), later=later)
+            content = content_of(
+                self.view.store, prep, responses, dict(seq.ids.facts), later=later, finish=finish
+            )
             seq.responses[:] = responses
             seq.calls += 1
             state.id_map.update(seq.ids.stable)
@@ -340,7 +364,7 @@ class Recorder:
             return seq.path, content
 
     def _stage_model_list(
-        self, prep: Prepared, response: RecordedResponse, *, later: bool
+        self, prep: Prepared, response: RecordedResponse, *, later: bool, finish: Finish | None
     ) -> tuple[Path, Content | None]:
         path = model_list_path(self.view.store, prep.hash, response)
         with self.tests.lock:
@@ -348,14 +372,17 @@ class Recorder:
             self.tests.use(prep.test_id, path)
         if self.view.exists(path):
             return path, None  # the same model set is stored already
-        return path, model_list_content(self.view.store, prep, response, later=later)
+        return path, model_list_content(self.view.store, prep, response, later=later, finish=finish)
 
     def record(self, prep: Prepared, outcome: Outcome) -> Path | None:
         """Stage (redact, normalise) and write one outcome; returns its file, or None for an
         outcome that is no answer and is not recorded (`unanswered`)."""
         if self.unanswered(prep, outcome):
             return None
-        path, content = self.stage(prep, outcome)
+        staged = self._staged(prep, outcome)
+        if staged is None:
+            return None
+        path, content = staged
         if content is not None:
             try:
                 self.view.write(path, content)
@@ -368,7 +395,10 @@ class Recorder:
         """`record` for event loops: the write never blocks the loop."""
         if self.unanswered(prep, outcome):
             return None
-        path, content = self.stage(prep, outcome)
+        staged = self._staged(prep, outcome)
+        if staged is None:
+            return None
+        path, content = staged
         if content is not None:
             try:
                 await self.view.awrite(path, content)
@@ -376,6 +406,17 @@ class Recorder:
                 self._not_written()
                 raise
         return path
+
+    def _staged(self, prep: Prepared, outcome: Outcome) -> tuple[Path, Content | None] | None:
+        """`stage`; None when a record hook failed: nothing is written, the test fails."""
+        try:
+            return self.stage(prep, outcome)
+        except HookError as exc:
+            problem = f"hashreplay: {prep.shown_test_id}: {hook_problem(exc, sent=True)}"
+            with self.tests.lock:
+                failure = ReplayFailure(problem, test_id=prep.test_id)
+                self.tests.state(prep.test_id).misses.append(failure)
+            return None
 
     def _not_written(self) -> None:
         """The stats count files written: a staged recording whose write failed is not."""

@@ -116,6 +116,7 @@ class Session(TestBook):
                         self.redactor,
                         kept,
                         record_timing=self.config.record_timing,
+                        hooks=self.keyer.hooks,
                         answers_only=self.config.record_failures is RecordFailures.RESPONSES,
                     )
                 recorder = self._recorder
@@ -137,6 +138,8 @@ class Session(TestBook):
                 return self._refuse_placeholder(self.prepare(request, test_id), request.url) or gate
             return gate
         prep = self.prepare(request, test_id)
+        if prep.hook_failed is not None:  # the test fails with it; nothing is sent or written
+            return Miss(prep, self.replayer.failure(prep, prep.hook_failed))
         with self.tests.lock:
             state = self.tests.get(test_id)
             if state is None and request.header(FAULT_HEADER) is not None:
@@ -232,9 +235,9 @@ class Session(TestBook):
         """Redact, normalise and hash a request."""
         if test_id is None:
             test_id = current_test_id()
-        request, secrets = self.keyer.request(incoming, self.tests.id_map(test_id))
+        request, secrets, failed = self.keyer.request(incoming, self.tests.id_map(test_id))
         self.seen_secrets.add(secrets)
-        return self._prepared(request, test_id, secrets)
+        return self._prepared(request, test_id, secrets)._replace(hook_failed=failed)
 
     def prepare_call(
         self,

@@ -22,6 +22,7 @@ from hashreplay.core.constants import MODE_ENV, MODE_OPTION
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.modes import Mode
 from hashreplay.core.paths import has_hashreplay_table
+from hashreplay.plugin import hooks
 from hashreplay.plugin.markers import MARKER_LINES, HashReplayFixture
 from hashreplay.plugin.run import RUN_KEY, PluginRun
 
@@ -56,6 +57,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """`pytest_hashreplay_request` and `pytest_hashreplay_before_record` (`plugin/hooks.py`)."""
+    pluginmanager.add_hookspecs(hooks)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKER_LINES:
         config.addinivalue_line("markers", line)
@@ -71,6 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         settings = load_config(config.rootpath, mode=option)
         run = PluginRun(config, settings, has_table=has_table)
+        hooks.plug_in(config, run.session.keyer.hooks)
         run.start()
     except ConfigError as exc:
         raise pytest.UsageError(f"hashreplay: {exc}") from None
