@@ -35,6 +35,7 @@ VALID_KEYS = (
     "redact_keys",
     "repeat",
     "replay_env",
+    "scrub",
     "stale",
     "unconsumed",
     "volatile_patterns",

@@ -24,6 +24,7 @@ from hashreplay.core.keys import (
     model_list_filename,
     request_hash,
 )
+from hashreplay.core.normalise import normalise_request_body
 from hashreplay.core.redact import Redactor
 
 CHAT_BODY = {
@@ -50,7 +51,7 @@ GOLDEN_CHAT_CANONICAL = (
 
 def test_key_version_matches_golden_hashes() -> None:
     # If this fails, the golden hashes below were computed under other rules: update both.
-    assert KEY_VERSION == 1
+    assert KEY_VERSION == 2
 
 
 def test_golden_chat_hash() -> None:
@@ -110,6 +111,99 @@ def test_every_part_changes_the_hash(change: dict[str, Any]) -> None:
     }
     base = request_hash(**args)
     assert request_hash(**{**args, **change}) != base
+
+
+# --- client-generated ids (key_version 2) -------------------------------------------------
+
+
+def tool_turn(call: str, message: str, trace: str, text: str = "weather?") -> dict[str, Any]:
+    """A follow-up turn whose ids the client made up: a tool call id, a message id, a trace."""
+    return {
+        "model": "gpt-4o-mini",
+        "metadata": {"message_id": message, "trace": trace},
+        "messages": [
+            {"role": "user", "content": text},
+            {"role": "assistant", "tool_calls": [{"id": call, "type": "function"}]},
+            {"role": "tool", "tool_call_id": call, "content": "sunny"},
+        ],
+    }
+
+
+CLIENT_IDS_BODY = tool_turn(
+    "call_0123456789abcdef0123456789abcdef",
+    "msg_8d0ee7e4-7a8e-4c1a-9b7e-3f1b2c3d4e5f",
+    "6F9619FF-8B86-D011-B42D-00C04FC964FF",
+)
+GOLDEN_CLIENT_IDS = "4fb5295cf0b8eaefa25c54cc8aa392bc"
+
+
+def keyed(body: Any) -> str:
+    return request_hash("POST", CHAT_ENDPOINT, normalise_request_body(body), TEST_ID)
+
+
+def test_golden_hash_of_a_body_with_client_ids() -> None:
+    assert normalise_request_body(CLIENT_IDS_BODY) == tool_turn(
+        "call_<id:1>", "msg_<id:2>", "<id:3>"
+    )
+    assert keyed(CLIENT_IDS_BODY) == GOLDEN_CLIENT_IDS
+
+
+def test_fresh_client_ids_per_run_hash_the_same() -> None:
+    fresh = tool_turn(
+        "call_" + "f" * 32, "msg_00000000-0000-4000-8000-00000000000a", "abcdef01" * 4
+    )
+    assert keyed(fresh) == keyed(CLIENT_IDS_BODY) == GOLDEN_CLIENT_IDS
+
+
+def test_real_content_still_changes_the_hash_of_a_body_with_client_ids() -> None:
+    other_text = tool_turn(
+        "call_0123456789abcdef0123456789abcdef",
+        "msg_8d0ee7e4-7a8e-4c1a-9b7e-3f1b2c3d4e5f",
+        "6F9619FF-8B86-D011-B42D-00C04FC964FF",
+        text="weather in Paris?",
+    )
+    assert keyed(other_text) != GOLDEN_CLIENT_IDS
+
+
+def test_which_ids_are_the_same_still_counts() -> None:
+    # the tool result answers another call than the assistant made: not the same request
+    body = tool_turn("call_" + "a" * 32, "msg_" + "b" * 32, "c" * 32)
+    crossed = {**body, "messages": [*body["messages"][:2], {**body["messages"][2]}]}
+    crossed["messages"][2]["tool_call_id"] = "call_" + "d" * 32
+    assert keyed(crossed) != keyed(body)
+
+
+@pytest.mark.parametrize(
+    ("text", "normalised"),
+    [
+        ("call_0123456789abcdef0123456789abcdef", "call_<id:1>"),
+        ("toolu_0123456789ABCDEF0123456789ABCDEF", "toolu_<id:1>"),
+        ("run-8d0ee7e4-7a8e-4c1a-9b7e-3f1b2c3d4e5f", "run-<id:1>"),
+        (
+            "session 8d0ee7e47a8e4c1a9b7e3f1b2c3d4e5f, twice: 8D0EE7E4-7A8E-4C1A-9B7E-3F1B2C3D4E5F",
+            "session <id:1>, twice: <id:1>",
+        ),
+        # not ids: all digits, longer hex (a sha1), hex glued to more word characters
+        ("1" * 32, "1" * 32),
+        ("a" * 40, "a" * 40),
+        ("x" + "a" * 32, "x" + "a" * 32),
+        ("call_" + "a" * 31, "call_" + "a" * 31),
+    ],
+)
+def test_what_counts_as_a_client_id(text: str, normalised: str) -> None:
+    assert normalise_request_body({"v": text}) == {"v": normalised}
+
+
+def test_client_ids_are_numbered_whatever_the_key_order() -> None:
+    # a stored body has sorted keys; `hashreplay rehash` must number as the live request did
+    forward = {"a": "msg_" + "1a" * 16, "b": "call_" + "2b" * 16}
+    backward = {"b": "call_" + "2b" * 16, "a": "msg_" + "1a" * 16}
+    assert normalise_request_body(forward) == normalise_request_body(backward)
+
+
+def test_client_id_normalisation_is_idempotent() -> None:
+    once = normalise_request_body(CLIENT_IDS_BODY)
+    assert normalise_request_body(once) == once
 
 
 # --- properties ----------------------------------------------------------------------------

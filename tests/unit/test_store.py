@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import hashreplay.core.store as store_module
 from hashreplay.core.bodies import BodyEncoding
+from hashreplay.core.constants import KEY_VERSION
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.files import awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.format import (
@@ -304,7 +305,7 @@ def test_dumps_independent_of_insertion_order() -> None:
 def test_file_holds_the_contract_fields() -> None:
     data = orjson.loads(valid_bytes())
     assert data["format_version"] == 1
-    assert data["key_version"] == 1
+    assert data["key_version"] == KEY_VERSION
     assert data["test_id"] == NODE
     assert set(data["request"]) >= {"method", "url", "endpoint", "headers", "body", "model"}
     assert set(data["response"]) >= {"status", "headers", "body", "is_streaming"}

@@ -12,6 +12,7 @@ be a list of strings, got a string ('http://localhost')".
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from enum import Enum
@@ -60,6 +61,31 @@ def _collected(parse: Callable[[object], _T], value: object) -> _T:
         raise ValueError(str(exc)) from None
 
 
+def parse_scrub(value: object) -> tuple[tuple[str, str], ...]:
+    """`scrub` entries as (pattern, replacement) pairs; a ValueError names a bad entry."""
+    if isinstance(value, tuple) and all(isinstance(v, tuple) for v in value):
+        return value  # already parsed (a copy of a Config)
+    if not isinstance(value, list):
+        msg = 'must be a list of tables like {pattern = "sess-[0-9]+", replace = "sess-N"}'
+        raise ValueError(msg)
+    rules: list[tuple[str, str]] = []
+    for n, entry in enumerate(value, start=1):
+        if not isinstance(entry, dict) or set(entry) != {"pattern", "replace"}:
+            msg = f"entry {n} must be a table with exactly `pattern` and `replace`"
+            raise ValueError(msg)
+        pattern, replace = entry["pattern"], entry["replace"]
+        if not isinstance(pattern, str) or not isinstance(replace, str) or not pattern:
+            msg = f"entry {n}: `pattern` must be a non-empty string and `replace` a string"
+            raise ValueError(msg)
+        try:
+            re.compile(pattern).sub(replace, "")
+        except (re.error, IndexError) as exc:
+            msg = f"entry {n}: pattern {pattern!r} (replace {replace!r}) does not compile: {exc}"
+            raise ValueError(msg) from None
+        rules.append((pattern, replace))
+    return tuple(rules)
+
+
 class Config(BaseModel):
     """The validated `[tool.hashreplay]` table (docs/design.md §9)."""
 
@@ -76,6 +102,9 @@ class Config(BaseModel):
     #: Values in request strings replaced by numbered placeholders before hashing: built-in
     #: names (`uuid`, `iso-timestamp`, `iso-date`, `unix-ms`, `unix-s`, `hex-id`) or regexes.
     volatile_patterns: tuple[str, ...] = ()
+    #: `[{pattern = "…", replace = "…"}]`: regex matches replaced in request values before
+    #: keying and in everything written, in every front end (docs/design.md §14).
+    scrub: tuple[tuple[str, str], ...] = ()
     #: Extra path endings of model-list calls (`GET`), besides `/models`, `/api/tags`, `/api/ps`.
     model_list_endpoints: tuple[str, ...] = ()
     #: Which connections no adapter handled fail a replay-mode test (docs/design.md §2).
@@ -187,6 +216,11 @@ class Config(BaseModel):
     def _check_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         compile_patterns(value)  # raises ValueError naming the bad entry
         return value
+
+    @field_validator("scrub", mode="before")
+    @classmethod
+    def _parse_scrub(cls, value: object) -> tuple[tuple[str, str], ...]:
+        return parse_scrub(value)
 
     @field_validator("model_list_endpoints", mode="after")
     @classmethod

@@ -27,6 +27,9 @@ PACE_ENV: Final = "HASHREPLAY_PACE"
 TODAY_ENV: Final = "HASHREPLAY_TODAY"
 #: The pytest marker that injects faults, and the marker of per-test options.
 FAULT_MARKER: Final = "hashreplay_fault"
+#: The conftest hooks that change what is keyed and what is written (docs/design.md §14).
+REQUEST_HOOK: Final = "pytest_hashreplay_request"
+RECORD_HOOK: Final = "pytest_hashreplay_before_record"
 #: Opens a response template in a recorded body: `{{request:body.messages[-1].content}}`.
 TEMPLATE_OPEN: Final = "{{request:"
 #: What every redacted secret is replaced with (docs/design.md §7).
@@ -36,7 +39,7 @@ SECRET_PLACEHOLDER: Final = "[secret removed]"
 FORMAT_VERSION: Final = 1
 #: Version of the normalising and hashing rules that name a file. Bump it whenever the same
 #: request would hash differently, and re-key stores with `hashreplay rehash`.
-KEY_VERSION: Final = 1
+KEY_VERSION: Final = 2
 
 #: The `method` of call-layer recordings (their `endpoint` is the target's name).
 CALL_METHOD: Final = "CALL"

@@ -1,9 +1,6 @@
-"""Volatile values in requests (`[tool.hashreplay] volatile_patterns`).
-
-Apps that put random ids or clock values into prompts would hash differently on every run.
-Matches of these patterns inside request strings are replaced by numbered placeholders in
-order of first appearance (`<uuid:1>`, `<uuid:2>`, the same value always the same number)
-before hashing, so such requests hash stably.
+"""Volatile values in requests (`[tool.hashreplay] volatile_patterns`) and ids a client
+generates: replaced by numbered placeholders (`<uuid:1>`, `call_<id:1>`, the same value
+always the same number) before hashing, so such requests hash stably.
 
 The request normaliser (docs/design.md §3): semantically equal requests made byte-equal
 before hashing (numbers, text, volatile values, ids a test received mapped back to their
@@ -241,9 +238,70 @@ def normalise_request_body(
     redactor: Redacting | None = None,
 ) -> Any:
     """The body as hashed: numbers by value, NFC text, ignored keys dropped, ids mapped,
-    volatile values numbered; with a `redactor`, secrets removed in the same walk (exactly
-    what redacting first and normalising the copy would give, for half the cost)."""
-    return _RequestNormaliser(rules or _NO_RULES, id_map, redactor).value(value, ())
+    volatile values and client ids numbered; with a `redactor`, secrets removed in the
+    same walk (what redacting first and normalising the copy would give, at half the cost)."""
+    walk = _RequestNormaliser(rules or _NO_RULES, id_map, redactor)
+    body = walk.value(value, ())
+    return _ClientIds().value(body) if walk.client_ids else body
+
+
+#: The placeholder label of a client-generated id: `call_<id:1>`, `msg_<id:2>`, `<id:3>`.
+CLIENT_ID_LABEL = "id"
+
+
+@functools.cache  # compiled on first use, not at import (start-up: docs/benchmarks.md)
+def _client_id() -> re.Pattern[str]:
+    """A whole token that is a uuid or a 32-hex token (not all digits), bare or after a
+    prefix such as `call_`, `msg_`, `toolu_`: group 1 is the prefix, group 2 the id."""
+    uuid = BUILTIN_PATTERNS["uuid"].removeprefix(r"\b").removesuffix(r"\b")
+    token = rf"(?:{uuid}|(?=[0-9]{{0,31}}[a-fA-F])[0-9a-fA-F]{{32}})"
+    return re.compile(rf"(?<![0-9A-Za-z])((?:[A-Za-z][A-Za-z0-9]*[_-])?)({token})(?![0-9A-Za-z])")
+
+
+def has_client_id(text: str) -> bool:
+    """Whether `text` holds a client-generated id (docs/design.md §3, "Client-generated
+    ids"); long texts (prompts that recur) are looked at once."""
+    if len(text) < 32:  # the shortest client id: 32 hex digits
+        return False
+    if len(text) >= _MEMO_MIN:
+        return _has_client_id_memo(text)
+    return _client_id().search(text) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def _has_client_id_memo(text: str) -> bool:
+    return _client_id().search(text) is not None
+
+
+class _ClientIds:
+    """Ids a client made up for this request, numbered (docs/design.md §3) in sorted-key
+    order, as `hashreplay rehash` sees a stored body, not in the order the client wrote
+    them. One id (dashes or not, any case) is one number; its prefix is kept."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        self.seen: dict[str, str] = {}
+
+    def value(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is str:
+            return self.text(value) if has_client_id(value) else value
+        if kind is dict:
+            return {key: self.value(value[key]) for key in sorted(value)}
+        if kind is list:
+            return [self.value(item) for item in value]
+        return value
+
+    def text(self, text: str) -> str:
+        return _client_id().sub(self._placeholder, text)
+
+    def _placeholder(self, match: re.Match[str]) -> str:
+        key = match.group(2).replace("-", "").lower()
+        found = self.seen.get(key)
+        if found is None:
+            found = self.seen[key] = f"<{CLIENT_ID_LABEL}:{len(self.seen) + 1}>"
+        return match.group(1) + found
 
 
 class Redacting(Protocol):
@@ -276,10 +334,14 @@ class _RequestNormaliser:
         self.id_map = id_map
         self.plain = not id_map and not rules.volatile
         self.redactor = redactor
+        #: whether a client-generated id was seen: numbered after the walk
+        self.client_ids = False
 
     def text(self, text: str) -> str:
         if self.redactor is not None:
             text = self.redactor.text(text)
+        if not self.client_ids and has_client_id(text):
+            self.client_ids = True
         if self.plain and text.isascii() and "." not in text:
             return text
         return normalise_text(text, self.id_map, self.volatile, self.placeholders)

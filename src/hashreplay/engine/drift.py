@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from hashreplay.core.config import Config
     from hashreplay.core.redact import Redactor
     from hashreplay.engine.keys import Prepared
-    from hashreplay.engine.record import Outcome
+    from hashreplay.engine.stored import Outcome
 
 
 class Host(Protocol):
@@ -200,7 +200,7 @@ class DriftCheck:
         compared with the next response recorded for the call, in call order (as replay
         would have answered it); nothing is written."""
         from hashreplay.core.normalise_response import normalise_response
-        from hashreplay.engine.record import stored_response  # drift runs only
+        from hashreplay.engine.stored import stored_response  # drift runs only
 
         session = self.session
         live = stored_response(outcome, session.redactor, _ALL_HEADERS, secrets=prep.secrets)

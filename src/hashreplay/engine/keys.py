@@ -63,6 +63,7 @@ from hashreplay.core.secret_values import (
 )
 from hashreplay.core.store import Store
 from hashreplay.core.typed import jsonable_arg
+from hashreplay.engine.hooks import HookError, Hooks, hook_problem
 from hashreplay.engine.http import IncomingRequest
 
 if TYPE_CHECKING:
@@ -90,6 +91,8 @@ class Prepared(NamedTuple):
     shown_test_id: str | None = None
     #: the matching rule the hash was made under (docs/design.md §14); None: the default
     rule: MatchRule | None = None
+    #: why the user's request hook failed (the test fails with it; docs/design.md §14)
+    hook_failed: str | None = None
 
 
 class Keyer:
@@ -101,6 +104,8 @@ class Keyer:
             ignore_body_keys=config.ignore_body_keys,
             volatile=compile_patterns(config.volatile_patterns),
         )
+        #: the user's request hooks and scrub patterns (`engine/hooks.py`)
+        self.hooks = Hooks(config.scrub)
         self.match_headers = tuple(config.match_headers)
         rule = config.match_rule
         #: the project's matching rule (docs/design.md §14); None: the default
@@ -122,15 +127,27 @@ class Keyer:
 
     def request(
         self, incoming: IncomingRequest, id_map: Mapping[str, str] | None
-    ) -> tuple[RecordedRequest, SecretValues]:
+    ) -> tuple[RecordedRequest, SecretValues, str | None]:
         """An HTTP request as stored and hashed (docs/design.md §3, §7), and the credential
         values it carried. Redacted by key and shape, then by those values (a key that also
         appears in the body or URL path leaves before hashing, so a recording made with one
-        key replays with another); a body nested too deep is a `RequestTooDeep`."""
+        key replays with another); a body nested too deep is a `RequestTooDeep`. The user's
+        hooks and scrub patterns run first; the third value says why a hook failed."""
         redactor = self.redactor
         method = incoming.method.upper()
         endpoint, url = self._url(incoming.url)
         raw_body, encoding = parse_checked_body(incoming, f"{method} {endpoint}")
+        headers = incoming.headers
+        # docs/design.md §14: the user's hooks and scrub patterns, before keying; a hook that
+        # fails leaves the request as it came, and why (its test fails with it)
+        failed = None
+        try:
+            changed = self.hooks.request_parts(method, incoming.url, headers, raw_body)
+        except HookError as exc:
+            changed, failed = None, hook_problem(exc)
+        if changed is not None:
+            method, new_url, headers, raw_body = changed
+            endpoint, url = self._url(new_url)
         # redacted and normalised in one walk
         body = normalise_request_body(
             redactor.multipart_parts(raw_body, encoding), self.rules, id_map, redactor
@@ -140,7 +157,7 @@ class Keyer:
             method=method,
             url=url,
             endpoint=endpoint,
-            headers=filter_headers(incoming.headers, self.kept_request_headers, redactor.header),
+            headers=filter_headers(headers, self.kept_request_headers, redactor.header),
             body=body,
             body_encoding=encoding,
             model=model if isinstance(model, str) else None,
@@ -150,7 +167,7 @@ class Keyer:
         secrets = self._secrets(incoming.url, tuple(secret_headers))
         if secrets and _mentioned(secrets, incoming, other_headers):
             request = scrub_request(request, secrets)
-        return request, secrets
+        return request, secrets, failed
 
     def _url_forms(self, url: str) -> tuple[str, str]:
         """A request URL's endpoint (hashed) and stored form (redacted, loopback host

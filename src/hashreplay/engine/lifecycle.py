@@ -32,7 +32,7 @@ from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
 from hashreplay.core.network import NetworkRules, missing, replay_env_values
 from hashreplay.core.redact import Redactor
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions
-from hashreplay.engine.http import IncomingRequest
+from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody
 from hashreplay.engine.keys import Prepared
 from hashreplay.engine.replay import Decision, FileIndex, Live, Replay, Unused, unused
 from hashreplay.engine.scenarios import unmatched_faults
@@ -197,6 +197,22 @@ class TestBook:
             self.stats.passed_through += 1
             if test_id is not None:
                 self.tests.state(test_id).passed_through = True
+
+    def live_body(
+        self,
+        prep: Prepared,
+        status: int,
+        headers: Sequence[tuple[str, str]],
+        *,
+        started: float | None = None,
+    ) -> LiveBody:
+        """The body of a live response being recorded for `prep`, kept within
+        `max_body_bytes` while it arrives (docs/design.md, "Bodies are limited as they
+        arrive"): every adapter records through one of these."""
+        limit = BodyLimit(
+            self.config.max_body_bytes, prep.test_id, prep.request.url, self._body_too_large
+        )
+        return LiveBody(status, headers, started=started, limit=limit)
 
 
 class Reach(str, Enum):

@@ -41,7 +41,7 @@ from hashreplay.core.secret_values import (
 from hashreplay.core.store import Store
 from hashreplay.core.writer import BackgroundWriter
 from hashreplay.engine.faults import FaultSpec, Hangs
-from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody
+from hashreplay.engine.http import IncomingRequest
 from hashreplay.engine.keys import Keyer, Prepared
 from hashreplay.engine.lifecycle import Connections, TestBook
 from hashreplay.engine.replay import (
@@ -63,7 +63,8 @@ from hashreplay.engine.state import Stats, StoreView, Tests
 
 if TYPE_CHECKING:
     from hashreplay.engine.drift import DriftCheck
-    from hashreplay.engine.record import Outcome, Recorder
+    from hashreplay.engine.record import Recorder
+    from hashreplay.engine.stored import Outcome
 
 
 __all__ = ["Prepared", "Session", "Stats"]
@@ -131,6 +132,7 @@ class Session(TestBook):
                         self.redactor,
                         kept,
                         record_timing=self.config.record_timing,
+                        hooks=self.keyer.hooks,
                         answers_only=self.config.record_failures is RecordFailures.RESPONSES,
                     )
                 recorder = self._recorder
@@ -152,6 +154,8 @@ class Session(TestBook):
                 return self._refuse_placeholder(self.prepare(request, test_id), request.url) or gate
             return self.noted(gate, test_id, request)
         prep = self.prepare(request, test_id)
+        if prep.hook_failed is not None:  # the test fails with it; nothing is sent or written
+            return Miss(prep, self.replayer.failure(prep, prep.hook_failed))
         with self.tests.lock:
             state = self.tests.get(test_id)
             if state is None and request.header(FAULT_HEADER) is not None:
@@ -246,9 +250,9 @@ class Session(TestBook):
         """Redact, normalise and hash a request."""
         if test_id is None:
             test_id = current_test_id()
-        request, secrets = self.keyer.request(incoming, self.tests.id_map(test_id))
+        request, secrets, failed = self.keyer.request(incoming, self.tests.id_map(test_id))
         self.seen_secrets.add(secrets)
-        return self._prepared(request, test_id, secrets)
+        return self._prepared(request, test_id, secrets)._replace(hook_failed=failed)
 
     def prepare_call(
         self,
@@ -296,22 +300,6 @@ class Session(TestBook):
     async def arecord(self, prep: Prepared, outcome: Outcome) -> Path | None:
         """`record` for event loops: the write never blocks the loop."""
         return await (self.drift or self.recorder).arecord(prep, outcome)
-
-    def live_body(
-        self,
-        prep: Prepared,
-        status: int,
-        headers: Sequence[tuple[str, str]],
-        *,
-        started: float | None = None,
-    ) -> LiveBody:
-        """The body of a live response being recorded for `prep`, kept within
-        `max_body_bytes` while it arrives (docs/design.md, "Bodies are limited as they
-        arrive"): every adapter records through one of these."""
-        limit = BodyLimit(
-            self.config.max_body_bytes, prep.test_id, prep.request.url, self._body_too_large
-        )
-        return LiveBody(status, headers, started=started, limit=limit)
 
     def flush(self) -> None:
         """Wait until every recording written so far is on disk; a RecordingError if not."""

@@ -22,6 +22,7 @@ from hashreplay.core.constants import MODE_ENV, MODE_OPTION
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.modes import Mode
 from hashreplay.core.paths import has_hashreplay_table
+from hashreplay.plugin import markers
 from hashreplay.plugin.markers import MARKER_LINES, HashReplayFixture
 from hashreplay.plugin.run import RUN_KEY, PluginRun
 
@@ -64,6 +65,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """`pytest_hashreplay_request` and `pytest_hashreplay_before_record` (`plugin/markers.py`)."""
+    pluginmanager.add_hookspecs(markers)  # its `pytest_hashreplay_*` hookspecs
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKER_LINES:
         config.addinivalue_line("markers", line)
@@ -80,6 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         settings = load_config(config.rootpath, mode=option)
         run = PluginRun(config, settings, has_table=has_table)
+        markers.plug_in(config, run.session.keyer.hooks)
         run.start()
     except ConfigError as exc:
         raise pytest.UsageError(f"hashreplay: {exc}") from None
