@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from hashreplay.adapters.callables import record_callable, unpatch_callables
     from hashreplay.asgi import TestIdMiddleware
     from hashreplay.asgi import TestIdMiddleware as ASGITestIdMiddleware
-    from hashreplay.install import install, uninstall
+    from hashreplay.server_mode import install, uninstall
     from hashreplay.wsgi import TestIdMiddleware as WSGITestIdMiddleware
 
     __version__: str
@@ -40,9 +40,9 @@ _LAZY = {
     "ASGITestIdMiddleware": ("hashreplay.asgi", "TestIdMiddleware"),
     "TestIdMiddleware": ("hashreplay.asgi", "TestIdMiddleware"),
     "WSGITestIdMiddleware": ("hashreplay.wsgi", "TestIdMiddleware"),
-    "install": ("hashreplay.install", "install"),
+    "install": ("hashreplay.server_mode", "install"),
     "record_callable": ("hashreplay.adapters.callables", "record_callable"),
-    "uninstall": ("hashreplay.install", "uninstall"),
+    "uninstall": ("hashreplay.server_mode", "uninstall"),
     "unpatch_callables": ("hashreplay.adapters.callables", "unpatch_callables"),
 }
 

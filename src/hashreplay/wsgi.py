@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, TypeVar
 from hashreplay.core.constants import CONVERSATION_HEADER, RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.keys import test_context
 from hashreplay.engine.session import Session
-from hashreplay.install import (
+from hashreplay.server_mode import (
     conversation_context,
     enter_request,
     header_text,

@@ -194,7 +194,7 @@ async def test_asgi_lifespan_passes_through_untouched() -> None:
 async def test_without_install_the_middleware_warns_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    import hashreplay.install as install_module
+    import hashreplay.server_mode as install_module
 
     install_module._warned[0] = False
 
