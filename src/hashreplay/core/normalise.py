@@ -1,4 +1,4 @@
-"""Volatile values in requests (`[tool.hashreplay] volatile_patterns`) and ids a client
+"""The request normaliser (docs/design.md §3). Volatile values (`volatile_patterns`) and ids a client
 generates: replaced by numbered placeholders (`<uuid:1>`, `call_<id:1>`, the same value
 always the same number) before hashing, so such requests hash stably.
 

@@ -1,4 +1,4 @@
-"""Many files written at once, each atomically and durably (docs/design.md §4).
+"""Recordings written behind the caller in durable batches (docs/design.md §4).
 
 Each file goes through a temp file (under `.hashreplay/tmp`, see `core/files.py`) that is
 written and fsynced, then renamed over its target; once every file of the batch is in

@@ -1,4 +1,4 @@
-"""Pacing: how long replay waits before a response's head and each chunk (docs/scenarios.md).
+"""Scenarios on replay (docs/scenarios.md); first, pacing: the waits before head and chunks.
 
 `delays_for` turns a pace and a response into the plan's `delays`; adapters wait through
 `sleep` (sync clients) or `asleep` (event loops: awaited, the loop stays responsive). The
