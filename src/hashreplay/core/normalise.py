@@ -1,5 +1,5 @@
-"""The request normaliser (docs/design.md §3). Volatile values (`volatile_patterns`) and ids a client
-generates: replaced by numbered placeholders (`<uuid:1>`, `call_<id:1>`, the same value
+"""The request normaliser (docs/design.md §3). Volatile values (`volatile_patterns`) and ids
+a client generates: replaced by numbered placeholders (`<uuid:1>`, `call_<id:1>`, the same value
 always the same number) before hashing, so such requests hash stably.
 
 The request normaliser (docs/design.md §3): semantically equal requests made byte-equal
