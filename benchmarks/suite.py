@@ -396,9 +396,9 @@ def table(variants: list[Variant]) -> tuple[list[str], dict[str, Fit]]:
     return lines, fits
 
 
-def ratios(fits: dict[str, Fit], ref: str) -> list[str]:
+def ratios(variants: list[Variant], fits: dict[str, Fit]) -> list[str]:
     """hashreplay's cost above the reference against the other recorders' and the trees'."""
-    base = fits[ref]
+    base = fits[variants[0].name]
 
     def above(name: str) -> tuple[float, float]:
         return fits[name].per_run - base.per_run, fits[name].per_test - base.per_test
@@ -417,12 +417,62 @@ def ratios(fits: dict[str, Fit], ref: str) -> list[str]:
     if len(ours) >= 2:
         first, last = ours[0], ours[-1]
         f_, l_ = fits[first], fits[last]
+        # rounds are interleaved, so the two trees' fits of one round are a pair
+        by_name = {v.name: v for v in variants}
+        sizes = sorted(by_name[first].cpu)
+        rounds = min(len(v.cpu[s]) for v in (by_name[first], by_name[last]) for s in sizes)
+        paired = sorted(
+            fit([(s, by_name[last].cpu[s][r]) for s in sizes])[1]
+            - fit([(s, by_name[first].cpu[s][r]) for s in sizes])[1]
+            for r in range(rounds)
+        )
         lines.append(
             f"- {last} vs {first}: per test {(l_.per_test - f_.per_test) * 1e6:+,.0f} µs"
-            f" ({l_.per_test / f_.per_test - 1:+.1%} of the whole per-test CPU), per run"
+            f" ({l_.per_test / f_.per_test - 1:+.1%} of the whole per-test CPU; per round,"
+            f" paired: median {statistics.median(paired) * 1e6:+,.0f} µs, min–max"
+            f" {paired[0] * 1e6:+,.0f}…{paired[-1] * 1e6:+,.0f} µs), per run"
             f" {(l_.per_run - f_.per_run) * 1e3:+,.0f} ms"
         )
     return lines
+
+
+def per_call(slopes: dict[str, dict[str, float]]) -> list[str]:
+    """What one more call in a test costs above the floor: the 5-call suite's slope less the
+    1-call suite's, over 4, per variant."""
+    one, five = slopes.get("1 call/test"), slopes.get("5 calls/test")
+    if one is None or five is None:
+        return []
+    extra = {n: (five[n] - one[n]) / 4 for n in one if n in five}
+    floor = extra.get(FLOOR)
+    if floor is None:
+        return []
+    return [
+        "### Per call (the 5-call suite's per-test CPU less the 1-call suite's, over 4)",
+        "| variant | per call, µs | above the floor |",
+        "| --- | --- | --- |",
+        *(
+            f"| {n} | {v * 1e6:,.0f} | {'—' if n == FLOOR else f'{(v - floor) * 1e6:+,.0f} µs'} |"
+            for n, v in extra.items()
+        ),
+    ]
+
+
+def slopes_of(by_variant: dict[str, dict[int, list[float]]]) -> dict[str, float]:
+    return {n: Fit.of(Variant(n, {}, (), cpu=cpu)).per_test for n, cpu in by_variant.items()}
+
+
+def report(samples: dict[str, dict[str, dict[int, list[float]]]], kind: str) -> None:
+    """Print each scenario's table, the ratios, and the per-call costs."""
+    slopes: dict[str, dict[str, float]] = {}
+    for label, by_variant in samples.items():
+        variants = [Variant(n, {}, (), cpu=cpu) for n, cpu in by_variant.items()]
+        lines, fits = table(variants)
+        print(f"### {kind}, {label}")
+        print("\n".join(lines))
+        print("\n".join(ratios(variants, fits)), "\n")
+        slopes[label] = {n: f.per_test for n, f in fits.items()}
+    if len(slopes) > 1:
+        print("\n".join(per_call(slopes)))
 
 
 def main() -> None:
@@ -437,7 +487,24 @@ def main() -> None:
     parser.add_argument("--scenarios", default="1,5,1s")
     parser.add_argument("--record", action="store_true", help="measure the record path instead")
     parser.add_argument("--json", type=Path, help="write every sample here")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        nargs="+",
+        help="print the tables of samples written by --json (one or more runs) and exit",
+    )
     args = parser.parse_args()
+    kind = "Record" if args.record else "Replay"
+    if args.report:
+        merged: dict[str, dict[str, dict[int, list[float]]]] = {}
+        for path in args.report:
+            for label, by_variant in json.loads(path.read_text()).items():
+                merged[label] = {
+                    n: {int(s): cpu for s, cpu in by_size.items()}
+                    for n, by_size in by_variant.items()
+                }
+        report(merged, kind)
+        return
     trees = parse_trees(args.tree, ROOT / "src")
     for name, src in trees.items():
         check_tree(name, src)
@@ -454,14 +521,13 @@ def main() -> None:
             scenario = Scenario.parse(text)
             variants = variants_for(trees, record=args.record)
             measure(scenario, sizes, args.rounds, work, variants, record=args.record)
-            lines, fits = table(variants)
-            print(f"### {'Record' if args.record else 'Replay'}, {scenario.label}")
-            print("\n".join(lines))
-            print("\n".join(ratios(fits, variants[0].name)), "\n")
-            sys.stdout.flush()
             samples[scenario.label] = {v.name: v.cpu for v in variants}
-        if args.json is not None:
-            args.json.write_text(json.dumps(samples, indent=1))
+            report({scenario.label: samples[scenario.label]}, kind)
+            sys.stdout.flush()
+            if args.json is not None:
+                args.json.write_text(json.dumps(samples, indent=1))
+        if len(samples) > 1:
+            print("\n".join(per_call({label: slopes_of(s) for label, s in samples.items()})))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
