@@ -121,6 +121,9 @@ version = "0"
 
 [tool.pytest.ini_options]
 testpaths = ["tests"]
+# an unrelated plugin of the shared venv (langchain's langsmith): ~2 s of CPU per process,
+# on and off alike, that would dilute the plugin's share of collect-only
+addopts = "-p no:langsmith_plugin"
 
 [tool.hashreplay]
 """
