@@ -45,7 +45,8 @@ def test_placeholders_are_numbered_in_order_of_first_appearance() -> None:
 
 
 def test_without_patterns_nothing_is_replaced() -> None:
-    value = {"content": f"id {uuid.uuid4()}"}
+    # (a uuid in a body is a client-generated id, numbered by default: tests/unit/test_hashing.py)
+    value = {"content": "order 12345 placed 2026-12-01T10:00:00Z by run 7"}
     assert normalise_request_body(value) == value
 
 
