@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from enum import Enum
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode
@@ -27,6 +26,7 @@ import orjson
 
 from hashreplay.core.constants import MODEL_LIST_PREFIX
 from hashreplay.core.errors import ConfigError
+from hashreplay.core.modes import Choice
 
 #: `[*]` in a path: every element of a list (every value of an object).
 STAR: Final = "*"
@@ -46,30 +46,18 @@ _ROOT = re.compile(r"[A-Za-z_]+")
 Step = str | int
 
 
-class Repeat(str, Enum):
+class Repeat(Choice):
     """What answers a call past the end of a recorded sequence."""
 
     STRICT = "strict"
     LAST = "last"
 
-    def __str__(self) -> str:
-        return self.value
-
     @classmethod
-    def parse(cls, value: object, *, source: str = "repeat") -> Repeat:
-        if isinstance(value, Repeat):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls(value.strip().lower())
-            except ValueError:
-                pass
-        valid = ", ".join(f'"{r.value}"' for r in cls)
-        msg = (
-            f'{source}: {value!r} is not valid; use one of {valid} ("last" answers calls past '
-            'the end of a recorded sequence with its last response, "strict" makes them a miss)'
+    def hint(cls) -> str:
+        return (
+            ' ("last" answers calls past the end of a recorded sequence with its last '
+            'response, "strict" makes them a miss)'
         )
-        raise ConfigError(msg)
 
 
 def parse_path(text: object, *, source: str = "ignore") -> tuple[str, tuple[Step, ...]]:

@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Mapping
 from enum import Enum
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from hashreplay.core.constants import TODAY_ENV
 from hashreplay.core.errors import ConfigError
@@ -58,6 +58,36 @@ class Mode(str, Enum):
     @property
     def may_record(self) -> bool:
         return self in (Mode.RECORD, Mode.RECORD_IF_MISSING)
+
+
+_C = TypeVar("_C", bound="Choice")
+
+
+class Choice(str, Enum):
+    """A closed set a user picks from by name (lower case; blanks around it ignored), whose
+    parse error names the setting and every valid value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    @classmethod
+    def hint(cls) -> str:
+        """What the values mean, after the list of them in an error (empty: nothing)."""
+        return ""
+
+    @classmethod
+    def parse(cls: type[_C], value: object, *, source: str = "") -> _C:
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls(value.strip().lower())
+            except ValueError:
+                pass
+        valid = ", ".join(f'"{member.value}"' for member in cls)
+        name = source or re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
+        msg = f"{name}: {value!r} is not valid; use one of {valid}{cls.hint()}"
+        raise ConfigError(msg)
 
 
 class RecordFailures(str, Enum):
@@ -123,31 +153,15 @@ class Pace(NamedTuple):
 INSTANT = Pace()
 
 
-class Unconsumed(str, Enum):
+class Unconsumed(Choice):
     """What to do about recorded responses a replayed test did not use."""
 
     WARN = "warn"
     FAIL = "fail"
     IGNORE = "ignore"
 
-    def __str__(self) -> str:
-        return self.value
 
-    @classmethod
-    def parse(cls, value: object, *, source: str = "unconsumed") -> Unconsumed:
-        if isinstance(value, Unconsumed):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls(value.strip().lower())
-            except ValueError:
-                pass
-        valid = ", ".join(f'"{u.value}"' for u in cls)
-        msg = f"{source}: {value!r} is not valid; use one of {valid}"
-        raise ConfigError(msg)
-
-
-class Stale(str, Enum):
+class Stale(Choice):
     """What a test does with a recorded response older than `max_age`."""
 
     #: list it in the run's summary
@@ -157,22 +171,6 @@ class Stale(str, Enum):
     #: in record-if-missing, record it again as if it were missing (its day is renewed);
     #: in replay mode, list it as `warn` does
     REFRESH = "refresh"
-
-    def __str__(self) -> str:
-        return self.value
-
-    @classmethod
-    def parse(cls, value: object, *, source: str = "stale") -> Stale:
-        if isinstance(value, Stale):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls(value.strip().lower())
-            except ValueError:
-                pass
-        valid = ", ".join(f'"{s.value}"' for s in cls)
-        msg = f"{source}: {value!r} is not valid; use one of {valid}"
-        raise ConfigError(msg)
 
 
 MAX_AGE_FORMS = '"<days>d" or "<weeks>w" (e.g. "180d", "26w")'
