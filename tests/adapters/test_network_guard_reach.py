@@ -17,6 +17,7 @@ from hashreplay.adapters import activate, deactivate
 from hashreplay.core.config import load_config
 from hashreplay.core.network import BlockNetwork, NetworkRules, grpc_target_hosts
 from hashreplay.engine.session import Session
+from tests.sdks import sdk
 
 pytest_plugins = ["pytester"]
 
@@ -277,7 +278,7 @@ def test_local():
 def grpc_project(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, table: str, *, early: bool
 ) -> pytest.Pytester:
-    pytest.importorskip("grpc")
+    sdk("grpc")
     monkeypatch.delenv("INFERENCE_MODE", raising=False)
     pytester.makepyprojecttoml(
         '[tool.pytest.ini_options]\naddopts = "-p no:hypothesispytest"\n'
@@ -330,8 +331,8 @@ def test_recording_modes_list_grpc_channels(
 
 
 def test_deactivate_restores_grpc_and_getaddrinfo(tmp_path: Path) -> None:
-    grpc = pytest.importorskip("grpc")
-    aio = pytest.importorskip("grpc.aio")
+    grpc = sdk("grpc")
+    aio = sdk("grpc.aio")
     originals = (grpc.insecure_channel, grpc.secure_channel, aio.insecure_channel)
     getaddrinfo = socket.getaddrinfo
     activate(Session(load_config(tmp_path, env={}, mode=str(Mode.REPLAY))))

@@ -36,7 +36,7 @@ def test_large_bodies():
 """
 QUIET_TESTS = """
 def test_nothing():
-    assert True
+    """Makes no call: the run exists for its start-up sweep."""
 """
 
 

@@ -11,6 +11,7 @@ from hashreplay import Mode
 from hashreplay.core.config import load_config
 from hashreplay.core.network import DEFAULT_REPLAY_ENV, PLACEHOLDER, missing, replay_env_values
 from hashreplay.engine.lifecycle import Placeholders
+from tests.sdks import sdk
 
 pytest_plugins = ["pytester"]
 
@@ -185,7 +186,7 @@ def test_google_genai_gets_one_key_and_warns_no_test(
     table: str,
     expected: str,
 ) -> None:
-    pytest.importorskip("google.genai")
+    sdk("google.genai")
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     project.makepyprojecttoml(

@@ -302,7 +302,10 @@ def test_the_placeholder_names_the_providers_own_variable() -> None:
     assert keys["AKIAHASHREPLAYPLACEHOLDER"] == ("AWS_ACCESS_KEY_ID",)
     assert "us-east-1" not in keys  # a region is no credential
     why = placeholder_refusal(
-        "hashreplay-replay-placeholder", names, "https://api.anthropic.com/v1/messages", "record"
+        "hashreplay-replay-placeholder",
+        names,
+        "https://api.anthropic.example/v1/messages",
+        "record",
     )
     assert "Set ANTHROPIC_API_KEY to a real key" in why
-    assert "not sent to api.anthropic.com (record mode)" in why
+    assert "not sent to api.anthropic.example (record mode)" in why

@@ -429,7 +429,7 @@ def test_oauth_code_in_a_form_request_body_leaves_the_hash() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "https://generativelanguage.googleapis.com/v1/x?key=AIza" + "b" * 80,
+        "https://generativelanguage.example/v1/x?key=AIza" + "b" * 80,
         "error: invalid key=" + "A" * 300 + "== (check it)",
         "api_key=" + "k" * 40 + "." + "t" * 200,
         "see ?api_key=" + "x" * 50 + "%2F" + "y" * 400,

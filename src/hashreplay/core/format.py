@@ -188,7 +188,7 @@ class Recording(_Model):
     id_normalization_mapping: dict[str, StrictStr] = {}
     #: The matching rule that named the file (`ignore`, `match_on`) when it is narrower than
     #: the default (docs/design.md §14); absent: the default rule.
-    match: dict[str, Any] | None = None
+    match: dict[str, list[StrictStr]] | None = None
 
     @property
     def responses(self) -> list[RecordedResponse]:
