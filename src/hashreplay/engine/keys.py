@@ -124,6 +124,8 @@ class Keyer:
         # with the same key on nearly every request
         self._url = functools.lru_cache(maxsize=_MEMO_MAX)(self._url_forms)
         self._secrets = functools.lru_cache(maxsize=_MEMO_MAX)(self._credentials)
+        #: a test id's secret shapes removed: once per test id, not once per request
+        self._shown_id = functools.lru_cache(maxsize=_MEMO_MAX)(self.redactor.text)
 
     def request(
         self, incoming: IncomingRequest, id_map: Mapping[str, str] | None
@@ -212,7 +214,7 @@ class Keyer:
         the same things from the same id, finds what record wrote."""
         if test_id is None:
             return None
-        return self.redactor.text(secrets.text(test_id))
+        return self._shown_id(secrets.text(test_id))
 
     def key_of(
         self, request: RecordedRequest, test_id: str | None, rule: MatchRule | None = None
