@@ -1,7 +1,8 @@
-"""Amazon Bedrock Runtime's Converse API, in shape, for the fake upstream.
+"""Amazon Bedrock Runtime, in shape, for the fake upstream.
 
-``POST /model/{modelId}/converse`` answers JSON; ``POST /model/{modelId}/converse-stream``
-answers ``application/vnd.amazon.eventstream``: binary frames (prelude with total and header
+``POST /model/{modelId}/converse`` and ``/invoke`` (an Anthropic Messages body) answer JSON;
+``POST /model/{modelId}/converse-stream`` and ``/invoke-with-response-stream`` answer
+``application/vnd.amazon.eventstream``: binary frames (prelude with total and header
 lengths and its CRC32, typed headers ``:event-type`` / ``:content-type`` /
 ``:message-type``, a JSON payload, the message CRC32), one frame per HTTP chunk, as botocore's
 event stream parser reads and validates them. Like the real service every call gets a fresh
@@ -11,6 +12,7 @@ the reply text is ``"echo: <last user text>"`` as in the other fake APIs.
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 import uuid
@@ -66,8 +68,11 @@ def _error(status: int, kind: str, message: str) -> Reply:
 
 
 def converse(call: Call) -> Reply:
-    """`/model/{id}/converse` and `/model/{id}/converse-stream`."""
+    """`/model/{id}/converse` and `/model/{id}/converse-stream`; `invoke` and
+    `invoke-with-response-stream` go to `invoke`."""
     parts = call.path.split("/")
+    if len(parts) == 4 and parts[3] in ("invoke", "invoke-with-response-stream") and parts[2]:
+        return invoke(call, stream=parts[3] != "invoke")
     if len(parts) != 4 or parts[3] not in ("converse", "converse-stream") or not parts[2]:
         return _error(404, "UnknownOperationException", f"Unknown operation {call.path}")
     try:
@@ -104,6 +109,56 @@ def converse(call: Call) -> Reply:
     frames.append(
         event_frame("metadata", {"usage": usage, "metrics": {"latencyMs": random_int(100, 3000)}})
     )
+    return Reply(content_type=EVENTSTREAM, frames=frames, headers=request_id)
+
+
+def invoke(call: Call, *, stream: bool) -> Reply:
+    """`InvokeModel` and `InvokeModelWithResponseStream` for an Anthropic model: the body is
+    the Anthropic Messages API's; a streamed answer wraps each Anthropic event as base64 JSON
+    in a `chunk` frame's `{"bytes": …}` and ends with Bedrock's invocation metrics, with a
+    fresh `msg_bdrk_…` id and latencies per call, as the real service does."""
+    try:
+        body = json.loads(call.body or b"{}")
+    except ValueError:
+        return _error(400, "SerializationException", "Request body is not valid JSON")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return _error(400, "ValidationException", "messages: field required")
+    last = messages[-1].get("content") if isinstance(messages[-1], dict) else None
+    text = "echo: " + (last if isinstance(last, str) else _text_of(last))
+    usage = {"input_tokens": count_words([str(last)]), "output_tokens": count_words([text])}
+    message = {
+        "id": "msg_bdrk_" + random_alnum(24),
+        "type": "message",
+        "role": "assistant",
+        "model": model_id(call.path),
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "usage": usage,
+    }
+    request_id = {"x-amzn-requestid": str(uuid.uuid4())}
+    if not stream:
+        return Reply(body=json.dumps(message).encode(), headers=request_id)
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {**message, "content": [], "stop_reason": None}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    ]
+    events.extend(
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}
+        for p in split_pieces(text, 2)
+    )
+    metrics = {
+        "inputTokenCount": usage["input_tokens"],
+        "outputTokenCount": usage["output_tokens"],
+        "invocationLatency": random_int(100, 3000),
+        "firstByteLatency": random_int(50, 900),
+    }
+    events.append({"type": "content_block_stop", "index": 0})
+    events.append({"type": "message_stop", "amazon-bedrock-invocationMetrics": metrics})
+    frames = [
+        event_frame("chunk", {"bytes": base64.b64encode(json.dumps(e).encode()).decode()})
+        for e in events
+    ]
     return Reply(content_type=EVENTSTREAM, frames=frames, headers=request_id)
 
 

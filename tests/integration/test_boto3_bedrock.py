@@ -273,3 +273,81 @@ def test_normalize_brings_an_older_event_stream_recording_to_the_normalised_form
     assert len(body) == 2  # one chunk per frame
     assert main(["normalize", "--root", str(adapters.root)]) == 0  # idempotent
     assert "Summary: 0/1 files modified" in capsys.readouterr().out
+
+
+def _invoke_body(text: str) -> str:
+    return json.dumps(
+        {
+            "anthropic_version": "bedrock-2023-05-31",
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": text}],
+        }
+    )
+
+
+def test_rerecording_invoke_model_with_response_stream_is_a_zero_diff(
+    upstream: FakeUpstream, adapters: AllAdapters
+) -> None:
+    """InvokeModelWithResponseStream carries each model event base64-encoded in a `chunk`
+    frame's `{"bytes": …}`, with a fresh `msg_bdrk_…` id and latencies per call: the events
+    inside are normalised too, so two recordings are the same bytes and replay decodes."""
+
+    def run(url: str) -> list[dict[str, Any]]:
+        streamed = bedrock(url).invoke_model_with_response_stream(
+            modelId=MODEL, body=_invoke_body("stream it")
+        )
+        return [json.loads(event["chunk"]["bytes"]) for event in streamed["body"]]
+
+    first, second = _record_twice(upstream, adapters, run)
+    assert len(first) == 1
+    assert first == second
+
+    adapters.start(Mode.REPLAY)
+    with test_context(TEST_ID):
+        events = run(upstream.url)  # botocore checks both CRCs of every frame
+    start = events[0]["message"]
+    assert start["id"].startswith("rec-")
+    metrics = events[-1]["amazon-bedrock-invocationMetrics"]
+    assert metrics["invocationLatency"] == metrics["firstByteLatency"] == 0
+    assert metrics["outputTokenCount"] > 0  # counts are content, kept
+    text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta")
+    assert text == "echo: stream it"
+    assert len(upstream.calls) == 2
+
+
+def test_rerecording_invoke_model_is_a_zero_diff(
+    upstream: FakeUpstream, adapters: AllAdapters
+) -> None:
+    def run(url: str) -> dict[str, Any]:
+        answer = bedrock(url).invoke_model(modelId=MODEL, body=_invoke_body("plain"))
+        decoded: dict[str, Any] = json.loads(answer["body"].read())
+        return decoded
+
+    first, second = _record_twice(upstream, adapters, run)
+    assert first == second
+    adapters.start(Mode.REPLAY)
+    with test_context(TEST_ID):
+        answer = run(upstream.url)
+    assert answer["id"].startswith("rec-")
+    assert answer["content"][0]["text"] == "echo: plain"
+
+
+def test_a_chunk_payload_that_is_not_base64_json_is_kept_as_it_came() -> None:
+    """Only a `bytes` value that decodes to a JSON event is opened; any other is left as
+    it came (and the frame still re-encodes with valid CRCs)."""
+    frames = [
+        event_frame("chunk", {"bytes": "not base64!"}),
+        event_frame("chunk", {"bytes": "aGVsbG8="}),  # base64 of b"hello": not JSON
+    ]
+    response = RecordedResponse(
+        status=200,
+        headers={"content-type": EVENTSTREAM},
+        body=[encode_chunk(frame) for frame in frames],
+        is_streaming=True,
+        stream_format=StreamFormat.CHUNKS,
+    )
+    body = normalise_response(response, new_id_registry("0" * 32)).body
+    assert EventStreamFrames.parse(body).payload_values() == [
+        {"bytes": "not base64!", "p": ""},
+        {"bytes": "aGVsbG8=", "p": ""},
+    ]

@@ -3,13 +3,18 @@ or in stream payloads replaced by stable values before writing, by rules that ar
 tables below), not code paths.
 
 AWS event streams are raw chunks of binary frames: each frame's JSON payload is normalised
-like an SSE event's data, and the frame re-encoded with its lengths and CRCs computed afresh
+like an SSE event's data (InvokeModel's `{"bytes": <base64 JSON>}` payloads through the
+event they carry), and the frame re-encoded with its lengths and CRCs computed afresh
 (docs/recordings.md, "AWS event streams")."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import orjson
 
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import FIXED_EPOCH, STABLE_ID_PREFIX
@@ -32,7 +37,7 @@ RESPONSE_TIME_KEYS: frozenset[str] = frozenset(
     {"created", "created_at", "completed_at", "createTime", "updateTime"}
 )
 #: Keys whose non-null values are measured durations (Ollama reports nanoseconds, Bedrock's
-#: Converse API `metrics.latencyMs`) → 0.
+#: Converse API `metrics.latencyMs`, InvokeModel's `amazon-bedrock-invocationMetrics`) → 0.
 RESPONSE_DURATION_KEYS: frozenset[str] = frozenset(
     {
         "total_duration",
@@ -41,6 +46,8 @@ RESPONSE_DURATION_KEYS: frozenset[str] = frozenset(
         "eval_duration",
         "processing_ms",
         "latencyMs",
+        "invocationLatency",
+        "firstByteLatency",
     }
 )
 #: Keys whose non-null values vary per call or per backend without meaning for the caller
@@ -226,8 +233,13 @@ def _normalise_eventstream(
     """Each frame's JSON payload normalised, its padding cleared, the frame re-encoded; stored
     one chunk per frame, so the file does not depend on how the frames arrived."""
     frames = EventStreamFrames.parse(items)
+    payloads = frames.payload_values()
+    wrapped = [_unwrap_bytes(value) for value in payloads]
     values = normalise_response_values(
-        frames.payload_values(),
+        [
+            payload if inner is None else {**payload, "bytes": inner}
+            for payload, inner in zip(payloads, wrapped, strict=True)
+        ],
         ids,
         rewrite_ids=rewrite,
         rewrite_times=rewrite,
@@ -235,6 +247,10 @@ def _normalise_eventstream(
         item_suffix=".payload",
         known_ids=known_ids,
     )
+    values = [
+        value if inner is None else _wrap_bytes(value)
+        for value, inner in zip(values, wrapped, strict=True)
+    ]
     if rewrite:
         values = [_without_padding(value) for value in values]
     body = frames.items_with(values)
@@ -242,6 +258,26 @@ def _normalise_eventstream(
     if ended is not None and ended.after_chunks == len(items) != len(body):
         ended = ended.replace(after_chunks=len(body))  # it counted every chunk stored
     return response.replace(body=body, ended=ended)
+
+
+def _unwrap_bytes(payload: Any) -> Any:
+    """The JSON an InvokeModelWithResponseStream `chunk` carries base64-encoded in its
+    `{"bytes": …}` payload (the model's own stream event), or None for any other payload."""
+    if not isinstance(payload, dict) or not isinstance(encoded := payload.get("bytes"), str):
+        return None
+    try:
+        inner = orjson.loads(base64.b64decode(encoded, validate=True))
+    except (binascii.Error, ValueError):
+        return None
+    return inner if isinstance(inner, (dict, list)) else None
+
+
+def _wrap_bytes(payload: Any) -> Any:
+    """`_unwrap_bytes` undone on a normalised payload: its event encoded back to base64."""
+    if not isinstance(payload, dict):
+        return payload
+    encoded = base64.b64encode(orjson.dumps(payload["bytes"])).decode("ascii")
+    return {**payload, "bytes": encoded}
 
 
 def _content_type(response: RecordedResponse) -> str | None:
