@@ -164,6 +164,24 @@ def test_in_a_pytest_run_only_an_uncollected_test_id_is_named(tmp_path: Path) ->
     assert "  nearest:   tests/suite/recordings/" in alive  # its own nearest recording
 
 
+def test_a_moved_directory_is_searched_only_where_no_collected_test_file_lives(
+    tmp_path: Path,
+) -> None:
+    old = "tests/old/test_chat.py::test_one"
+    path = record(tmp_path, old, request(chat("moved along")))
+    report = known_miss(tmp_path, TEST, request(chat("moved along")), {TEST})
+    assert (
+        f"  tests/old/recordings/{path.name} holds exactly this request, recorded by test "
+        f"{old}, which this run did not collect"
+    ) in report
+    assert f"    hashreplay mv '{old}' '{TEST}'" in report.splitlines()
+    # a directory that serves a test file of this run is not searched (its tests exist)
+    kept = known_miss(
+        tmp_path, TEST, request(chat("moved along")), {TEST, "tests/old/test_chat.py::test_two"}
+    )
+    assert "hashreplay mv" not in kept
+
+
 def test_a_renamed_parametrised_case_names_the_whole_test(tmp_path: Path) -> None:
     old = "tests/suite/test_chat.py::test_old[a-1]"
     new = "tests/suite/test_chat.py::test_new[a-1]"

@@ -8,16 +8,18 @@ docs/design.md §14) is named with the `hashreplay mv` command that keeps it.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import os
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hashreplay.core.constants import FIXTURE_MARK, RECORD_COMMAND
+from hashreplay.core.constants import FIXTURE_MARK, RECORD_COMMAND, RECORDINGS_DIRNAME
 from hashreplay.core.diff import count_differences, request_difference
-from hashreplay.core.errors import ConfigError, RecordingError, unreadable_fix
+from hashreplay.core.errors import ConfigError, HashReplayError, RecordingError, unreadable_fix
 from hashreplay.core.keys import is_model_list_name, recording_name
 from hashreplay.core.matching import MatchRule
+from hashreplay.core.paths import SKIP_DIRS
 
 if TYPE_CHECKING:
     from hashreplay.core.format import Recording
@@ -45,13 +47,16 @@ def _comparable(method: str, endpoint: str, body: Any) -> dict[str, Any]:
     return {"method": method, "endpoint": endpoint, "body": body}
 
 
-def _candidates(store: Store, prep: Prepared) -> tuple[list[_Candidate], int]:
-    """Readable recordings near this request, and how many recordings the test has."""
+def _candidates(
+    store: Store, prep: Prepared, directories: Iterable[Path] | None = None
+) -> tuple[list[_Candidate], int]:
+    """Readable recordings near this request (in the test's search directories, else in
+    `directories`), and how many recordings the test has."""
     found: list[_Candidate] = []
     own = 0
     incoming = _comparable(prep.request.method, prep.request.endpoint, prep.request.body)
     seen: set[Path] = set()
-    for directory in store.search_dirs(prep.test_id):
+    for directory in store.search_dirs(prep.test_id) if directories is None else directories:
         if not directory.is_dir():
             continue
         for path in sorted(directory.glob("*.json")):
@@ -152,6 +157,13 @@ def _nearest_lines(
     if own == 0 and prep.test_id:
         lines.append("  this test has no recordings yet (a new test, or one renamed or moved)")
     orphan = _orphan(candidates, prep, own, key_of, known)
+    if orphan is None and own == 0 and known is not None and prep.test_id:
+        # a moved directory: the old test's recordings lie in another recordings directory
+        try:
+            far, _ = _candidates(store, prep, _other_dirs(store, root, prep, known))
+        except (HashReplayError, OSError):  # a directory that cannot be searched: no hint
+            far = []
+        orphan = _orphan(far, prep, own, key_of, known)
     if orphan is not None:
         old = orphan.recording.test_id
         assert old is not None and prep.shown_test_id is not None  # as `_orphan` found it
@@ -205,6 +217,22 @@ def _orphan(
         if _same_request(candidate, prep, key_of):
             return candidate
     return None
+
+
+def _other_dirs(store: Store, root: Path, prep: Prepared, known: Collection[str]) -> list[Path]:
+    """The project's recordings directories that serve no test file of this run: where the
+    recordings of a moved directory's tests are left (searched only on such a miss)."""
+    skip = {*store.search_dirs(prep.test_id)}
+    skip.update(store.dir_for(test_id) for test_id in {t.split("::", 1)[0] for t in known})
+    found: list[Path] = []
+    for current, dirs, _files in os.walk(root):  # never follows a symlinked directory
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        if RECORDINGS_DIRNAME in dirs:
+            dirs.remove(RECORDINGS_DIRNAME)  # a recordings directory holds files, not more
+            directory = Path(current, RECORDINGS_DIRNAME).resolve()
+            if directory not in skip:
+                found.append(directory)
+    return found
 
 
 def _same_request(candidate: _Candidate, prep: Prepared, key_of: KeyOf | None) -> bool:
