@@ -409,3 +409,28 @@ def test_the_usage_log_follows_the_move(store: Path, cli: Cli) -> None:
     assert "warning: the usage log was left as it is: the usage log" in warned.err
     assert (store / ".hashreplay" / "usage.json").read_text() == "{not json"
     assert len(by_test(store)[X]) == 2
+
+
+def test_a_recording_under_a_narrower_rule_moves_under_its_own_rule(
+    tmp_path: Path, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch, cli: Cli
+) -> None:
+    root = tmp_path / "narrow"
+    root.mkdir()
+    (root / "pyproject.toml").write_text("[tool.hashreplay]\n")
+    recorder = Recorder(root)
+    try:
+        session = recorder.start(Mode.RECORD, match_on=["method", "endpoint"])
+        with test_context(X):
+            httpx.post(f"{upstream.url}/echo", json={"q": "loose"}).raise_for_status()
+        session.close()
+    finally:
+        httpx_adapter.uninstall()
+    monkeypatch.chdir(root)
+    monkeypatch.delenv("HASHREPLAY_ROOT", raising=False)
+    result = cli("mv", X, f"{A}::test_loose")
+    assert result.code == 0, result.err
+    (path,) = by_test(root)[f"{A}::test_loose"]
+    data = orjson.loads((root / path).read_bytes())
+    assert data["match"]["match_on"] == ["method", "endpoint"]  # its rule, kept
+    assert not named_by_its_request(root, path)  # not the strict key: the body is left out
+    assert cli("verify").code == 0  # verify names it by its own rule: the name is right
