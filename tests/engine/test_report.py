@@ -117,14 +117,99 @@ def test_new_test_with_no_recordings_says_so(tmp_path: Path) -> None:
 
 
 def test_renamed_test_names_the_likely_old_test_id(tmp_path: Path) -> None:
+    """Outside pytest (a proxy, `install()`) the run knows no test ids: another test's
+    recording of exactly this request is named, with the `mv` command, when this test has
+    none."""
     old = "tests/suite/test_chat.py::test_old_name"
     path = record(tmp_path, old, request(chat("same request")))
     report = miss(tmp_path, TEST, request(chat("same request")))
-    assert "  this test has no recordings yet" in report
+    lines = report.splitlines()
+    assert "  this test has no recordings yet (a new test, or one renamed or moved)" in lines
+    at = lines.index(
+        f"  tests/suite/recordings/{path.name} holds exactly this request, recorded by test "
+        f"{old}, recorded under another test id: if that test was renamed or moved, keep its "
+        "recordings with"
+    )
+    assert lines[at + 1] == f"    hashreplay mv '{old}' '{TEST}'"
+    assert lines[at + 2] == f"  to record it: INFERENCE_MODE=record-if-missing pytest {TEST}"
+    # once this test has recordings of its own, another test's is only the nearest
+    record(tmp_path, TEST, request(chat("something else")))
+    assert "hashreplay mv" not in miss(tmp_path, TEST, request(chat("same request")))
+
+
+def known_miss(root: Path, test_id: str, incoming: IncomingRequest, known: set[str]) -> str:
+    s = session(root, Mode.REPLAY)
+    s.replayer.known_tests = frozenset(known)  # as the pytest plugin sets it
+    s.begin_test(test_id)
+    decision = s.decide(incoming, test_id=test_id)
+    assert isinstance(decision, Miss)
+    return decision.error.report
+
+
+def test_in_a_pytest_run_only_an_uncollected_test_id_is_named(tmp_path: Path) -> None:
+    old = "tests/suite/test_chat.py::test_old_name[sk-abcdefghijklmnopqrstuvwxyz0123]"
+    stored = "tests/suite/test_chat.py::test_old_name[[secret removed]]"
+    record(tmp_path, TEST, request(chat("mine")))  # the test has recordings of its own
+    path = record(tmp_path, old, request(chat("same request")))
+    gone = known_miss(tmp_path, TEST, request(chat("same request")), {TEST})
     assert (
-        f"  tests/suite/recordings/{path.name} of test {old} has exactly this request: "
-        "was the test renamed or moved? Re-record, and prune the old recordings"
+        f"  tests/suite/recordings/{path.name} holds exactly this request, recorded by test "
+        f"{stored}, which this run did not collect: if that test was renamed or moved, keep "
+        "its recordings with\n"
+        f"    hashreplay mv '{stored}' '{TEST}'\n"
+    ) in gone
+    # the test still exists (collected, its id as pytest gives it): a sibling, not an orphan
+    alive = known_miss(tmp_path, TEST, request(chat("same request")), {TEST, old})
+    assert "hashreplay mv" not in alive
+    assert "  nearest:   tests/suite/recordings/" in alive  # its own nearest recording
+
+
+def test_a_moved_directory_is_searched_only_where_no_collected_test_file_lives(
+    tmp_path: Path,
+) -> None:
+    old = "tests/old/test_chat.py::test_one"
+    path = record(tmp_path, old, request(chat("moved along")))
+    report = known_miss(tmp_path, TEST, request(chat("moved along")), {TEST})
+    assert (
+        f"  tests/old/recordings/{path.name} holds exactly this request, recorded by test "
+        f"{old}, which this run did not collect"
     ) in report
+    assert f"    hashreplay mv '{old}' '{TEST}'" in report.splitlines()
+    # a directory that serves a test file of this run is not searched (its tests exist)
+    kept = known_miss(
+        tmp_path, TEST, request(chat("moved along")), {TEST, "tests/old/test_chat.py::test_two"}
+    )
+    assert "hashreplay mv" not in kept
+
+
+def test_a_renamed_parametrised_case_names_the_whole_test(tmp_path: Path) -> None:
+    old = "tests/suite/test_chat.py::test_old[a-1]"
+    new = "tests/suite/test_chat.py::test_new[a-1]"
+    record(tmp_path, old, request(chat("case a")))
+    report = known_miss(tmp_path, new, request(chat("case a")), {new})
+    assert (
+        "    hashreplay mv 'tests/suite/test_chat.py::test_old' 'tests/suite/test_chat.py::test_new'"
+        in report.splitlines()
+    )
+    # a case whose parameters changed too: the exact ids
+    other = "tests/suite/test_chat.py::test_new[b-2]"
+    report = known_miss(tmp_path, other, request(chat("case a")), {other})
+    assert f"    hashreplay mv '{old}' '{other}'" in report.splitlines()
+
+
+def test_a_recording_under_a_narrower_rule_is_named_when_its_rule_matches(
+    tmp_path: Path,
+) -> None:
+    old = "tests/suite/test_chat.py::test_old_name"
+    s = session(tmp_path, Mode.RECORD, match_on=["method", "endpoint"])
+    s.begin_test(old)
+    prep = s.prepare(request(chat("any words")), test_id=old)
+    body = b'{"id": "chatcmpl-1", "choices": []}'
+    path = s.record(prep, LiveExchange(200, [("content-type", "application/json")], [body]))
+    assert path is not None
+    report = known_miss(tmp_path, TEST, request(chat("other words")), {TEST})
+    assert f"    hashreplay mv '{old}' '{TEST}'" in report.splitlines()
+    assert f"{path.name} holds exactly this request" in report
 
 
 def test_beyond_the_recorded_sequence_says_how_many(tmp_path: Path) -> None:

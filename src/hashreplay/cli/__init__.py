@@ -123,6 +123,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dry_run(rehash, "would be renamed or updated")
     _add_paths(rehash)
 
+    move = sub.add_parser(
+        "mv",
+        help="re-key the recordings of a renamed or moved test, test file or directory",
+        description="Re-key the recordings of a test id, a test file or a directory under "
+        "a new name (the test id is part of each recording's hash), into the directory "
+        "the new name's recordings belong in; the usage log follows. Moves everything or "
+        "nothing.",
+    )
+    _add_root(move)
+    _add_dry_run(move, "would move")
+    move.add_argument(
+        "old",
+        metavar="OLD",
+        help="what the recordings were made under: a test id (tests/test_a.py::test_x, its "
+        "parametrised cases included), a test file (tests/test_a.py) or a directory "
+        "(tests/old/)",
+    )
+    move.add_argument("new", metavar="NEW", help="the new name, in the same form as OLD")
+
     normalize = sub.add_parser("normalize", help="re-apply the response normaliser")
     _add_root(normalize)
     _add_dry_run(normalize, "would change")
@@ -199,6 +218,7 @@ def _commands() -> dict[str, Command]:
         "show": commands.show,
         "verify": commands.verify,
         "rehash": commands.rehash,
+        "mv": usage_commands.move,
         "normalize": commands.normalize,
         "prune": usage_commands.prune,
         "drift-report": usage_commands.drift_report,

@@ -1,4 +1,5 @@
-"""The commands that take recordings into a store and out of it: `import` and `prune`.
+"""The commands that take recordings into a store and out of it: `import` and `prune`,
+and `mv`, which moves a renamed test's recordings within it.
 
 `hashreplay import vcr|ogx PATH…`: other tools' recordings become hashreplay recordings.
 
@@ -15,9 +16,9 @@ import argparse
 import time
 from pathlib import Path
 
-from hashreplay.cli.console import EXIT_OK, EXIT_PROBLEMS, Run
-from hashreplay.core.errors import UsageError
-from hashreplay.engine.files import Loaded
+from hashreplay.cli.console import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Run
+from hashreplay.core.errors import RecordingError, SettingsError, UsageError
+from hashreplay.engine.files import Loaded, Rules, load
 from hashreplay.engine.importing import ImportReport, Reader, run_import, source_files
 from hashreplay.engine.prune import Logs, kept_line, plan_prune, prune_project, read_logs
 from hashreplay.engine.usage import read_usage, usage_path
@@ -260,3 +261,76 @@ def drift_report(run: Run) -> int:
     for line in render(result, every=True):
         run.console.line(line)
     return EXIT_PROBLEMS if result.get("drifted") else EXIT_OK
+
+
+def move(run: Run) -> int:
+    """`hashreplay mv OLD NEW` (docs/design.md §14): 0 when everything moved, 1 when OLD
+    names nothing or a conflict or unreadable file stopped it (nothing moved), 2 for a
+    malformed OLD or NEW."""
+    from hashreplay.engine.rehash import apply_moves, parse_rename, plan_moves
+
+    args, dry, show = run.args, run.args.dry_run, run.show_path
+    try:
+        rename = parse_rename(args.old, args.new)
+    except SettingsError as exc:
+        run.console.error(str(exc))
+        return EXIT_USAGE
+    loaded: list[Loaded] = []
+    unreadable: list[tuple[Path, RecordingError]] = []
+    for path in run.console.progress(run.files(), "reading"):
+        try:
+            loaded.append(load(path, run.store))
+        except RecordingError as exc:
+            unreadable.append((path, exc))
+    result = plan_moves(loaded, Rules(run.config), rename, unreadable)
+    if not result.moves and not result.unreadable:
+        near = f"; recorded names like it: {', '.join(result.near)}" if result.near else ""
+        run.console.error(
+            f"no recording belongs to {rename.describe()}{near}. "
+            "`hashreplay list --test PATTERN` lists the recorded test ids"
+        )
+        return EXIT_PROBLEMS
+    apply_moves(result, run.config.root, rename, dry_run=dry)
+    for path, problem in result.unreadable:
+        run.console.error(
+            f"cannot move {show(path)}: unreadable: {problem.problem}; to fix it: "
+            f"{run.unreadable_fix(path)}, or delete it; then run the mv again"
+        )
+    for plan, _why in result.rekeyed.collisions:
+        run.console.error(
+            f"conflict: {show(plan.target)} already exists and holds a different recording "
+            f"than {show(plan.source)}, which would move there; compare them (hashreplay diff "
+            f"{show(plan.source)} {show(plan.target)}), delete the one no test needs, then "
+            "run the mv again"
+        )
+    if result.refused:
+        problems = len(result.unreadable) + len(result.rekeyed.collisions)
+        run.console.line(
+            f"Nothing moved: {problems} problem{'' if problems == 1 else 's'} above "
+            f"({len(result.moves)} recordings of {rename.describe()} left as they are)"
+        )
+        return EXIT_PROBLEMS
+    by_source = {m.rekey.source: m for m in result.moves}
+    for plan in result.rekeyed.done:
+        m = by_source[plan.source]
+        verb = "Would move" if dry else "Moved"
+        run.console.line(
+            f"{verb}: {show(plan.source)} -> {show(plan.target)} ({m.old_id} -> {m.new_id})"
+        )
+    for plan in result.rekeyed.duplicates:
+        verb = "Would remove duplicate" if dry else "Removed duplicate"
+        run.console.line(f"{verb}: {show(plan.source)} (the same recording is {show(plan.target)})")
+    if result.usage_problem is not None:
+        run.console.warning(
+            f"the usage log was left as it is: {result.usage_problem}; until the next run "
+            "writes a new one, `hashreplay prune` may not see the moved recordings as used"
+        )
+    tests = len({m.new_id for m in result.moves})
+    summary = (
+        f"Summary: {len(result.moves)} recording{'' if len(result.moves) == 1 else 's'} of "
+        f"{tests} test{'' if tests == 1 else 's'} {'would move' if dry else 'moved'}"
+    )
+    if result.usage_moved:
+        summary += f"; usage log: {result.usage_moved} test ids renamed"
+    run.console.line(summary + ("; dry run: nothing written" if dry else ""))
+    return EXIT_OK

@@ -1,19 +1,25 @@
 """The replay miss report (docs/design.md §6, contract).
 
 Built only on a miss, so the common path pays nothing: the nearest recording is searched
-lazily among the files of the test's directory and the common directory.
+lazily among the files of the test's directory and the common directory. A recording of
+exactly this request under a test id that no longer exists (a renamed or moved test,
+docs/design.md §14) is named with the `hashreplay mv` command that keeps it.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hashreplay.core.constants import FIXTURE_MARK, RECORD_COMMAND
+from hashreplay.core.constants import FIXTURE_MARK, RECORD_COMMAND, RECORDINGS_DIRNAME
 from hashreplay.core.diff import count_differences, request_difference
-from hashreplay.core.errors import RecordingError, unreadable_fix
+from hashreplay.core.errors import ConfigError, HashReplayError, RecordingError, unreadable_fix
 from hashreplay.core.keys import is_model_list_name, recording_name
+from hashreplay.core.matching import MatchRule
+from hashreplay.core.paths import SKIP_DIRS
 
 if TYPE_CHECKING:
     from hashreplay.core.format import Recording
@@ -41,13 +47,16 @@ def _comparable(method: str, endpoint: str, body: Any) -> dict[str, Any]:
     return {"method": method, "endpoint": endpoint, "body": body}
 
 
-def _candidates(store: Store, prep: Prepared) -> tuple[list[_Candidate], int]:
-    """Readable recordings near this request, and how many recordings the test has."""
+def _candidates(
+    store: Store, prep: Prepared, directories: Iterable[Path] | None = None
+) -> tuple[list[_Candidate], int]:
+    """Readable recordings near this request (in the test's search directories, else in
+    `directories`), and how many recordings the test has."""
     found: list[_Candidate] = []
     own = 0
     incoming = _comparable(prep.request.method, prep.request.endpoint, prep.request.body)
     seen: set[Path] = set()
-    for directory in store.search_dirs(prep.test_id):
+    for directory in store.search_dirs(prep.test_id) if directories is None else directories:
         if not directory.is_dir():
             continue
         for path in sorted(directory.glob("*.json")):
@@ -94,10 +103,13 @@ def miss_report(
     recorded_count: int = 0,
     url: str | None = None,
     key_of: KeyOf | None = None,
+    known: Collection[str] | None = None,
 ) -> str:
     """The text that fails the test: what was asked, where we looked, what is nearest, and
     the command that records it. `url` is where the request really went (redacted), with
-    its host and port, rather than the stored form (a loopback host without its port)."""
+    its host and port, rather than the stored form (a loopback host without its port).
+    `known`: the test ids of this pytest run (as recordings store them); None outside
+    pytest, where any other test id holding this request may be a renamed test's."""
     req = prep.request
     test = prep.shown_test_id or "(no test: a request outside any test)"
     lines = [
@@ -118,7 +130,7 @@ def miss_report(
             "has no recording (the code now makes more identical calls than when recorded)"
         )
     else:
-        lines.extend(_nearest_lines(store, root, prep, key_of))
+        lines.extend(_nearest_lines(store, root, prep, key_of, known))
     if problem is not None and problem.path is not None and problem.path.suffix == ".json":
         # record-if-missing would meet the same file again: name what replaces it
         rerun = record_target(prep.test_id, prep.shown_test_id) if prep.test_id else None
@@ -134,24 +146,36 @@ def miss_report(
 
 
 def _nearest_lines(
-    store: Store, root: Path, prep: Prepared, key_of: KeyOf | None = None
+    store: Store,
+    root: Path,
+    prep: Prepared,
+    key_of: KeyOf | None = None,
+    known: Collection[str] | None = None,
 ) -> list[str]:
     candidates, own = _candidates(store, prep)
     lines: list[str] = []
     if own == 0 and prep.test_id:
         lines.append("  this test has no recordings yet (a new test, or one renamed or moved)")
-        exact = [
-            c
-            for c in candidates
-            if c.tier == 2 and c.distance == 0 and c.recording.test_id is not None
-        ]
-        if exact:
-            old = exact[0]
-            lines.append(
-                f"  {_rel(root, old.path)} of test {old.recording.test_id} has exactly this "
-                "request: was the test renamed or moved? Re-record, and prune the old recordings"
-            )
-            return lines
+    orphan = _orphan(candidates, prep, own, key_of, known)
+    if orphan is None and own == 0 and known is not None and prep.test_id:
+        # a moved directory: the old test's recordings lie in another recordings directory
+        try:
+            far, _ = _candidates(store, prep, _other_dirs(store, root, prep, known))
+        except (HashReplayError, OSError):  # a directory that cannot be searched: no hint
+            far = []
+        orphan = _orphan(far, prep, own, key_of, known)
+    if orphan is not None:
+        old = orphan.recording.test_id
+        assert old is not None and prep.shown_test_id is not None  # as `_orphan` found it
+        why = (
+            "recorded under another test id" if known is None else "which this run did not collect"
+        )
+        lines.append(
+            f"  {_rel(root, orphan.path)} holds exactly this request, recorded by test {old}, "
+            f"{why}: if that test was renamed or moved, keep its recordings with"
+        )
+        lines.append(f"    {mv_command(old, prep.shown_test_id)}")
+        return lines
     if not candidates:
         if own:
             lines.append(f"  no recording of this test or suite calls {req_line(prep)}")
@@ -169,6 +193,80 @@ def _nearest_lines(
                 "other rules (or an older key_version): run `hashreplay rehash`"
             )
     return lines
+
+
+def _orphan(
+    candidates: list[_Candidate],
+    prep: Prepared,
+    own: int,
+    key_of: KeyOf | None,
+    known: Collection[str] | None,
+) -> _Candidate | None:
+    """The recording of exactly this request under a test id that no longer exists (in a
+    pytest run: one it did not collect; elsewhere, when this test has none: any other)."""
+    if not prep.test_id or prep.shown_test_id is None or FIXTURE_MARK in prep.shown_test_id:
+        return None
+    if known is None and own:
+        return None
+    for candidate in candidates:
+        old = candidate.recording.test_id
+        if candidate.tier != 2 or old is None or FIXTURE_MARK in old:
+            continue
+        if known is not None and old in known:
+            continue  # another test that exists makes the same request
+        if _same_request(candidate, prep, key_of):
+            return candidate
+    return None
+
+
+def _other_dirs(store: Store, root: Path, prep: Prepared, known: Collection[str]) -> list[Path]:
+    """The project's recordings directories that serve no test file of this run: where the
+    recordings of a moved directory's tests are left (searched only on such a miss)."""
+    skip = {*store.search_dirs(prep.test_id)}
+    skip.update(store.dir_for(test_id) for test_id in {t.split("::", 1)[0] for t in known})
+    found: list[Path] = []
+    for current, dirs, _files in os.walk(root):  # never follows a symlinked directory
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        if RECORDINGS_DIRNAME in dirs:
+            dirs.remove(RECORDINGS_DIRNAME)  # a recordings directory holds files, not more
+            directory = Path(current, RECORDINGS_DIRNAME).resolve()
+            if directory not in skip:
+                found.append(directory)
+    return found
+
+
+def _same_request(candidate: _Candidate, prep: Prepared, key_of: KeyOf | None) -> bool:
+    """Whether the recording, moved to this test id, would answer this request: the same
+    method, endpoint and body, or the same key under the narrower rule it was made with."""
+    if candidate.distance == 0:
+        return True
+    match = candidate.recording.match
+    if key_of is None or match is None:
+        return False
+    try:
+        rule = MatchRule.from_json(match)
+    except ConfigError:
+        return False
+    test_id = prep.shown_test_id
+    return (
+        key_of(candidate.recording.request, test_id, rule)[0]
+        == (key_of(prep.request, test_id, rule)[0])
+    )
+
+
+def mv_command(old: str, new: str) -> str:
+    """`hashreplay mv 'OLD' 'NEW'`: a parametrised case that kept its parameters names the
+    whole test, so one command moves every case."""
+    head_old, _, params_old = old.partition("[")
+    head_new, _, params_new = new.partition("[")
+    if params_old and params_old == params_new and head_old != head_new:
+        old, new = head_old, head_new
+    return f"hashreplay mv {_quoted(old)} {_quoted(new)}"
+
+
+def _quoted(text: str) -> str:
+    """For a POSIX shell: in single quotes, always (node ids hold `[`, `*`, spaces)."""
+    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def record_target(test_id: str, shown: str | None = None) -> str:

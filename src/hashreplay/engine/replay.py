@@ -133,6 +133,11 @@ class Replayer:
         self.redactor = redactor
         self.root = root
         self.pace = pace
+        #: the test ids a pytest run collected or deselected (set by the plugin); None
+        #: outside pytest. A miss report names a recording of the same request under an
+        #: id not among them: a renamed or moved test's (docs/design.md §14)
+        self.known_tests: frozenset[str] | None = None
+        self._known_shown: tuple[frozenset[str], frozenset[str]] | None = None
 
     def recorded(self, prep: Prepared) -> Recorded | None:
         """The next recorded response to this request and its file, or None. Identical
@@ -225,6 +230,7 @@ class Replayer:
             recorded_count=recorded,
             url=url,
             key_of=self.view.key_of,
+            known=self._known_as_stored(),
         )
         report = prep.secrets.text(self.redactor.text(report))
         miss = ReplayMiss(report, test_id=prep.test_id, request_hash=prep.hash)
@@ -232,6 +238,17 @@ class Replayer:
             self.stats.missed += 1
             self.tests.state(prep.test_id).misses.append(miss)
         return miss
+
+    def _known_as_stored(self) -> frozenset[str] | None:
+        """`known_tests` as recordings store test ids (secret shapes removed, docs/design.md
+        §7); worked out on the first miss, once."""
+        known = self.known_tests
+        if known is None:
+            return None
+        memo = self._known_shown
+        if memo is None or memo[0] is not known:
+            memo = self._known_shown = (known, frozenset(map(self.redactor.text, known)))
+        return memo[1]
 
     def replay(
         self,
