@@ -44,7 +44,7 @@ from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.http import IncomingRequest, ReplayPlan, miss_plan, plan_for
 from hashreplay.engine.keys import Prepared
 from hashreplay.engine.scenarios import Scenario, check_pace, templated
-from hashreplay.engine.state import StaleUse, StoreView, Tests, TestState, sequence_for
+from hashreplay.engine.state import Call, StaleUse, StoreView, Tests, TestState, sequence_for
 
 if TYPE_CHECKING:
     from hashreplay.core.store import Store
@@ -58,9 +58,15 @@ class Passthrough(NamedTuple):
 
 
 class Live:
-    """Not intercepted: the test runs in `live` mode."""
+    """Not intercepted: the test runs in `live` mode. `call`: its entry in the test's
+    `calls`, whose status the adapter reports once the answer's head arrives
+    (`TestBook.live_status`)."""
 
-    __slots__ = ()  # not an empty NamedTuple: that would be false
+    __slots__ = ("call", "test_id")  # not an empty NamedTuple: that would be false
+
+    def __init__(self, call: Call | None = None, test_id: str | None = None) -> None:
+        self.call = call
+        self.test_id = test_id
 
 
 class Replay(NamedTuple):

@@ -119,7 +119,7 @@ class Call(NamedTuple):
     endpoint: str
     #: the request body as keyed: parsed JSON when JSON, redacted and normalised
     body: object
-    #: None: no HTTP status (a call-layer target, a live call, no response)
+    #: None: no HTTP status (a call-layer target, no response)
     status: int | None
     #: "replayed", "recorded" or "live"
     source: str
