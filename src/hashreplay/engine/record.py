@@ -148,8 +148,10 @@ class Recorder:
         with self.tests.lock:
             self.tests.stats.recorded += 1
             self.tests.use(prep.test_id, path)
-        if self.view.exists(path):
-            return path, None  # the same model set is stored already
+        if self.view.exists(path) and prep.mode is not Mode.RECORD_IF_MISSING:
+            return path, None  # the same model set is stored already, with its day
+        # record-if-missing records a stored list only to refresh it (`stale = "refresh"`):
+        # the same set is written again with today's day, the one intended change
         return path, model_list_content(self.view.store, prep, response, later=later, finish=finish)
 
     def record(self, prep: Prepared, outcome: Outcome) -> Path | None:

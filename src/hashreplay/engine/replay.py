@@ -203,10 +203,15 @@ class Replayer:
         paths = self.view.model_list_paths(prep.hash, prep.test_id)
         if not paths:
             return None
-        from hashreplay.engine.keys import merge_model_lists  # only model lists
+        from hashreplay.engine.keys import merge_model_lists, newest_model_list  # model lists
 
-        merged = merge_model_lists([self.view.read(p).response for p in paths])
+        responses = [self.view.read(p).response for p in paths]
+        merged = merge_model_lists(responses)
+        newest = newest_model_list(list(zip(paths, responses, strict=True)))
         with self.tests.lock:
+            # a shared list ages like a test's own recording, dated by its newest file
+            if self._refresh(prep, responses[newest], paths[newest]):
+                return None
             self.stats.replayed += 1
             self.tests.use(prep.test_id, *paths)
         return Recorded(merged, paths[0])
