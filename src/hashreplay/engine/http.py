@@ -330,20 +330,33 @@ class LiveBody:
         )
 
 
-def miss_plan(miss: ReplayMiss, *, hint: str | None = None) -> ReplayPlan:
+def miss_plan(
+    miss: ReplayMiss,
+    *,
+    hint: str | None = None,
+    code: str = "hashreplay_miss",
+    headers: Sequence[tuple[str, str]] = (),
+) -> ReplayPlan:
     """The error response of a miss; `hint` adds the next step for a caller with no pytest
-    (the proxy's clients)."""
+    (the proxy's clients). A recording refused for its age (`stale = "fail"` where no test
+    end would fail the test) has the same shape, with `code` "hashreplay_stale" and its
+    age in `headers`."""
     extra: dict[str, str | None] = {"hash": miss.request_hash, "test_id": miss.test_id}
     if hint is not None:
         extra["hint"] = hint
-    body = error_body(miss.report, "hashreplay_miss", "hashreplay_miss", **extra)
-    headers = [
-        ("content-type", "application/json"),
-        ("x-should-retry", "false"),
-        (MISS_HEADER, "1"),
-        ("content-length", str(len(body))),
-    ]
-    return ReplayPlan(MISS_STATUS, headers, [body], False)
+    body = error_body(miss.report, code, code, **extra)
+    return ReplayPlan(
+        MISS_STATUS,
+        [
+            ("content-type", "application/json"),
+            ("x-should-retry", "false"),
+            (MISS_HEADER, "1"),
+            *headers,
+            ("content-length", str(len(body))),
+        ],
+        [body],
+        False,
+    )
 
 
 def timing_of(exchange: LiveExchange) -> Timing | None:

@@ -141,6 +141,16 @@ class TestBook:
             policy = state.options.stale or self.config.stale
             return policy, sorted(state.stale.values(), key=lambda u: (-u.age, str(u.path)))
 
+    def take_stale(self, test_id: str | None) -> list[StaleUse]:
+        """For front ends with no test end: the stale recordings a test used since the last
+        call (each listed once), oldest first."""
+        with self.tests.lock:
+            state = self.tests.get(test_id)
+            if state is None or not state.stale:
+                return []
+            used, state.stale = list(state.stale.values()), {}
+        return sorted(used, key=lambda u: (-u.age, str(u.path)))
+
     def wait_hanging(self, test_id: str | None, timeout: float | None) -> None:
         """Return once a request of the test hangs (a HangTimeout after `timeout` s; None:
         no limit)."""

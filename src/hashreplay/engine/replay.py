@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from hashreplay.core.bodies import encode_request_body
-from hashreplay.core.constants import FORMAT_VERSION, MODEL_LIST_PREFIX
+from hashreplay.core.constants import FORMAT_VERSION, MODEL_LIST_PREFIX, STALE_HEADER
 from hashreplay.core.errors import RecordingError, ReplayMiss
 from hashreplay.core.format import EndState, RecordedResponse, is_no_response
 from hashreplay.core.matching import Repeat
@@ -75,6 +75,8 @@ class Replay(NamedTuple):
     path: Path
     #: faults, hangs and pacing on top of the response (docs/scenarios.md); None: none
     scenario: Scenario | None = None
+    #: the response is older than the test's `max_age` (docs/recordings.md, "Age")
+    stale: StaleUse | None = None
 
     def plan(self) -> ReplayPlan:
         """Bytes and headers that reproduce the recorded response for an HTTP client."""
@@ -87,9 +89,14 @@ class Miss(NamedTuple):
 
     prep: Prepared
     error: ReplayMiss
+    #: refused for its age (`stale = "fail"` in a front end with no test end), not missing
+    stale: StaleUse | None = None
 
     def plan(self, hint: str | None = None) -> ReplayPlan:
-        return miss_plan(self.error, hint=hint)
+        if self.stale is None:
+            return miss_plan(self.error, hint=hint)
+        age = ((STALE_HEADER, f"{self.stale.age}d"),)
+        return miss_plan(self.error, hint=hint, code="hashreplay_stale", headers=age)
 
 
 class Record(NamedTuple):
@@ -106,6 +113,7 @@ class Recorded(NamedTuple):
 
     response: RecordedResponse
     path: Path
+    stale: StaleUse | None = None
 
 
 class Replayer:
@@ -158,12 +166,13 @@ class Replayer:
                 prep, seq.responses[index]
             ):
                 return None
-            if self._refresh(prep, seq.responses[index], seq.path):
+            stale = self._stale(prep, seq.responses[index], seq.path)
+            if stale is not None and self._refreshes(prep, stale):
                 return None
             seq.calls += 1
             tests.stats.replayed += 1
             tests.use(prep.test_id, seq.path)
-        return Recorded(seq.responses[index], seq.path)
+        return Recorded(seq.responses[index], seq.path, stale)
 
     def _repeat(self, prep: Prepared) -> Repeat:
         state = self.tests.get(prep.test_id)
@@ -178,25 +187,32 @@ class Replayer:
             return True
         return self.answers_only and is_no_response(prep.request, response)
 
-    def _refresh(self, prep: Prepared, response: RecordedResponse, path: Path) -> bool:
-        """Whether a response older than the test's `max_age` is recorded again (`stale =
-        "refresh"` in record-if-missing); else a stale one is noted for the test's report
-        (callers hold the lock). Responses without a day have no age."""
+    def _stale(self, prep: Prepared, response: RecordedResponse, path: Path) -> StaleUse | None:
+        """The one decision on a recording's age (docs/recordings.md, "Age"): None when the
+        response is within the test's `max_age` (or has no day, so no age), else how old it
+        is and the test's `stale` policy (callers hold the lock)."""
         state = self.tests.get(prep.test_id)
         options = state.options if state is not None else None
         max_age = (options.max_age if options is not None else None) or self.max_age
         if max_age is None or response.recorded_on is None:
-            return False
+            return None
         age = age_in_days(response.recorded_on, self.today())
         if age is None or age <= max_age.days:
-            return False
+            return None
         policy = (options.stale if options is not None else None) or self.stale
-        if policy is Stale.REFRESH and prep.mode is Mode.RECORD_IF_MISSING:
+        return StaleUse(path, response.recorded_on, age, max_age, policy)
+
+    def _refreshes(self, prep: Prepared, stale: StaleUse) -> bool:
+        """Whether a stale response is recorded again (`stale = "refresh"` in
+        record-if-missing); else it is noted for the test's report (the oldest of each file;
+        callers hold the lock)."""
+        if stale.policy is Stale.REFRESH and prep.mode is Mode.RECORD_IF_MISSING:
             return True
+        state = self.tests.get(prep.test_id)
         if state is not None:
-            kept = state.stale.get(path)
-            if kept is None or age > kept.age:
-                state.stale[path] = StaleUse(path, response.recorded_on, age, max_age)
+            kept = state.stale.get(stale.path)
+            if kept is None or stale.age > kept.age:
+                state.stale[stale.path] = stale
         return False
 
     def _recorded_model_list(self, prep: Prepared) -> Recorded | None:
@@ -210,11 +226,12 @@ class Replayer:
         newest = newest_model_list(list(zip(paths, responses, strict=True)))
         with self.tests.lock:
             # a shared list ages like a test's own recording, dated by its newest file
-            if self._refresh(prep, responses[newest], paths[newest]):
+            stale = self._stale(prep, responses[newest], paths[newest])
+            if stale is not None and self._refreshes(prep, stale):
                 return None
             self.stats.replayed += 1
             self.tests.use(prep.test_id, *paths)
-        return Recorded(merged, paths[0])
+        return Recorded(merged, paths[0], stale)
 
     def miss(
         self,
@@ -252,7 +269,7 @@ class Replayer:
         fault: FaultSpec | None,
     ) -> Replay | Miss:
         """A recorded response with templates filled, and the test's pace and fault."""
-        response, path = found
+        response, path, stale = found
         try:
             response = templated(response, lambda: self._layout(prep, request), path)
         except RecordingError as problem:
@@ -266,8 +283,8 @@ class Replayer:
         if unpaced is not None:
             return Miss(prep, self.failure(prep, unpaced))
         if pace.instant and fault is None:
-            return Replay(prep, response, path)
-        return Replay(prep, response, path, Scenario(pace=pace, fault=fault))
+            return Replay(prep, response, path, stale=stale)
+        return Replay(prep, response, path, Scenario(pace=pace, fault=fault), stale)
 
     def _layout(self, prep: Prepared, request: IncomingRequest | None) -> dict[str, Any]:
         """The live request in the stored layout, redacted but not normalised: what

@@ -28,7 +28,7 @@ from hashreplay.core.errors import (
 )
 from hashreplay.core.format import RecordedRequest
 from hashreplay.core.keys import current_test_id, in_call
-from hashreplay.core.modes import MaxAge, Pace, RecordFailures, today
+from hashreplay.core.modes import MaxAge, Pace, RecordFailures, Stale, today
 from hashreplay.core.network import placeholder_keys, placeholder_refusal
 from hashreplay.core.normalise import KEPT_RESPONSE_HEADERS
 from hashreplay.core.paths import RecordingsDirOutside
@@ -59,7 +59,7 @@ from hashreplay.engine.scenarios import (
     fault_for,
     fault_response,
 )
-from hashreplay.engine.state import Stats, StoreView, Tests
+from hashreplay.engine.state import StaleUse, Stats, StoreView, Tests
 
 if TYPE_CHECKING:
     from hashreplay.engine.drift import DriftCheck
@@ -114,6 +114,10 @@ class Session(TestBook):
         #: keyless replay's placeholder keys: never sent to a live upstream
         self._placeholders = placeholder_keys(config.replay_env)
         self.drift: DriftCheck | None = None  # a drift run's check (docs/design.md §15)
+        #: a front end that never sees a test end (the proxy, `install()`): a recording
+        #: refused by `stale = "fail"` fails its request, as a miss does, since no test end
+        #: would fail the test (docs/server.md, "Stale recordings")
+        self.per_request = False
 
     @property
     def recorder(self) -> Recorder:
@@ -211,6 +215,9 @@ class Session(TestBook):
         except RecordingError as unusable:
             return Miss(prep, self.miss(prep, unusable, request))
         if found is not None:
+            stale = found.stale
+            if self.per_request and stale is not None and stale.policy is Stale.FAIL:
+                return Miss(prep, self.stale_failure(prep, stale), stale)
             return self.replayer.replay(prep, found, request, fault)
         if fault is not None:
             if prep.mode.may_record:
@@ -289,6 +296,20 @@ class Session(TestBook):
         if isinstance(problem, RecordingsDirOutside):  # no file to name: the directory's fault
             return self.replayer.failure(prep, str(problem))
         return self.replayer.miss(prep, problem, request)
+
+    def stale_failure(self, prep: Prepared, stale: StaleUse) -> ReplayMiss:
+        """Note the failure of a request answered by a recording `stale = "fail"` refuses,
+        naming the file and its age, and return it."""
+        problem = (
+            f"its recording is older than max_age: {stale.describe(self.config.root)}, and "
+            'stale = "fail" refuses it; to renew it, make this request in record-if-missing '
+            'mode with stale = "refresh" (or record it again in record mode)'
+        )
+        with self.tests.lock:  # a fail is reported here, never again as a warning
+            state = self.tests.get(prep.test_id)
+            if state is not None:
+                state.stale.pop(stale.path, None)
+        return self.replayer.failure(prep, problem)
 
     # --- record ---------------------------------------------------------------------------
 

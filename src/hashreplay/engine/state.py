@@ -33,7 +33,7 @@ from hashreplay.core.files import awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.format import RecordedRequest, RecordedResponse, Recording
 from hashreplay.core.keys import model_list_name_prefix, recording_name
 from hashreplay.core.matching import MatchRule, RuleIndex
-from hashreplay.core.modes import MaxAge, Mode
+from hashreplay.core.modes import MaxAge, Mode, Stale
 from hashreplay.core.normalise import IdRegistry, new_id_registry
 from hashreplay.core.store import Found, Store
 from hashreplay.core.writer import BackgroundWriter, Content
@@ -110,6 +110,18 @@ class StaleUse(NamedTuple):
     #: days since `recorded_on`
     age: int
     max_age: MaxAge
+    #: what the test's `stale` setting does with it (the marker's, else the config's)
+    policy: Stale = Stale.WARN
+
+    def describe(self, root: Path) -> str:
+        """`<file>: recorded on <day>, <n> days ago (max_age <age>)`, the file relative to
+        `root` when inside it."""
+        try:
+            shown: Path | str = self.path.relative_to(root)
+        except ValueError:
+            shown = self.path
+        age = f"{self.age} days ago (max_age {self.max_age})"
+        return f"{shown}: recorded on {self.recorded_on}, {age}"
 
 
 class Call(NamedTuple):
