@@ -66,6 +66,7 @@ class LiveExchange:
         "exception",
         "head_at",
         "headers",
+        "recorded_on",
         "started",
         "status",
     )
@@ -82,6 +83,7 @@ class LiveExchange:
         started: float | None = None,
         head_at: float | None = None,
         chunk_at: list[float] | None = None,
+        recorded_on: str | None = None,
     ) -> None:
         self.status = status
         self.headers = headers
@@ -94,6 +96,9 @@ class LiveExchange:
         self.started = started
         self.head_at = head_at
         self.chunk_at: list[float] = [] if chunk_at is None else chunk_at
+        #: the UTC day it was recorded when it was not just now (an imported exchange's,
+        #: docs/recordings.md "Age"); None: the recorder's today
+        self.recorded_on = recorded_on
 
     @property
     def answered(self) -> bool:
