@@ -304,7 +304,10 @@ def test_a_bad_today_is_a_usage_error(
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*HASHREPLAY_TODAY: expected a day written YYYY-MM-DD, found '10/01/2025'"]
+        [
+            "*HASHREPLAY_TODAY: expected a day written YYYY-MM-DD, found '10/01/2025'; set it "
+            "to a day such as 2025-06-01, or unset it to use today's UTC date"
+        ]
     )
 
 
@@ -431,3 +434,13 @@ def test_refresh_rerecords_a_stale_shared_model_list_and_renews_only_its_day(
     result = pytester.runpytest("--inference-mode=record-if-missing")
     result.stdout.fnmatch_lines(["hashreplay: 1 replayed, 0 recorded, 0 missed *"])
     assert len(upstream.calls) == calls + 1
+
+
+def test_a_bad_today_is_a_usage_error_of_the_cli_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HASHREPLAY_TODAY", "2025-02-30")
+    assert main(["status", "--root", str(tmp_path), "--older-than", "90d"]) == 2
+    err = capsys.readouterr().err
+    assert "HASHREPLAY_TODAY: expected a day written YYYY-MM-DD, found '2025-02-30'" in err
+    assert "or unset it to use today's UTC date" in err
