@@ -142,13 +142,14 @@ class TestBook:
             return policy, sorted(state.stale.values(), key=lambda u: (-u.age, str(u.path)))
 
     def take_stale(self, test_id: str | None) -> list[StaleUse]:
-        """For front ends with no test end: the stale recordings a test used since the last
-        call (each listed once), oldest first."""
+        """For front ends with no test end: the stale recordings a test replayed since the
+        last call (each listed once; a "fail" failed its request instead), oldest first."""
         with self.tests.lock:
             state = self.tests.get(test_id)
             if state is None or not state.stale:
                 return []
             used, state.stale = list(state.stale.values()), {}
+        used = [u for u in used if u.policy is not Stale.FAIL]
         return sorted(used, key=lambda u: (-u.age, str(u.path)))
 
     def wait_hanging(self, test_id: str | None, timeout: float | None) -> None:

@@ -59,7 +59,7 @@ from hashreplay.engine.scenarios import (
     fault_for,
     fault_response,
 )
-from hashreplay.engine.state import StaleUse, Stats, StoreView, Tests
+from hashreplay.engine.state import Stats, StoreView, Tests
 
 if TYPE_CHECKING:
     from hashreplay.engine.drift import DriftCheck
@@ -217,7 +217,8 @@ class Session(TestBook):
         if found is not None:
             stale = found.stale
             if self.per_request and stale is not None and stale.policy is Stale.FAIL:
-                return Miss(prep, self.stale_failure(prep, stale), stale)
+                refused = self.replayer.failure(prep, stale.refusal(self.config.root))
+                return Miss(prep, refused, stale)
             return self.replayer.replay(prep, found, request, fault)
         if fault is not None:
             if prep.mode.may_record:
@@ -296,20 +297,6 @@ class Session(TestBook):
         if isinstance(problem, RecordingsDirOutside):  # no file to name: the directory's fault
             return self.replayer.failure(prep, str(problem))
         return self.replayer.miss(prep, problem, request)
-
-    def stale_failure(self, prep: Prepared, stale: StaleUse) -> ReplayMiss:
-        """Note the failure of a request answered by a recording `stale = "fail"` refuses,
-        naming the file and its age, and return it."""
-        problem = (
-            f"its recording is older than max_age: {stale.describe(self.config.root)}, and "
-            'stale = "fail" refuses it; to renew it, make this request in record-if-missing '
-            'mode with stale = "refresh" (or record it again in record mode)'
-        )
-        with self.tests.lock:  # a fail is reported here, never again as a warning
-            state = self.tests.get(prep.test_id)
-            if state is not None:
-                state.stale.pop(stale.path, None)
-        return self.replayer.failure(prep, problem)
 
     # --- record ---------------------------------------------------------------------------
 

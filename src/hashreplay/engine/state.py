@@ -123,6 +123,15 @@ class StaleUse(NamedTuple):
         age = f"{self.age} days ago (max_age {self.max_age})"
         return f"{shown}: recorded on {self.recorded_on}, {age}"
 
+    def refusal(self, root: Path) -> str:
+        """Why `stale = "fail"` refuses it where no test end would fail the test (the
+        proxy, `install()`): the failure its request gets."""
+        return (
+            f"its recording is older than max_age: {self.describe(root)}, and "
+            'stale = "fail" refuses it; to renew it, make this request in record-if-missing '
+            'mode with stale = "refresh" (or record it again in record mode)'
+        )
+
 
 class Call(NamedTuple):
     """One exchange of a test, as the `hashreplay` fixture's `calls` lists it."""

@@ -117,15 +117,7 @@ class Forwarder:
         incoming = IncomingRequest(request.method, request.url, request.headers, request.body)
         decision = session.decide(incoming, test_id=request.test_id)
         if isinstance(decision, Replay):
-            plan = decision.plan()
-            if decision.stale is not None:  # replayed with a warning: a log line and header
-                logger.warning(
-                    "hashreplay: %s: replayed a recording older than max_age: %s",
-                    decision.prep.shown_test_id,
-                    decision.stale.describe(session.config.root),
-                )
-                age = (STALE_HEADER, f"{decision.stale.age}d")
-                plan = plan._replace(headers=[*plan.headers, age])
+            plan = decision.plan() if decision.stale is None else _stale(session, decision)
             if plan.hang is not None:
                 await _hang(plan, receive)  # no answer: the client gives up (or the run ends)
                 return
@@ -144,11 +136,10 @@ class Forwarder:
             # The client gets the report now; nothing (no pytest) would collect it later.
             session.take_misses(decision.prep.test_id)
             logger.warning("%s", decision.error.report)
+            hint = MISS_HINT.format(mode=decision.prep.mode.value)
             if decision.stale is not None:
                 hint = STALE_HINT
                 self.counters.error("stale")
-            else:
-                hint = MISS_HINT.format(mode=decision.prep.mode.value)
             await self._answer(request, decision.plan(hint), reply)
         elif isinstance(decision, Record):
             prep = decision.prep
@@ -414,3 +405,18 @@ async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
         if message.get("type") == "http.disconnect":
             gone.set()
             return
+
+
+def _stale(session: Session, decision: Replay) -> ReplayPlan:
+    """The plan of a replay whose recording is older than `max_age` under `stale = "warn"`
+    (the engine's decision, docs/server.md "Stale recordings"): a log line, and the age in
+    the `x-hashreplay-stale` header."""
+    assert decision.stale is not None
+    root = session.config.root
+    logger.warning(
+        "hashreplay: %s: replayed a recording older than max_age: %s",
+        decision.prep.shown_test_id,
+        decision.stale.describe(root),
+    )
+    plan = decision.plan()
+    return plan._replace(headers=[*plan.headers, (STALE_HEADER, f"{decision.stale.age}d")])
