@@ -134,6 +134,7 @@ NO_HTTP_STATUS = {"network_guard": "it sees sockets no adapter handled, never an
 
 STATUS_SUITE = """
 import os
+import socket
 
 URL = os.environ["FAKE_URL"]
 EXPECTED = os.environ["EXPECTED_SOURCE"]
@@ -148,6 +149,17 @@ def test_statuses(hashreplay):
         ("/v1/chat/completions", 200, EXPECTED),
         ("/v1/embeddings", 429, EXPECTED),
     ]
+    if EXPECTED != "replayed":  # no answer at all: no status (nothing to replay it from)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            dead = s.getsockname()[1]
+        try:
+            send(f"http://127.0.0.1:{{dead}}/v1/dead", {{"input": "x"}})
+        except Exception:
+            pass
+        else:
+            raise AssertionError("a closed port answered")
+        assert hashreplay.calls[-1][1:] == ("/v1/dead", {{"input": "x"}}, None, "live")
     print("STATUSES OK", EXPECTED)
 """
 
@@ -190,3 +202,22 @@ def test_every_adapter_reports_the_live_status_of_live_and_recorded_calls(
             result = pytester.runpytest(f"--inference-mode={mode}", "-s")
             result.assert_outcomes(passed=1)
             result.stdout.fnmatch_lines([f"*STATUSES OK {expected}*"])
+
+
+def test_a_drift_run_lists_each_call_as_live_with_its_status(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("INFERENCE_MODE", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-drift-calls-0123456789")  # a drift run needs keys
+    pytester.makepyprojecttoml(PYPROJECT)
+    pytester.makepyfile(test_suite=SUITE)
+    with FakeUpstream() as upstream:
+        monkeypatch.setenv("FAKE_URL", upstream.url)
+        upstream.script("POST", "/v1/embeddings", Scripted(status=429))
+        monkeypatch.setenv("EXPECTED_SOURCE", "recorded")
+        pytester.runpytest("--inference-mode=record-if-missing").assert_outcomes(passed=2)
+        upstream.script("POST", "/v1/embeddings", Scripted(status=429))
+        monkeypatch.setenv("EXPECTED_SOURCE", "live")
+        result = pytester.runpytest("--hashreplay-drift", "-s")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*CALLS OK live*"])
