@@ -58,6 +58,7 @@ def install() -> Session:
             return active
         config = load_config()
         session = Session(config)
+        session.per_request = True  # no test ends here: a stale "fail" fails its request
         adapters.activate(session)
         placeholders = Placeholders(config)
         placeholders.apply(config.mode)  # keyless replay for the server's own SDK clients
@@ -125,6 +126,12 @@ def leave_request(session: Session | None, test_id: str | None) -> None:
         return
     for miss in session.take_misses(test_id):
         logger.warning("%s", miss.report)
+    for stale in session.take_stale(test_id):  # `stale = "warn"` (a "fail" was a miss)
+        logger.warning(
+            "hashreplay: %s: replayed a recording older than max_age: %s",
+            test_id,
+            stale.describe(session.config.root),
+        )
 
 
 def header_text(raw: bytes) -> str | None:

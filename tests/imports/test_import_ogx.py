@@ -328,3 +328,12 @@ def test_a_recorded_base_exception_is_not_imported(
     assert "replay never raises it; not imported" in err
     assert "0 imported from 1 files" in out
     assert not list(root.rglob("*.json"))
+
+
+def test_ogx_recordings_carry_no_day_since_ogx_keeps_none(imported: Path) -> None:
+    """OGX stores no date (its `created_at` values are normalised to the epoch): imported
+    answers have no age (docs/recordings.md, "Age"), rather than the day of the import."""
+    for path in imported.rglob("*.json"):
+        data = json.loads(path.read_text())
+        for response in [data["response"], *data.get("later_responses", [])]:
+            assert "recorded_on" not in response, path

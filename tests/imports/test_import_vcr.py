@@ -289,3 +289,103 @@ def test_dry_run_and_a_missing_path(tmp_path: Path, capsys: pytest.CaptureFixtur
     code, _, err = run(capsys, "--root", str(tmp_path), str(tmp_path / "nope.yaml"))
     assert code == 1
     assert "no such file or directory" in err
+
+
+# --- the recorded day (docs/recordings.md, "Age") ------------------------------------------
+
+
+def dated(recorded_at: Any, text: str = "hey") -> dict[str, Any]:
+    item = interaction(
+        request_body=json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]})
+    )
+    item["recorded_at"] = recorded_at
+    return item
+
+
+def test_recorded_at_becomes_each_responses_day_and_a_reimport_keeps_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HASHREPLAY_TODAY", "2026-03-01")  # never the import's day
+    path = cassette(
+        tmp_path / "tests/cassettes/test_app/test_chat.yaml",
+        dated("Tue, 01 Nov 2011 04:58:44 GMT", "one"),  # Ruby VCR's form
+        dated("2024-12-31T23:30:00-02:00", "two"),  # ISO 8601: the UTC day is the next
+        dated("2025-02-03", "three"),
+        dated("PLACEHOLDER", "four"),
+        dated(None, "five"),  # absent: no day
+    )
+    # unquoted, YAML loads a timestamp as a datetime
+    text = path.read_text()
+    assert "recorded_at: PLACEHOLDER" in text
+    path.write_text(text.replace("PLACEHOLDER", "2025-06-07 10:00:00"))
+    code, _, err = run(capsys, "--root", str(tmp_path), str(tmp_path / "tests"))
+    assert code == 0, err
+    # vcrpy matches on method and URI: one sequence of five, each response with its day
+    (stored,) = recordings(tmp_path)
+    responses = [stored["response"], *stored["later_responses"]]
+    assert [r.get("recorded_on") for r in responses] == [
+        "2011-11-01",
+        "2025-01-01",
+        "2025-02-03",
+        "2025-06-07",
+        None,
+    ]
+    before = {p: p.read_bytes() for p in tmp_path.rglob("recordings/*.json")}
+
+    # the cassette dated again (re-saved by another tool): the answers are the same, so
+    # the file is left as it is, days included
+    path.write_text(path.read_text().replace("2025-02-03", "2025-09-09"))
+    code, out, err = run(capsys, "--root", str(tmp_path), str(tmp_path / "tests"))
+    assert code == 0, err
+    assert "(0 new, 1 unchanged, 0 overwritten, 0 kept)" in out
+    assert {p: p.read_bytes() for p in tmp_path.rglob("recordings/*.json")} == before
+    # --overwrite takes the source's days
+    code, out, err = run(capsys, "--overwrite", "--root", str(tmp_path), str(tmp_path / "tests"))
+    assert code == 0, err
+    assert "(0 new, 0 unchanged, 1 overwritten, 0 kept)" in out
+    (stored,) = recordings(tmp_path)
+    assert stored["later_responses"][1]["recorded_on"] == "2025-09-09"
+
+
+def test_an_undated_cassette_imports_with_no_day_on_any_day(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = cassette(tmp_path / "tests/cassettes/test_app/test_chat.yaml", interaction())
+    monkeypatch.setenv("HASHREPLAY_TODAY", "2026-03-01")
+    assert run(capsys, "--root", str(tmp_path), str(tmp_path / "tests"))[0] == 0
+    (stored,) = recordings(tmp_path)
+    assert "recorded_on" not in stored["response"]  # no age: neither today nor the mtime
+    before = [p.read_bytes() for p in tmp_path.rglob("recordings/*.json")]
+    source.touch()
+    monkeypatch.setenv("HASHREPLAY_TODAY", "2026-09-01")
+    code, out, _ = run(capsys, "--root", str(tmp_path), str(tmp_path / "tests"))
+    assert code == 0
+    assert "(0 new, 1 unchanged, 0 overwritten, 0 kept)" in out
+    assert [p.read_bytes() for p in tmp_path.rglob("recordings/*.json")] == before
+    code, out, _ = run_status(capsys, tmp_path)
+    assert out.splitlines()[-1] == (
+        "0 of 1 recording(s) older than 1d (today 2026-09-01); 1 response(s) have no "
+        "recorded day (recorded before days were kept)"
+    )
+
+
+def run_status(capsys: pytest.CaptureFixture[str], root: Path) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(["status", "--root", str(root), "--older-than", "1d"])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("value", ["yesterday", "", 20250101, "2025-13-01"])
+def test_a_recorded_at_that_is_not_a_date_skips_its_cassette_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: object
+) -> None:
+    cassette(tmp_path / "tests/cassettes/test_app/test_chat.yaml", dated(value))
+    code, _, err = run(capsys, "--root", str(tmp_path), str(tmp_path / "tests"))
+    assert code == 1
+    assert (
+        f"interaction 1 is unreadable: ValueError: recorded_at {value!r} is not a date "
+        "(expected an HTTP date like 'Tue, 01 Nov 2011 04:58:44 GMT' or ISO 8601 like "
+        "'2011-11-01T04:58:44Z')"
+    ) in err
+    assert recordings(tmp_path) == []

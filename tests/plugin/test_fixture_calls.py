@@ -39,10 +39,7 @@ def test_calls(hashreplay):
     first, second = calls
     assert first.body["messages"][0]["content"] == "hi"
     assert second.body == {"model": "e", "input": "x"}
-    if EXPECTED == "live":  # a live call's status is the client's to see
-        assert [c.status for c in calls] == [None, None]
-    else:
-        assert [c.status for c in calls] == [200, 429]
+    assert [c.status for c in calls] == [200, 429]  # live calls' too
     print("CALLS OK", EXPECTED)
 
 
@@ -72,3 +69,155 @@ def test_calls_lists_the_tests_exchanges_in_order_in_every_mode(
         result = pytester.runpytest(f"--inference-mode={mode}", "-s")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([f"*CALLS OK {expected}*"])
+
+
+# --- every adapter reports the live status (docs/scenarios.md, "The test's calls") ---------
+
+#: Per registered adapter, the clients it intercepts: each a `send(url, body)` that posts
+#: JSON and returns the status its client saw.
+CLIENTS: dict[str, dict[str, str]] = {
+    "httpx": {
+        "httpx": """
+import httpx
+def send(url, body):
+    with httpx.Client() as c:
+        return c.post(url, json=body).status_code
+""",
+        "httpx2 async": """
+import asyncio, httpx2
+def send(url, body):
+    async def go():
+        async with httpx2.AsyncClient() as c:
+            return (await c.post(url, json=body)).status_code
+    return asyncio.run(go())
+""",
+    },
+    "aiohttp": {
+        "aiohttp": """
+import asyncio, aiohttp
+def send(url, body):
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url, json=body) as r:
+                await r.read()
+                return r.status
+    return asyncio.run(go())
+""",
+    },
+    "urllib3": {
+        "requests": """
+import requests
+def send(url, body):
+    return requests.post(url, json=body, timeout=10).status_code
+""",
+    },
+    "stdlib": {
+        "urllib.request": """
+import json, urllib.error, urllib.request
+def send(url, body):
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            r.read()
+            return r.status
+    except urllib.error.HTTPError as e:
+        e.read()
+        return e.code
+""",
+    },
+}
+
+#: Registered adapters that never pass an HTTP answer on, and why.
+NO_HTTP_STATUS = {"network_guard": "it sees sockets no adapter handled, never an HTTP answer"}
+
+STATUS_SUITE = """
+import os
+import socket
+
+URL = os.environ["FAKE_URL"]
+EXPECTED = os.environ["EXPECTED_SOURCE"]
+
+{client}
+
+def test_statuses(hashreplay):
+    chat = {{"model": "gpt-fake-1", "messages": [{{"role": "user", "content": "hi"}}]}}
+    seen = [send(URL + "/v1/chat/completions", chat), send(URL + "/v1/embeddings", {{"input": "x"}})]
+    assert seen == [200, 429]
+    assert [(c.endpoint, c.status, c.source) for c in hashreplay.calls] == [
+        ("/v1/chat/completions", 200, EXPECTED),
+        ("/v1/embeddings", 429, EXPECTED),
+    ]
+    if EXPECTED != "replayed":  # no answer at all: no status (nothing to replay it from)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            dead = s.getsockname()[1]
+        try:
+            send(f"http://127.0.0.1:{{dead}}/v1/dead", {{"input": "x"}})
+        except Exception:
+            pass
+        else:
+            raise AssertionError("a closed port answered")
+        assert hashreplay.calls[-1][1:] == ("/v1/dead", {{"input": "x"}}, None, "live")
+    print("STATUSES OK", EXPECTED)
+"""
+
+
+def _registered_clients() -> list[tuple[str, str]]:
+    from hashreplay.adapters import ADAPTERS
+
+    return [
+        (entry.module, client)
+        for entry in ADAPTERS
+        if entry.module not in NO_HTTP_STATUS
+        for client in CLIENTS.get(entry.module, {"<no client in CLIENTS>": ""})
+    ]
+
+
+def test_every_registered_adapter_has_a_client_here_or_says_why_not() -> None:
+    from hashreplay.adapters import ADAPTERS
+
+    modules = {entry.module for entry in ADAPTERS}
+    assert modules == set(CLIENTS) | set(NO_HTTP_STATUS)
+
+
+@pytest.mark.parametrize(("adapter", "client"), _registered_clients())
+def test_every_adapter_reports_the_live_status_of_live_and_recorded_calls(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, adapter: str, client: str
+) -> None:
+    code = CLIENTS[adapter][client]  # a KeyError: add the adapter's clients to CLIENTS
+    monkeypatch.delenv("INFERENCE_MODE", raising=False)
+    pytester.makepyprojecttoml(PYPROJECT)
+    pytester.makepyfile(test_suite=STATUS_SUITE.format(client=code))
+    with FakeUpstream() as upstream:
+        monkeypatch.setenv("FAKE_URL", upstream.url)
+        for mode, expected in [
+            ("live", "live"),
+            ("record-if-missing", "recorded"),
+            ("replay", "replayed"),
+        ]:
+            upstream.script("POST", "/v1/embeddings", Scripted(status=429))
+            monkeypatch.setenv("EXPECTED_SOURCE", expected)
+            result = pytester.runpytest(f"--inference-mode={mode}", "-s")
+            result.assert_outcomes(passed=1)
+            result.stdout.fnmatch_lines([f"*STATUSES OK {expected}*"])
+
+
+def test_a_drift_run_lists_each_call_as_live_with_its_status(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("INFERENCE_MODE", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-drift-calls-0123456789")  # a drift run needs keys
+    pytester.makepyprojecttoml(PYPROJECT)
+    pytester.makepyfile(test_suite=SUITE)
+    with FakeUpstream() as upstream:
+        monkeypatch.setenv("FAKE_URL", upstream.url)
+        upstream.script("POST", "/v1/embeddings", Scripted(status=429))
+        monkeypatch.setenv("EXPECTED_SOURCE", "recorded")
+        pytester.runpytest("--inference-mode=record-if-missing").assert_outcomes(passed=2)
+        upstream.script("POST", "/v1/embeddings", Scripted(status=429))
+        monkeypatch.setenv("EXPECTED_SOURCE", "live")
+        result = pytester.runpytest("--hashreplay-drift", "-s")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*CALLS OK live*"])

@@ -304,7 +304,10 @@ def test_a_bad_today_is_a_usage_error(
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*HASHREPLAY_TODAY: expected a day written YYYY-MM-DD, found '10/01/2025'"]
+        [
+            "*HASHREPLAY_TODAY: expected a day written YYYY-MM-DD, found '10/01/2025'; set it "
+            "to a day such as 2025-06-01, or unset it to use today's UTC date"
+        ]
     )
 
 
@@ -321,3 +324,123 @@ def test_a_damaged_day_in_a_file_is_named_by_its_field() -> None:
     assert str(caught.value) == (
         "response.recorded_on: expected a day written YYYY-MM-DD, found '2025-13-01'"
     )
+
+
+# --- shared model lists age like a test's own recordings -----------------------------------
+
+MODELS_SUITE = """
+import os
+import httpx2
+
+URL = os.environ["FAKE_URL"]
+
+
+def test_models():
+    with httpx2.Client() as c:
+        r = c.get(URL + "/v1/models")
+        assert r.status_code == 200
+        print("MODELS", sorted(m["id"] for m in r.json()["data"]))
+"""
+
+
+def model_lists(root: Path) -> dict[str, dict[str, object]]:
+    return {p.name: json.loads(p.read_text()) for p in sorted(root.rglob("models-*.json"))}
+
+
+def models_recorded(pytester: pytest.Pytester, mp: pytest.MonkeyPatch, extra: str) -> Path:
+    pytester.makepyprojecttoml(PYPROJECT.format(extra=extra))
+    (pytester.path / "suite").mkdir(exist_ok=True)
+    (pytester.path / "suite" / "test_models.py").write_text(MODELS_SUITE)
+    mp.setenv("HASHREPLAY_TODAY", DAY1)
+    pytester.runpytest("--inference-mode=record").assert_outcomes(passed=1)
+    lists = model_lists(pytester.path)
+    assert len(lists) == 1
+    assert [data["response"]["recorded_on"] for data in lists.values()] == [DAY1]  # type: ignore[index]
+    return pytester.path
+
+
+def test_a_stale_shared_model_list_warns_and_fails_naming_its_file_and_age(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, upstream: FakeUpstream
+) -> None:
+    root = models_recorded(pytester, monkeypatch, 'max_age = "90d"')
+    (name,) = model_lists(root)
+    monkeypatch.setenv("HASHREPLAY_TODAY", "2025-05-01")  # 111 days
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "hashreplay: 1 recording(s) older than max_age used:",
+            f"  */{name}: recorded on 2025-01-10, 111 days ago (max_age 90d), used by "
+            "suite/test_models.py::test_models",
+        ]
+    )
+    pytester.makepyprojecttoml(PYPROJECT.format(extra='max_age = "90d"\nstale = "fail"'))
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*hashreplay: suite/test_models.py::test_models used 1 recording(s) older than "
+            'max_age 90d (stale = "fail")',
+            f"*  */{name}: recorded on 2025-01-10, 111 days ago (max_age 90d)*",
+        ]
+    )
+
+
+def test_status_older_than_dates_a_shared_model_list_by_its_newest_file(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    upstream: FakeUpstream,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = models_recorded(pytester, monkeypatch, "")
+    (old,) = model_lists(root)
+    monkeypatch.setenv("HASHREPLAY_TODAY", "2025-05-01")
+    capsys.readouterr()
+    assert main(["status", "--root", str(root), "--older-than", "90d"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split("\t")[:3] == ["111d", DAY1, "(shared model list)"]
+    assert lines[0].endswith(old)
+    assert lines[1] == "1 of 1 recording(s) older than 90d (today 2025-05-01)"
+
+    # the endpoint answers another model set later: a second file; the list is that fresh
+    upstream.models = [*upstream.models, "gpt-fake-new"]
+    pytester.runpytest("--inference-mode=record").assert_outcomes(passed=1)
+    assert len(model_lists(root)) == 2
+    capsys.readouterr()
+    assert main(["status", "--root", str(root), "--older-than", "90d"]) == 0
+    assert capsys.readouterr().out == "0 of 2 recording(s) older than 90d (today 2025-05-01)\n"
+    pytester.makepyprojecttoml(PYPROJECT.format(extra='max_age = "90d"\nstale = "fail"'))
+    pytester.runpytest().assert_outcomes(passed=1)  # nor does replay call it stale
+
+
+def test_refresh_rerecords_a_stale_shared_model_list_and_renews_only_its_day(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, upstream: FakeUpstream
+) -> None:
+    root = models_recorded(pytester, monkeypatch, 'max_age = "90d"\nstale = "refresh"')
+    before = model_lists(root)
+    monkeypatch.setenv("HASHREPLAY_TODAY", "2025-06-01")
+    calls = len(upstream.calls)
+    result = pytester.runpytest("--inference-mode=record-if-missing")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["hashreplay: 0 replayed, 1 recorded, 0 missed *"])
+    assert len(upstream.calls) == calls + 1
+    after = model_lists(root)
+    assert list(after) == list(before)  # the same set: the same file, only its day renewed
+    for name, data in after.items():
+        assert data["response"]["recorded_on"] == "2025-06-01"  # type: ignore[index]
+        data["response"]["recorded_on"] = DAY1  # type: ignore[index]
+        assert data == before[name]
+    # fresh now: replayed, no call
+    result = pytester.runpytest("--inference-mode=record-if-missing")
+    result.stdout.fnmatch_lines(["hashreplay: 1 replayed, 0 recorded, 0 missed *"])
+    assert len(upstream.calls) == calls + 1
+
+
+def test_a_bad_today_is_a_usage_error_of_the_cli_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HASHREPLAY_TODAY", "2025-02-30")
+    assert main(["status", "--root", str(tmp_path), "--older-than", "90d"]) == 2
+    err = capsys.readouterr().err
+    assert "HASHREPLAY_TODAY: expected a day written YYYY-MM-DD, found '2025-02-30'" in err
+    assert "or unset it to use today's UTC date" in err

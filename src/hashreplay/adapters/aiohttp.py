@@ -199,7 +199,9 @@ async def _handle(
             req.headers[name] = value
     if not isinstance(decision, Record):
         with adapter_io():
-            return await handler(req)
+            passed = await handler(req)
+        session.live_status(decision, passed.status)
+        return passed
     started = time.monotonic()
     try:
         with adapter_io():

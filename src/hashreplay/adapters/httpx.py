@@ -168,7 +168,9 @@ def _handle_sync(
         _add_headers(request, decision)
     with adapter_io():
         if not isinstance(decision, Record):
-            return original(self, request)
+            response = original(self, request)
+            session.live_status(decision, response.status_code)
+            return response
         started = time.monotonic()
         try:
             response = original(self, request)
@@ -194,7 +196,9 @@ async def _handle_async(
         _add_headers(request, decision)
     with adapter_io():
         if not isinstance(decision, Record):
-            return await original(self, request)
+            response = await original(self, request)
+            session.live_status(decision, response.status_code)
+            return response
         started = time.monotonic()
         try:
             response = await original(self, request)

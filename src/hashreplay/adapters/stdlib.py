@@ -48,7 +48,7 @@ from hashreplay.engine.http import (
     ReplayPlan,
 )
 from hashreplay.engine.keys import Prepared
-from hashreplay.engine.replay import Miss, Passthrough, Record, Replay
+from hashreplay.engine.replay import Decision, Miss, Passthrough, Record, Replay
 from hashreplay.engine.session import Session
 
 _Conn = http.client.HTTPConnection
@@ -95,6 +95,7 @@ class _Request:
         "encode_chunked",
         "ended",
         "headers",
+        "live",
         "method",
         "plan",
         "prep",
@@ -117,6 +118,8 @@ class _Request:
         self.decided = False
         self.plan: ReplayPlan | None = None
         self.prep: Prepared | None = None
+        #: sent on unrecorded: the decision whose status is reported to the engine
+        self.live: Decision | None = None
         #: `time.monotonic()` when it was sent live
         self.started: float | None = None
 
@@ -188,7 +191,10 @@ def _getresponse(self: Any) -> Any:
     session = _state.active_session()
     with adapter_io():
         if request.prep is None or session is None:
-            return _originals["getresponse"](self)
+            response = _originals["getresponse"](self)
+            if session is not None and request.live is not None:
+                session.live_status(request.live, response.status)
+            return response
         try:
             response = _originals["getresponse"](self)
         except (OSError, http.client.HTTPException) as exc:
@@ -248,6 +254,8 @@ def _decide(conn: Any, request: _Request) -> None:
         request.headers.extend((k, (v,)) for k, v in decision.headers)
     if isinstance(decision, Record):
         request.prep = decision.prep
+    else:
+        request.live = decision
     request.started = time.monotonic()
     try:
         _send_live(conn, request)

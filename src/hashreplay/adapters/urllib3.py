@@ -194,7 +194,9 @@ def _handle(session: Session, original: Callable[..., Any], call: _Call) -> Any:
     if isinstance(decision, Passthrough):
         _add_headers(call, decision)
     if not isinstance(decision, Record):
-        return call.call(original)
+        passed = call.call(original)
+        session.live_status(decision, passed.status)
+        return passed
     preload = bool(call.get("preload_content", True))
     if preload:  # read below, once the body is watched
         call.kwargs["preload_content"] = False

@@ -18,7 +18,7 @@ from hashreplay.core.constants import MODE_ENV
 from hashreplay.core.conversation import Tokens, conversation, payloads, reply, response_tokens
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import RecordedResponse, recording_from_json
-from hashreplay.core.keys import hash_of_name
+from hashreplay.core.keys import hash_of_name, is_model_list_name
 from hashreplay.core.modes import MaxAge, age_in_days, today
 from hashreplay.engine.files import (
     Loaded,
@@ -29,6 +29,7 @@ from hashreplay.engine.files import (
     write_json,
 )
 from hashreplay.engine.files import verify as verify_file
+from hashreplay.engine.keys import newest_model_list
 from hashreplay.engine.rehash import apply_rekeys, plan_rekey
 
 # --- status ---------------------------------------------------------------------------------
@@ -116,7 +117,18 @@ def _older_than(run: Run, loaded: list[Loaded], limit: MaxAge) -> int:
     day = today()
     rows: list[tuple[int, str, str, str]] = []
     undated = 0
+    lists: dict[str, list[Loaded]] = {}  # a shared model list is dated by its newest file
     for item in loaded:
+        hash_hex = hash_of_name(item.path.name) if is_model_list_name(item.path.name) else None
+        if hash_hex is not None:
+            lists.setdefault(hash_hex, []).append(item)
+    older_sets: set[Path] = set()  # the model sets a newer file of the same list outdates
+    for group in lists.values():
+        newest = newest_model_list([(i.path, i.recording.response) for i in group])
+        older_sets.update(item.path for n, item in enumerate(group) if n != newest)
+    for item in loaded:
+        if item.path in older_sets:
+            continue
         ages = [
             (age, response.recorded_on or "")
             for response in item.recording.responses
@@ -125,7 +137,8 @@ def _older_than(run: Run, loaded: list[Loaded], limit: MaxAge) -> int:
         undated += len(item.recording.responses) - len(ages)
         oldest = max(ages, default=None)
         if oldest is not None and oldest[0] > limit.days:
-            test = item.recording.test_id or "(shared)"
+            shared = "(shared model list)" if is_model_list_name(item.path.name) else "(shared)"
+            test = item.recording.test_id or shared
             rows.append((oldest[0], oldest[1], test, run.show_path(item.path)))
     rows.sort(key=lambda row: (-row[0], row[3]))
     console = run.console

@@ -78,6 +78,9 @@ RERECORD_COMMAND: Final = "INFERENCE_MODE=record pytest {nodeid}"
 #: SDKs (`x-should-retry: false`) nor by plain clients (4xx other than 408/409/429).
 MISS_STATUS: Final = 404
 MISS_HEADER: Final = "x-hashreplay-miss"
+#: On an answer from a recording older than `max_age`, from a front end with no test end
+#: (the proxy): its age, `<days>d` (docs/server.md, "Stale recordings").
+STALE_HEADER: Final = "x-hashreplay-stale"
 
 #: The git diff driver that shows recordings as conversations (`hashreplay git-setup`), and
 #: the `.gitattributes` pattern that selects every per-suite and common recording.

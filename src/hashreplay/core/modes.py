@@ -213,15 +213,19 @@ def parse_day(value: str) -> datetime.date:
 
 
 def today(env: Mapping[str, str] | None = None) -> datetime.date:
-    """The UTC day it is: `HASHREPLAY_TODAY` when set (so tests of ages never depend on the
-    clock), else the system clock's. A ConfigError names a value that is not a day."""
+    """The UTC day it is: `HASHREPLAY_TODAY` when set (a supported setting: reproducible age
+    checks in CI, and tests of ages that never depend on the clock; docs/usage.md, "Age"),
+    else the system clock's. A ConfigError names a value that is not a day."""
     given = (os.environ if env is None else env).get(TODAY_ENV)
     if not given:
         return datetime.datetime.now(datetime.timezone.utc).date()
     try:
         return parse_day(given.strip())
     except ValueError as exc:
-        msg = f"{TODAY_ENV}: {exc}"
+        msg = (
+            f"{TODAY_ENV}: {exc}; set it to a day such as 2025-06-01, or unset it to use "
+            "today's UTC date"
+        )
         raise ConfigError(msg) from None
 
 

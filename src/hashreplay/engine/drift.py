@@ -27,7 +27,7 @@ from hashreplay.core.format import EndState, RecordedResponse
 from hashreplay.core.modes import Mode
 from hashreplay.core.network import placeholder_keys
 from hashreplay.engine.replay import FileIndex, unused
-from hashreplay.engine.state import StoreView, Tests, TestState, sequence_for
+from hashreplay.engine.state import Call, StoreView, Tests, TestState, sequence_for
 
 if TYPE_CHECKING:
     from hashreplay.core.config import Config
@@ -206,6 +206,11 @@ class DriftCheck:
         live = stored_response(outcome, session.redactor, _ALL_HEADERS, secrets=prep.secrets)
         endpoint = f"{prep.request.method} {prep.request.endpoint}"
         tests, view = session.tests, session.view
+        req = prep.request  # every call of a drift run is live (the fixture's `calls`)
+        with tests.lock:
+            tests.state(prep.test_id).calls.append(
+                Call(req.method, req.endpoint, req.body, live.status, "live")
+            )
         try:
             if prep.shared:
                 paths = view.model_list_paths(prep.hash, prep.test_id)

@@ -66,6 +66,7 @@ class LiveExchange:
         "exception",
         "head_at",
         "headers",
+        "recorded_on",
         "started",
         "status",
     )
@@ -82,6 +83,7 @@ class LiveExchange:
         started: float | None = None,
         head_at: float | None = None,
         chunk_at: list[float] | None = None,
+        recorded_on: str | None = None,
     ) -> None:
         self.status = status
         self.headers = headers
@@ -94,6 +96,9 @@ class LiveExchange:
         self.started = started
         self.head_at = head_at
         self.chunk_at: list[float] = [] if chunk_at is None else chunk_at
+        #: the UTC day it was recorded when it was not just now (an imported exchange's,
+        #: docs/recordings.md "Age"); None: the recorder's today
+        self.recorded_on = recorded_on
 
     @property
     def answered(self) -> bool:
@@ -330,20 +335,33 @@ class LiveBody:
         )
 
 
-def miss_plan(miss: ReplayMiss, *, hint: str | None = None) -> ReplayPlan:
+def miss_plan(
+    miss: ReplayMiss,
+    *,
+    hint: str | None = None,
+    code: str = "hashreplay_miss",
+    headers: Sequence[tuple[str, str]] = (),
+) -> ReplayPlan:
     """The error response of a miss; `hint` adds the next step for a caller with no pytest
-    (the proxy's clients)."""
+    (the proxy's clients). A recording refused for its age (`stale = "fail"` where no test
+    end would fail the test) has the same shape, with `code` "hashreplay_stale" and its
+    age in `headers`."""
     extra: dict[str, str | None] = {"hash": miss.request_hash, "test_id": miss.test_id}
     if hint is not None:
         extra["hint"] = hint
-    body = error_body(miss.report, "hashreplay_miss", "hashreplay_miss", **extra)
-    headers = [
-        ("content-type", "application/json"),
-        ("x-should-retry", "false"),
-        (MISS_HEADER, "1"),
-        ("content-length", str(len(body))),
-    ]
-    return ReplayPlan(MISS_STATUS, headers, [body], False)
+    body = error_body(miss.report, code, code, **extra)
+    return ReplayPlan(
+        MISS_STATUS,
+        [
+            ("content-type", "application/json"),
+            ("x-should-retry", "false"),
+            (MISS_HEADER, "1"),
+            *headers,
+            ("content-length", str(len(body))),
+        ],
+        [body],
+        False,
+    )
 
 
 def timing_of(exchange: LiveExchange) -> Timing | None:

@@ -16,6 +16,8 @@ YAML needs PyYAML (`pip install 'hashreplay[import]'`), imported only here.
 from __future__ import annotations
 
 import ast
+import datetime
+import email.utils
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -357,4 +359,36 @@ def _interaction(
             headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
     headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
     chunked = any(k.lower() == "transfer-encoding" for k, _ in headers)
-    return incoming, LiveExchange(status, headers, [raw] if raw else [], chunked)
+    day = recorded_day(interaction.get("recorded_at"))
+    exchange = LiveExchange(status, headers, [raw] if raw else [], chunked, recorded_on=day)
+    return incoming, exchange
+
+
+def recorded_day(value: Any) -> str | None:
+    """The UTC day of an interaction's `recorded_at` (docs/recordings.md, "Age"): an HTTP
+    date as Ruby's VCR writes it (`Tue, 01 Nov 2011 04:58:44 GMT`), an ISO 8601 day or
+    time (a time without an offset is taken as UTC), or a YAML timestamp; None when absent.
+    A ValueError names a value that is none of these."""
+    if value is None:
+        return None
+    when: datetime.date | None = value if isinstance(value, datetime.date) else None
+    if when is None and isinstance(value, str) and value.strip():
+        text = value.strip()
+        try:
+            when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(text)
+            except (TypeError, ValueError, IndexError):
+                when = None
+    if when is None:
+        msg = (
+            f"recorded_at {value!r} is not a date (expected an HTTP date like 'Tue, 01 Nov "
+            "2011 04:58:44 GMT' or ISO 8601 like '2011-11-01T04:58:44Z')"
+        )
+        raise ValueError(msg)
+    if isinstance(when, datetime.datetime):
+        if when.tzinfo is not None:
+            when = when.astimezone(datetime.timezone.utc)
+        when = when.date()
+    return when.isoformat()

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from hashreplay.core.config import Config
 from hashreplay.core.constants import BLOBS_DIRNAME, RECORDINGS_DIRNAME, STATE_DIRNAME
 from hashreplay.core.errors import HashReplayError
@@ -139,6 +141,9 @@ def run_import(
     try:
         staged_config = config.model_copy(update={"root": staging / "root", "mode": Mode.RECORD})
         session = Session(staged_config)
+        # an imported answer carries its source's day or none, never the import's: a day
+        # made up here would make old answers look fresh (docs/recordings.md, "Age")
+        session.recorder.today = _no_day
         for file in files:
             read = _read(reader, file)
             report.skipped.extend(read.skipped)
@@ -157,6 +162,10 @@ def run_import(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return report
+
+
+def _no_day() -> None:
+    return None
 
 
 def _read(reader: Reader, file: Path) -> Read:
@@ -199,6 +208,26 @@ def _record(session: Session, entry: Entry) -> Path:
     return path
 
 
+def _same_but_days(existing: bytes, content: bytes) -> bool:
+    """Whether two recordings differ only in their responses' `recorded_on`: a re-import of
+    unchanged answers keeps the file as it is, day included (the zero diff)."""
+    try:
+        old, new = orjson.loads(existing), orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return False
+    return bool(_undated(old) == _undated(new))
+
+
+def _undated(data: Any) -> Any:
+    if not isinstance(data, dict):
+        return data
+    responses = [data.get("response"), *(data.get("later_responses") or [])]
+    for response in responses:
+        if isinstance(response, dict):
+            response.pop("recorded_on", None)
+    return data
+
+
 @dataclass(frozen=True)
 class _Move:
     staged: Path
@@ -238,7 +267,12 @@ def _bring_over(
         except FileNotFoundError:
             existing = None
         is_blob = move.staged.parent.name == BLOBS_DIRNAME
-        if existing == content:
+        if existing == content or (
+            existing is not None
+            and not overwrite
+            and not is_blob
+            and _same_but_days(existing, content)
+        ):
             if not is_blob:
                 report.unchanged.append(move.target)
             continue

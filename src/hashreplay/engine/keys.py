@@ -326,3 +326,13 @@ def merge_model_lists(responses: Sequence[RecordedResponse]) -> RecordedResponse
                     seen[ident] = item
         body[key] = list(seen.values())
     return first.replace(body=body)
+
+
+def newest_model_list(files: Sequence[tuple[Path, RecordedResponse]]) -> int:
+    """Which of a request's model-list files dates the list (docs/recordings.md, "Age"): the
+    one recorded last. A list is the union of every model set seen, its files differing only
+    in which models were listed; its newest day is when the endpoint last answered live, so
+    a refresh that renews one file makes the whole list fresh. Files without a day count only
+    when none has one (ISO days compare as text)."""
+    days = [response.recorded_on or "" for _, response in files]
+    return max(range(len(days)), key=lambda i: (days[i], -i))

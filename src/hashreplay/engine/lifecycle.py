@@ -101,11 +101,29 @@ class TestBook:
             body, _ = encode_request_body(request.content, request.header("content-type"))
             endpoint = endpoint_of(request.url, self.redactor.is_query_secret)
             call = Call(request.method, endpoint, self.redactor.value(body), None, "live")
+            decision = Live(call, test_id)  # its status follows from `live_status`
         else:
             return decision
         with self.tests.lock:
             self.tests.state(test_id).calls.append(call)
         return decision
+
+    def live_status(self, decision: Decision, status: int) -> None:
+        """An adapter's report of the status of a live answer it passed on (any decision
+        it sent to the network; only a `Live` one is listed here, a recorded one gets its
+        status from its recording): the one way a live call's status reaches the test's
+        `calls`. A call that got no answer is never reported and keeps None."""
+        if type(decision) is not Live or decision.call is None:
+            return
+        noted = decision.call
+        with self.tests.lock:
+            state = self.tests.get(decision.test_id)
+            calls = [] if state is None else state.calls
+            for index in range(len(calls) - 1, -1, -1):
+                if calls[index] is noted:
+                    calls[index] = noted._replace(status=status)
+                    decision.call = calls[index]
+                    break
 
     def calls(self, test_id: str | None) -> list[Call]:
         """The exchanges of a test so far, in order (the `hashreplay` fixture's `calls`)."""
@@ -122,6 +140,17 @@ class TestBook:
                 return self.config.stale, []
             policy = state.options.stale or self.config.stale
             return policy, sorted(state.stale.values(), key=lambda u: (-u.age, str(u.path)))
+
+    def take_stale(self, test_id: str | None) -> list[StaleUse]:
+        """For front ends with no test end: the stale recordings a test replayed since the
+        last call (each listed once; a "fail" failed its request instead), oldest first."""
+        with self.tests.lock:
+            state = self.tests.get(test_id)
+            if state is None or not state.stale:
+                return []
+            used, state.stale = list(state.stale.values()), {}
+        used = [u for u in used if u.policy is not Stale.FAIL]
+        return sorted(used, key=lambda u: (-u.age, str(u.path)))
 
     def wait_hanging(self, test_id: str | None, timeout: float | None) -> None:
         """Return once a request of the test hangs (a HangTimeout after `timeout` s; None:

@@ -37,10 +37,11 @@ class Recorder:
         *,
         record_timing: bool = False,
         answers_only: bool = True,
-        today: Callable[[], datetime.date] = today,
+        today: Callable[[], datetime.date | None] = today,
         hooks: Hooks | None = None,
     ) -> None:
-        #: the UTC day new responses are stamped with (injectable: no test reads the clock)
+        #: the UTC day new responses are stamped with (injectable: no test reads the clock;
+        #: imports stamp none but the source's own)
         self.today = today
         self.record_timing = record_timing
         #: the user's record hooks and scrub patterns (docs/design.md §14)
@@ -67,7 +68,9 @@ class Recorder:
         response = stored_response(
             outcome, self.redactor, self.kept_headers, timed=timed, secrets=prep.secrets
         )
+        day = outcome.recorded_on or self._today()
         if prep.shared:
+            response = response.replace(recorded_on=day)
             return self._stage_model_list(prep, response, later=later, finish=finish)
         with tests.lock:
             seq = sequence_for(tests, self.view, prep)
@@ -85,7 +88,7 @@ class Recorder:
                     del seq.ids.facts[stable]
             # the test's next request is hashed with the ids this registers: in call order
             normalised = normalise_response(response, seq.ids, where=where, known_ids=state.id_map)
-            normalised = self._dated(prep, seq, index, normalised, renew=replaces)
+            normalised = self._dated(prep, seq, index, normalised, day, renew=replaces)
             responses = list(seq.responses)
             if replaces:
                 responses[index] = normalised
@@ -118,12 +121,12 @@ class Recorder:
         seq: RecordedSequence,
         index: int,
         new: RecordedResponse,
+        day: str | None,
         *,
         renew: bool,
     ) -> RecordedResponse:
         """`new` with its day (docs/recordings.md, "Age"): in record mode the old one's when
-        the normalised content is the same (the zero diff), else today (`renew`: always)."""
-        day = self.today().isoformat()
+        the normalised content is the same (the zero diff), else `day` (`renew`: always)."""
         if not renew and prep.mode is Mode.RECORD:
             if seq.previous is None:
                 try:
@@ -143,14 +146,19 @@ class Recorder:
     def _stage_model_list(
         self, prep: Prepared, response: RecordedResponse, *, later: bool, finish: Finish | None
     ) -> tuple[Path, Content | None]:
-        response = response.replace(recorded_on=self.today().isoformat())
         path = model_list_path(self.view.store, prep.hash, response)
         with self.tests.lock:
             self.tests.stats.recorded += 1
             self.tests.use(prep.test_id, path)
-        if self.view.exists(path):
-            return path, None  # the same model set is stored already
+        if self.view.exists(path) and prep.mode is not Mode.RECORD_IF_MISSING:
+            return path, None  # the same model set is stored already, with its day
+        # record-if-missing records a stored list only to refresh it (`stale = "refresh"`):
+        # the same set is written again with today's day, the one intended change
         return path, model_list_content(self.view.store, prep, response, later=later, finish=finish)
+
+    def _today(self) -> str | None:
+        day = self.today()
+        return None if day is None else day.isoformat()
 
     def record(self, prep: Prepared, outcome: Outcome) -> Path | None:
         """Stage (redact, normalise) and write one outcome; returns its file, or None for an

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from hashreplay.core.bodies import encode_request_body
-from hashreplay.core.constants import FORMAT_VERSION, MODEL_LIST_PREFIX
+from hashreplay.core.constants import FORMAT_VERSION, MODEL_LIST_PREFIX, STALE_HEADER
 from hashreplay.core.errors import RecordingError, ReplayMiss
 from hashreplay.core.format import EndState, RecordedResponse, is_no_response
 from hashreplay.core.matching import Repeat
@@ -44,7 +44,7 @@ from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.http import IncomingRequest, ReplayPlan, miss_plan, plan_for
 from hashreplay.engine.keys import Prepared
 from hashreplay.engine.scenarios import Scenario, check_pace, templated
-from hashreplay.engine.state import StaleUse, StoreView, Tests, TestState, sequence_for
+from hashreplay.engine.state import Call, StaleUse, StoreView, Tests, TestState, sequence_for
 
 if TYPE_CHECKING:
     from hashreplay.core.store import Store
@@ -58,9 +58,15 @@ class Passthrough(NamedTuple):
 
 
 class Live:
-    """Not intercepted: the test runs in `live` mode."""
+    """Not intercepted: the test runs in `live` mode. `call`: its entry in the test's
+    `calls`, whose status the adapter reports once the answer's head arrives
+    (`TestBook.live_status`)."""
 
-    __slots__ = ()  # not an empty NamedTuple: that would be false
+    __slots__ = ("call", "test_id")  # not an empty NamedTuple: that would be false
+
+    def __init__(self, call: Call | None = None, test_id: str | None = None) -> None:
+        self.call = call
+        self.test_id = test_id
 
 
 class Replay(NamedTuple):
@@ -69,6 +75,8 @@ class Replay(NamedTuple):
     path: Path
     #: faults, hangs and pacing on top of the response (docs/scenarios.md); None: none
     scenario: Scenario | None = None
+    #: the response is older than the test's `max_age` (docs/recordings.md, "Age")
+    stale: StaleUse | None = None
 
     def plan(self) -> ReplayPlan:
         """Bytes and headers that reproduce the recorded response for an HTTP client."""
@@ -81,9 +89,14 @@ class Miss(NamedTuple):
 
     prep: Prepared
     error: ReplayMiss
+    #: refused for its age (`stale = "fail"` in a front end with no test end), not missing
+    stale: StaleUse | None = None
 
     def plan(self, hint: str | None = None) -> ReplayPlan:
-        return miss_plan(self.error, hint=hint)
+        if self.stale is None:
+            return miss_plan(self.error, hint=hint)
+        age = ((STALE_HEADER, f"{self.stale.age}d"),)
+        return miss_plan(self.error, hint=hint, code="hashreplay_stale", headers=age)
 
 
 class Record(NamedTuple):
@@ -100,6 +113,7 @@ class Recorded(NamedTuple):
 
     response: RecordedResponse
     path: Path
+    stale: StaleUse | None = None
 
 
 class Replayer:
@@ -157,12 +171,13 @@ class Replayer:
                 prep, seq.responses[index]
             ):
                 return None
-            if self._refresh(prep, seq.responses[index], seq.path):
+            stale = self._stale(prep, seq.responses[index], seq.path)
+            if stale is not None and self._refreshes(prep, stale):
                 return None
             seq.calls += 1
             tests.stats.replayed += 1
             tests.use(prep.test_id, seq.path)
-        return Recorded(seq.responses[index], seq.path)
+        return Recorded(seq.responses[index], seq.path, stale)
 
     def _repeat(self, prep: Prepared) -> Repeat:
         state = self.tests.get(prep.test_id)
@@ -177,38 +192,51 @@ class Replayer:
             return True
         return self.answers_only and is_no_response(prep.request, response)
 
-    def _refresh(self, prep: Prepared, response: RecordedResponse, path: Path) -> bool:
-        """Whether a response older than the test's `max_age` is recorded again (`stale =
-        "refresh"` in record-if-missing); else a stale one is noted for the test's report
-        (callers hold the lock). Responses without a day have no age."""
+    def _stale(self, prep: Prepared, response: RecordedResponse, path: Path) -> StaleUse | None:
+        """The one decision on a recording's age (docs/recordings.md, "Age"): None when the
+        response is within the test's `max_age` (or has no day, so no age), else how old it
+        is and the test's `stale` policy (callers hold the lock)."""
         state = self.tests.get(prep.test_id)
         options = state.options if state is not None else None
         max_age = (options.max_age if options is not None else None) or self.max_age
         if max_age is None or response.recorded_on is None:
-            return False
+            return None
         age = age_in_days(response.recorded_on, self.today())
         if age is None or age <= max_age.days:
-            return False
+            return None
         policy = (options.stale if options is not None else None) or self.stale
-        if policy is Stale.REFRESH and prep.mode is Mode.RECORD_IF_MISSING:
+        return StaleUse(path, response.recorded_on, age, max_age, policy)
+
+    def _refreshes(self, prep: Prepared, stale: StaleUse) -> bool:
+        """Whether a stale response is recorded again (`stale = "refresh"` in
+        record-if-missing); else it is noted for the test's report (the oldest of each file;
+        callers hold the lock)."""
+        if stale.policy is Stale.REFRESH and prep.mode is Mode.RECORD_IF_MISSING:
             return True
+        state = self.tests.get(prep.test_id)
         if state is not None:
-            kept = state.stale.get(path)
-            if kept is None or age > kept.age:
-                state.stale[path] = StaleUse(path, response.recorded_on, age, max_age)
+            kept = state.stale.get(stale.path)
+            if kept is None or stale.age > kept.age:
+                state.stale[stale.path] = stale
         return False
 
     def _recorded_model_list(self, prep: Prepared) -> Recorded | None:
         paths = self.view.model_list_paths(prep.hash, prep.test_id)
         if not paths:
             return None
-        from hashreplay.engine.keys import merge_model_lists  # only model lists
+        from hashreplay.engine.keys import merge_model_lists, newest_model_list  # model lists
 
-        merged = merge_model_lists([self.view.read(p).response for p in paths])
+        responses = [self.view.read(p).response for p in paths]
+        merged = merge_model_lists(responses)
+        newest = newest_model_list(list(zip(paths, responses, strict=True)))
         with self.tests.lock:
+            # a shared list ages like a test's own recording, dated by its newest file
+            stale = self._stale(prep, responses[newest], paths[newest])
+            if stale is not None and self._refreshes(prep, stale):
+                return None
             self.stats.replayed += 1
             self.tests.use(prep.test_id, *paths)
-        return Recorded(merged, paths[0])
+        return Recorded(merged, paths[0], stale)
 
     def miss(
         self,
@@ -258,7 +286,7 @@ class Replayer:
         fault: FaultSpec | None,
     ) -> Replay | Miss:
         """A recorded response with templates filled, and the test's pace and fault."""
-        response, path = found
+        response, path, stale = found
         try:
             response = templated(response, lambda: self._layout(prep, request), path)
         except RecordingError as problem:
@@ -272,8 +300,8 @@ class Replayer:
         if unpaced is not None:
             return Miss(prep, self.failure(prep, unpaced))
         if pace.instant and fault is None:
-            return Replay(prep, response, path)
-        return Replay(prep, response, path, Scenario(pace=pace, fault=fault))
+            return Replay(prep, response, path, stale=stale)
+        return Replay(prep, response, path, Scenario(pace=pace, fault=fault), stale)
 
     def _layout(self, prep: Prepared, request: IncomingRequest | None) -> dict[str, Any]:
         """The live request in the stored layout, redacted but not normalised: what

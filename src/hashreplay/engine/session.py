@@ -28,7 +28,7 @@ from hashreplay.core.errors import (
 )
 from hashreplay.core.format import RecordedRequest
 from hashreplay.core.keys import current_test_id, in_call
-from hashreplay.core.modes import MaxAge, Pace, RecordFailures, today
+from hashreplay.core.modes import MaxAge, Pace, RecordFailures, Stale, today
 from hashreplay.core.network import placeholder_keys, placeholder_refusal
 from hashreplay.core.normalise import KEPT_RESPONSE_HEADERS
 from hashreplay.core.paths import RecordingsDirOutside
@@ -114,6 +114,10 @@ class Session(TestBook):
         #: keyless replay's placeholder keys: never sent to a live upstream
         self._placeholders = placeholder_keys(config.replay_env)
         self.drift: DriftCheck | None = None  # a drift run's check (docs/design.md §15)
+        #: a front end that never sees a test end (the proxy, `install()`): a recording
+        #: refused by `stale = "fail"` fails its request, as a miss does, since no test end
+        #: would fail the test (docs/server.md, "Stale recordings")
+        self.per_request = False
 
     @property
     def recorder(self) -> Recorder:
@@ -211,6 +215,10 @@ class Session(TestBook):
         except RecordingError as unusable:
             return Miss(prep, self.miss(prep, unusable, request))
         if found is not None:
+            stale = found.stale
+            if self.per_request and stale is not None and stale.policy is Stale.FAIL:
+                refused = self.replayer.failure(prep, stale.refusal(self.config.root))
+                return Miss(prep, refused, stale)
             return self.replayer.replay(prep, found, request, fault)
         if fault is not None:
             if prep.mode.may_record:

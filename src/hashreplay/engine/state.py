@@ -33,7 +33,7 @@ from hashreplay.core.files import awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.format import RecordedRequest, RecordedResponse, Recording
 from hashreplay.core.keys import model_list_name_prefix, recording_name
 from hashreplay.core.matching import MatchRule, RuleIndex
-from hashreplay.core.modes import MaxAge, Mode
+from hashreplay.core.modes import MaxAge, Mode, Stale
 from hashreplay.core.normalise import IdRegistry, new_id_registry
 from hashreplay.core.store import Found, Store
 from hashreplay.core.writer import BackgroundWriter, Content
@@ -110,6 +110,27 @@ class StaleUse(NamedTuple):
     #: days since `recorded_on`
     age: int
     max_age: MaxAge
+    #: what the test's `stale` setting does with it (the marker's, else the config's)
+    policy: Stale = Stale.WARN
+
+    def describe(self, root: Path) -> str:
+        """`<file>: recorded on <day>, <n> days ago (max_age <age>)`, the file relative to
+        `root` when inside it."""
+        try:
+            shown: Path | str = self.path.relative_to(root)
+        except ValueError:
+            shown = self.path
+        age = f"{self.age} days ago (max_age {self.max_age})"
+        return f"{shown}: recorded on {self.recorded_on}, {age}"
+
+    def refusal(self, root: Path) -> str:
+        """Why `stale = "fail"` refuses it where no test end would fail the test (the
+        proxy, `install()`): the failure its request gets."""
+        return (
+            f"its recording is older than max_age: {self.describe(root)}, and "
+            'stale = "fail" refuses it; to renew it, make this request in record-if-missing '
+            'mode with stale = "refresh" (or record it again in record mode)'
+        )
 
 
 class Call(NamedTuple):
@@ -119,7 +140,7 @@ class Call(NamedTuple):
     endpoint: str
     #: the request body as keyed: parsed JSON when JSON, redacted and normalised
     body: object
-    #: None: no HTTP status (a call-layer target, a live call, no response)
+    #: None: no HTTP status (a call-layer target, no response)
     status: int | None
     #: "replayed", "recorded" or "live"
     source: str

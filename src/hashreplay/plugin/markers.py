@@ -266,7 +266,7 @@ class HashReplayFixture:
     def calls(self) -> list[Call]:
         """This test's exchanges so far, in order: each with `method`, `endpoint`, `body`
         (the request body as keyed: parsed JSON when JSON, redacted), `status` (None without
-        one: a live call, a call-layer target) and `source` ("replayed", "recorded" or
+        one: no response, a call-layer target) and `source` ("replayed", "recorded" or
         "live"), for assertions like respx's `calls`."""
         return self._session.calls(self._test_id)
 

@@ -56,6 +56,7 @@ class ProxyApp:
             session = Session(config)
         self.settings = settings
         self.session = session
+        session.per_request = True  # no test ends here: a stale "fail" fails its request
         self.counters = Counters()
         self.forwarder = Forwarder(session, settings, self.counters)
         install_log_filter(session)  # no credential in any log line

@@ -23,7 +23,7 @@ from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx2
 
-from hashreplay.core.constants import CONVERSATION_HEADER, FAULT_HEADER
+from hashreplay.core.constants import CONVERSATION_HEADER, FAULT_HEADER, STALE_HEADER
 from hashreplay.core.errors import BodyTooLarge, ProxyError
 from hashreplay.core.secret_values import SecretValues
 from hashreplay.engine import scenarios as pacing
@@ -45,6 +45,13 @@ MISS_HINT = (
     "request, run the client against hashreplay serve --mode record-if-missing with the "
     "same --upstream options. Identical requests of one test replay in recorded order: "
     "send a new X-HashReplay-Run value to replay a test from its first call again."
+)
+
+STALE_HINT = (
+    'hashreplay serve refuses recordings older than max_age (stale = "fail"). To renew '
+    "this one, run the client against hashreplay serve --mode record-if-missing with "
+    'stale = "refresh" in [tool.hashreplay], or set stale = "warn" to replay it with a '
+    "warning."
 )
 
 
@@ -110,7 +117,7 @@ class Forwarder:
         incoming = IncomingRequest(request.method, request.url, request.headers, request.body)
         decision = session.decide(incoming, test_id=request.test_id)
         if isinstance(decision, Replay):
-            plan = decision.plan()
+            plan = decision.plan() if decision.stale is None else _stale(session, decision)
             if plan.hang is not None:
                 await _hang(plan, receive)  # no answer: the client gives up (or the run ends)
                 return
@@ -130,6 +137,9 @@ class Forwarder:
             session.take_misses(decision.prep.test_id)
             logger.warning("%s", decision.error.report)
             hint = MISS_HINT.format(mode=decision.prep.mode.value)
+            if decision.stale is not None:
+                hint = STALE_HINT
+                self.counters.error("stale")
             await self._answer(request, decision.plan(hint), reply)
         elif isinstance(decision, Record):
             prep = decision.prep
@@ -395,3 +405,18 @@ async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
         if message.get("type") == "http.disconnect":
             gone.set()
             return
+
+
+def _stale(session: Session, decision: Replay) -> ReplayPlan:
+    """The plan of a replay whose recording is older than `max_age` under `stale = "warn"`
+    (the engine's decision, docs/server.md "Stale recordings"): a log line, and the age in
+    the `x-hashreplay-stale` header."""
+    assert decision.stale is not None
+    root = session.config.root
+    logger.warning(
+        "hashreplay: %s: replayed a recording older than max_age: %s",
+        decision.prep.shown_test_id,
+        decision.stale.describe(root),
+    )
+    plan = decision.plan()
+    return plan._replace(headers=[*plan.headers, (STALE_HEADER, f"{decision.stale.age}d")])
