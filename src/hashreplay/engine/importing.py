@@ -73,6 +73,8 @@ class Read:
 
     entries: list[Entry] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    #: what the user should know about how the file was read (a guessed test id)
+    notes: list[str] = field(default_factory=list)
 
 
 Reader = Callable[[Path], Read]
@@ -83,6 +85,7 @@ class ImportReport:
     #: source → the recording file it went into (project path)
     imported: list[tuple[str, Path]] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     tests: set[str | None] = field(default_factory=set)
     written: list[Path] = field(default_factory=list)
     unchanged: list[Path] = field(default_factory=list)
@@ -142,6 +145,7 @@ def run_import(
         for file in files:
             read = _read(reader, file)
             report.skipped.extend(read.skipped)
+            report.notes.extend(read.notes)
             for entry in read.entries:
                 try:
                     path = _record(session, entry)
@@ -253,3 +257,79 @@ def _bring_over(
             report.written.append(move.target)
         else:
             report.overwritten.append(move.target)
+
+
+# --- reading a YAML document safely (cassettes) -------------------------------------------
+
+
+def check_expansion(data: Any, size: int, max_bytes: int) -> None:
+    """Refuse a cassette whose YAML aliases (`&a`, `*a`) make it, expanded, more than
+    `max_bytes` larger than the file (a "billion laughs" document), or make it contain
+    itself. The YAML loader shares one object per anchor, so the expanded size is counted
+    over the shared objects, once each, without ever building the expansion."""
+    limit = size + max_bytes
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        value, done = stack.pop()
+        key = id(value)
+        children = [*value.keys(), *value.values()] if isinstance(value, dict) else list(value)
+        if done:
+            on_path.discard(key)
+            total = 1 + sum(_leaf_size(c) if _is_leaf(c) else sizes[id(c)] for c in children)
+            if total > limit:
+                msg = (
+                    f"its YAML aliases expand it to more than max_body_bytes ({max_bytes}) "
+                    f'beyond the file\'s own {size} bytes (a "billion laughs" cassette?); '
+                    "not imported: raise max_body_bytes in [tool.hashreplay] if it is genuine"
+                )
+                raise UnreadableSource(msg)
+            sizes[key] = total
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise UnreadableSource("a YAML alias makes the cassette contain itself; not imported")
+        on_path.add(key)
+        stack.append((value, True))
+        stack.extend((c, False) for c in children if not _is_leaf(c) and id(c) not in sizes)
+
+
+def _is_leaf(value: Any) -> bool:
+    return not isinstance(value, (dict, list, tuple))
+
+
+def _leaf_size(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes)) else 8
+
+
+def yaml_loader() -> Callable[[bytes], Any]:
+    try:
+        import yaml
+    except ImportError:
+        msg = (
+            "reading YAML cassettes needs PyYAML: pip install 'hashreplay[import]' "
+            "(JSON cassettes need nothing more)"
+        )
+        raise UnreadableSource(msg) from None
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Loader(base):  # type: ignore[valid-type,misc]
+        """Safe, plus the harmless Python tags old cassettes carry (str, tuple)."""
+
+    def scalar(loader: Any, node: Any) -> Any:
+        return loader.construct_scalar(node)
+
+    def sequence(loader: Any, node: Any) -> Any:
+        return tuple(loader.construct_sequence(node))
+
+    Loader.add_constructor("tag:yaml.org,2002:python/str", scalar)
+    Loader.add_constructor("tag:yaml.org,2002:python/unicode", scalar)
+    Loader.add_constructor("tag:yaml.org,2002:python/tuple", sequence)
+
+    def loads(content: bytes) -> Any:
+        return yaml.load(content, Loader=Loader)
+
+    return loads
