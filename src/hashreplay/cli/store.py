@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hashreplay.cli.console import EXIT_OK, EXIT_PROBLEMS, Run
-from hashreplay.core.errors import UsageError
+from hashreplay.core.errors import ConfigError, UsageError
 from hashreplay.engine.files import Loaded
 from hashreplay.engine.importing import ImportReport, Reader, run_import, source_files
 from hashreplay.engine.prune import Logs, kept_line, plan_prune, prune_project, read_logs
@@ -135,14 +135,14 @@ def _collected(run: Run) -> CollectedTests | None:
             lines = args.test_ids.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as exc:
             msg = f"--test-ids {args.test_ids}: cannot read it: {exc}"
-            raise UsageError(msg) from None
+            raise ConfigError(msg) from None
         collected = collected_from_lines(lines, root, f"--test-ids {args.test_ids}")
         if not collected.ids:
             msg = (
                 f"--test-ids {args.test_ids} holds no test ids (one a line, as "
                 "`pytest --collect-only -q` prints them)"
             )
-            raise UsageError(msg)
+            raise ConfigError(msg)
         run.console.line(f"Test ids: {len(collected.ids)} read from {args.test_ids}")
         return collected
     if args.no_collect:
