@@ -222,3 +222,12 @@ def test_a_reimport_after_rehash_is_unchanged_byte_for_byte(
     )
     assert git("status", "--porcelain", "--", "tests") == ""
     assert git("diff", "HEAD", "--stat") == ""
+
+    # the project's `ignore` changes: rehash keeps each imported file's own rule, and so
+    # does a re-import (it finds the rule the earlier import left)
+    (root / "pyproject.toml").write_text(PYPROJECT + 'ignore = ["body.metadata"]\n')
+    assert main(["rehash", "--root", str(root)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "Summary: 0/3 files re-keyed"
+    assert _import(str(root)) == 0
+    assert "(0 new, 3 unchanged, 0 overwritten, 0 kept)" in capsys.readouterr().out
+    assert git("status", "--porcelain", "--", "tests") == ""

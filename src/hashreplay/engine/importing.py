@@ -18,15 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from hashreplay.core.config import Config
 from hashreplay.core.constants import BLOBS_DIRNAME, RECORDINGS_DIRNAME, STATE_DIRNAME
-from hashreplay.core.errors import HashReplayError
+from hashreplay.core.errors import ConfigError, HashReplayError
 from hashreplay.core.files import write_bytes_atomic
 from hashreplay.core.format import RecordedResponse
 from hashreplay.core.keys import test_context
 from hashreplay.core.matching import MatchRule
 from hashreplay.core.modes import Mode
 from hashreplay.core.paths import SKIP_DIRS
+from hashreplay.core.store import Store
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session
 
@@ -142,13 +145,14 @@ def run_import(
     try:
         staged_config = config.model_copy(update={"root": staging / "root", "mode": Mode.RECORD})
         session = Session(staged_config)
+        kept = KeptRules(Store.from_config(config))
         for file in files:
             read = _read(reader, file)
             report.skipped.extend(read.skipped)
             report.notes.extend(read.notes)
             for entry in read.entries:
                 try:
-                    path = _record(session, entry)
+                    path = _record(session, entry, kept)
                 except HashReplayError as exc:
                     report.skipped.append(Skipped(entry.source, str(exc)))
                     continue
@@ -172,7 +176,39 @@ def _read(reader: Reader, file: Path) -> Read:
         return Read(skipped=[Skipped(str(file), f"cannot read the file: {exc.strerror or exc}")])
 
 
-def _record(session: Session, entry: Entry) -> Path:
+class KeptRules:
+    """The narrower rules the project's recordings of each test already carry as `match`,
+    read once per directory. A re-import keys a cassette under the rule its earlier import
+    left (as `hashreplay rehash` keeps a file's own rule, docs/design.md §14), so importing
+    again after a rehash, or after the project's `ignore` changed, finds the same files."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._dirs: dict[Path, dict[str | None, list[MatchRule]]] = {}
+
+    def of(self, test_id: str | None, shown_test_id: str | None) -> list[MatchRule]:
+        directory = self.store.dir_for(test_id)
+        found = self._dirs.get(directory)
+        if found is None:
+            found = self._dirs[directory] = _rules_by_test(directory)
+        return found.get(shown_test_id, [])
+
+
+def _rules_by_test(directory: Path) -> dict[str | None, list[MatchRule]]:
+    rules: dict[str | None, list[MatchRule]] = {}
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            data = orjson.loads(path.read_bytes())
+            rule = MatchRule.from_json(data["match"])
+        except (OSError, orjson.JSONDecodeError, ConfigError, KeyError, TypeError):
+            continue  # no `match`, or one `hashreplay verify` names
+        test_rules = rules.setdefault(data.get("test_id"), [])
+        if rule not in test_rules:
+            test_rules.append(rule)
+    return rules
+
+
+def _record(session: Session, entry: Entry, kept: KeptRules) -> Path:
     if entry.call is not None:
         with test_context(entry.test_id):
             prep = session.prepare_call(entry.call.name, [], entry.call.kwargs)
@@ -187,6 +223,11 @@ def _record(session: Session, entry: Entry) -> Path:
     prep = session.prepare(entry.request, test_id=entry.test_id)
     if entry.match_on is not None:  # keyed as its source matched it, so it replays as it did
         narrowed = MatchRule(session.config.ignore, entry.match_on)
+        earlier = [
+            r for r in kept.of(entry.test_id, prep.shown_test_id) if r.match_on == narrowed.match_on
+        ]
+        if len(earlier) == 1:
+            narrowed = earlier[0]
         rule = None if narrowed.is_default else narrowed
         key = session.keyer.key_of(prep.request, prep.shown_test_id, rule)[0]
         prep = prep._replace(hash=key, rule=rule)
