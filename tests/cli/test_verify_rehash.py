@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from hashreplay import test_context
 from hashreplay.core.config import load_config
@@ -122,6 +123,43 @@ def test_verify_reports_unreadable_files(project: Project, cli: Cli) -> None:
     ) in result.lines
     assert result.lines[-1] == "Summary: 2/9 files with problems"
     assert (truncated.read_bytes(), future.read_bytes()) == before
+
+
+@pytest.mark.parametrize(
+    ("match", "problem"),
+    [
+        ("method", "match: expected an object, found 'method'"),
+        (
+            {"ignore": [], "match_on": ["method", "bogus"]},
+            "match.match_on: unknown request part 'bogus'; the parts are \"method\", "
+            '"endpoint", "path", "query", "body"',
+        ),
+        ({"ignore": [], "match_on": "method"}, "match.match_on: expected an array, found"),
+        ({"ignore": ["body.[["], "match_on": ["method"]}, "match.ignore: cannot parse 'body.[['"),
+        ({"ignore": [3]}, "match.ignore[0]: expected a string, found an integer"),
+        (
+            {"match_on": ["method"], "strict": ["body"]},
+            "match: unknown key 'strict'; the keys are `ignore` and `match_on`",
+        ),
+    ],
+)
+def test_verify_names_a_match_field_it_cannot_read(
+    project: Project, cli: Cli, match: object, problem: str
+) -> None:
+    """A recording's `match` (the rule that named it, docs/design.md §14) that cannot be read
+    is a problem naming the file and the field; rehash leaves the file as it is."""
+    path = project.one(CHAT)
+    edit(path, lambda d: d.update(match=match))
+    before = path.read_bytes()
+    result = cli("verify")
+    assert result.code == 1
+    assert f"tests/recordings/{path.name}: unreadable: invalid recording: {problem}" in result.out
+    assert "hashes to" not in result.out  # not mistaken for an edited request
+    assert result.lines[-1] == "Summary: 1/9 files with problems"
+    rehashed = cli("rehash")
+    assert rehashed.code == 1
+    assert f"tests/recordings/{path.name}: unreadable: invalid recording: {problem}" in rehashed.err
+    assert path.read_bytes() == before
 
 
 def test_verify_of_a_missing_path_is_a_usage_error(project: Project, cli: Cli) -> None:

@@ -60,7 +60,7 @@ def peak_during(action: Callable[[], Any]) -> tuple[Any, int]:
 
 
 def vcr(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str, str]:
-    return run_cli(capsys, "import", "vcr", "--root", str(root), *args)
+    return run_cli(capsys, "import", "vcr", "--no-collect", "--root", str(root), *args)
 
 
 def test_a_billion_laughs_cassette_is_refused_in_bounded_memory(

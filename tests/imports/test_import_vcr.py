@@ -60,8 +60,10 @@ def cassette(path: Path, *interactions: dict[str, Any], as_json: bool = False) -
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`hashreplay import vcr`; these hand-made cassettes have no test modules, so the test
+    ids come from the layout (tests/imports/test_import_vcr_names.py collects them)."""
     capsys.readouterr()
-    code = main(["import", "vcr", *args])
+    code = main(["import", "vcr", "--no-collect", *args])
     out = capsys.readouterr()
     return code, out.out, out.err
 

@@ -7,7 +7,9 @@ makes the import strict."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -136,3 +138,96 @@ def test_an_unknown_match_on_part_is_named(
     assert _import(str(recorded.path), "--match-on", "bodyy") != 0
     err = capsys.readouterr().err
     assert "--match-on: unknown request part 'bodyy'; the parts are" in err
+
+
+TOOL_TESTS = """
+import os
+import uuid
+import openai
+import pytest
+
+def ask(text):
+    client = openai.OpenAI(base_url=os.environ["FAKE_URL"] + "/v1", api_key="sk-test-000000000000",
+                           max_retries=0)
+    call_id = "call_" + uuid.uuid4().hex  # a fresh client-generated id on every run
+    messages = [
+        {"role": "user", "content": text},
+        {"role": "assistant", "tool_calls": [{"id": call_id, "type": "function",
+            "function": {"name": "lookup", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": "42"},
+    ]
+    r = client.chat.completions.create(model="gpt-fake-1", messages=messages, max_tokens=8,
+                                       metadata={"request": str(uuid.uuid4())})
+    return r.choices[0].message.content
+
+@pytest.mark.vcr
+def test_tool_round():
+    print("TEXT:", ask("first"), "|", ask("first"), "|", ask("second"))
+"""
+
+
+def test_a_reimport_after_rehash_is_unchanged_byte_for_byte(
+    recorded: pytest.Pytester, upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Import and rehash agree on every key input (client-generated ids numbered alike,
+    the file's `match`, the project's `ignore`): importing again after a rehash finds every
+    file unchanged and git sees no difference."""
+    root = recorded.path
+    (root / "pyproject.toml").write_text(PYPROJECT + 'ignore = ["body.max_tokens"]\n')
+    for where, conftest in (("loose", None), ("strict", CONFTEST)):
+        directory = root / "tests" / where
+        directory.mkdir()
+        (directory / f"test_{where}.py").write_text(TOOL_TESTS)
+        if conftest is not None:
+            (directory / "conftest.py").write_text(conftest)
+    (root / "tests" / "test_app.py").unlink()
+    recorded.runpytest("-p", "no:hashreplay", "--record-mode=once").assert_outcomes(passed=2)
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True)
+        return done.stdout
+
+    git("init", "-q")
+    git(
+        "-c",
+        "user.email=t@example.com",
+        "-c",
+        "user.name=t",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "start",
+    )
+    assert _import(str(root)) == 0
+    files = sorted((root / "tests").rglob("recordings/*.json"))
+    assert len(files) == 3  # loose: one for the endpoint, a sequence of 3; strict: one per body
+    stored = "".join(f.read_text() for f in files)
+    assert '"match_on": [\n      "method",\n      "path",\n      "body"' in stored
+    assert '"call_<id:1>"' in stored  # client-generated ids numbered, the same in every file
+    assert re.search("[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-", stored) is None
+    git("add", "-A")
+    git("-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-q", "-m", "imported")
+    capsys.readouterr()
+
+    assert main(["rehash", "--root", str(root)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "Summary: 0/3 files re-keyed"
+    assert git("status", "--porcelain", "--", "tests") == ""
+
+    assert _import(str(root)) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == (
+        "Summary: 6 imported from 2 files into 3 recordings (0 new, 3 unchanged, "
+        "0 overwritten, 0 kept), 0 blobs, 0 skipped"
+    )
+    assert git("status", "--porcelain", "--", "tests") == ""
+    assert git("diff", "HEAD", "--stat") == ""
+
+    # the project's `ignore` changes: rehash keeps each imported file's own rule, and so
+    # does a re-import (it finds the rule the earlier import left)
+    (root / "pyproject.toml").write_text(PYPROJECT + 'ignore = ["body.metadata"]\n')
+    assert main(["rehash", "--root", str(root)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "Summary: 0/3 files re-keyed"
+    assert _import(str(root)) == 0
+    assert "(0 new, 3 unchanged, 0 overwritten, 0 kept)" in capsys.readouterr().out
+    assert git("status", "--porcelain", "--", "tests") == ""

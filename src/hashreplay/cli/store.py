@@ -15,13 +15,17 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hashreplay.cli.console import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Run
-from hashreplay.core.errors import RecordingError, SettingsError, UsageError
+from hashreplay.core.errors import ConfigError, RecordingError, SettingsError, UsageError
 from hashreplay.engine.files import Loaded, Rules, load
 from hashreplay.engine.importing import ImportReport, Reader, run_import, source_files
 from hashreplay.engine.prune import Logs, kept_line, plan_prune, prune_project, read_logs
 from hashreplay.engine.usage import read_usage, usage_path
+
+if TYPE_CHECKING:
+    from hashreplay.engine.import_vcr import CollectedTests
 
 #: File endings searched for under a directory, per format.
 SUFFIXES = {"vcr": (".yaml", ".yml", ".json"), "ogx": (".json",)}
@@ -35,8 +39,22 @@ def configure(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     vcr.add_argument(
         "--test-id",
         metavar="ID",
-        help="the test id of a single cassette (default: from pytest-recording's layout, "
-        "<dir>/cassettes/<module>/<test>.yaml -> <dir>/<module>.py::<test>)",
+        help="the test id of a single cassette (default: the collected test whose "
+        "pytest-recording cassette it is)",
+    )
+    vcr.add_argument(
+        "--test-ids",
+        type=Path,
+        metavar="FILE",
+        help="the suite's test ids, one a line (`pytest --collect-only -q > FILE`), instead of "
+        "collecting them",
+    )
+    vcr.add_argument(
+        "--no-collect",
+        action="store_true",
+        help="do not run `pytest --collect-only`: guess each test id from pytest-recording's "
+        "layout, <dir>/cassettes/<module>/[<Class>.]<test>.yaml -> "
+        "<dir>/<module>.py::[<Class>::]<test> (wrong for parameters it changed)",
     )
     vcr.add_argument(
         "--host",
@@ -92,7 +110,91 @@ def _reader(run: Run) -> Reader:
         match_on=None
         if args.match_on is None
         else parse_match_on(("method", "endpoint", *args.match_on), source="--match-on"),
+        collected=None if args.test_id else _collected(run),
     )
+
+
+#: How long the suite's collection may take before the import goes on without it.
+COLLECT_TIMEOUT = 600
+
+_LAYOUT = (
+    "Test ids: guessed from pytest-recording's layout (<dir>/cassettes/<module>/"
+    "[<Class>.]<test>.yaml -> <dir>/<module>.py::[<Class>::]<test>), {why}; a parameter "
+    "pytest-recording changed in a cassette name (any of <>?%*:|\"'/\\ became -) comes out "
+    "wrong: check 'Tests covered' below, or pass --test-ids FILE (pytest --collect-only -q > FILE)"
+)
+
+
+def _collected(run: Run) -> CollectedTests | None:
+    """The suite's test ids: from `--test-ids FILE`, else from `pytest --collect-only` run
+    in the project; None (and a line saying the ids are guessed) without them."""
+    from hashreplay.engine.import_vcr import collected_from_lines
+
+    args, root = run.args, run.config.root
+    if args.test_ids is not None:
+        try:
+            lines = args.test_ids.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            msg = f"--test-ids {args.test_ids}: cannot read it: {exc}"
+            raise ConfigError(msg) from None
+        collected = collected_from_lines(lines, root, f"--test-ids {args.test_ids}")
+        if not collected.ids:
+            msg = (
+                f"--test-ids {args.test_ids} holds no test ids (one a line, as "
+                "`pytest --collect-only -q` prints them)"
+            )
+            raise ConfigError(msg)
+        run.console.line(f"Test ids: {len(collected.ids)} read from {args.test_ids}")
+        return collected
+    if args.no_collect:
+        run.console.line(_LAYOUT.format(why="as --no-collect asks"))
+        return None
+    found, why = _collect(root)
+    if found is None:
+        run.console.line(_LAYOUT.format(why=f"not collected: {why}"))
+        return None
+    run.console.line(f"Test ids: {len(found.ids)} collected by pytest --collect-only{why}")
+    return found
+
+
+def _collect(root: Path) -> tuple[CollectedTests | None, str]:
+    """`pytest --collect-only` in the project (with the hashreplay plugin off, so it writes
+    nothing), in a subprocess: the ids and a remark, or None and why not."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from hashreplay.engine.import_vcr import CollectedTests
+
+    script = "import sys; from hashreplay.plugin.usage import collect_test_ids as c; c(sys.argv[1])"
+    with tempfile.TemporaryDirectory(prefix="hashreplay-collect-") as temp:
+        out = Path(temp) / "ids.json"
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", script, str(out)],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                timeout=COLLECT_TIMEOUT,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return None, f"pytest --collect-only took over {COLLECT_TIMEOUT} s"
+        except OSError as exc:
+            return None, f"cannot run {sys.executable}: {exc}"
+        try:
+            result = json.loads(out.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            return None, f"pytest --collect-only failed ({tail[0]})"
+    ids = tuple(str(i) for i in result["ids"])
+    if not ids:
+        return None, f"pytest --collect-only in {root} found no tests (exit {result['exit']})"
+    remark = ""
+    if result["exit"] not in (0, 5):
+        remark = f" (it reported errors, exit {result['exit']}: pytest --collect-only shows them)"
+    return CollectedTests(ids, Path(result["rootdir"]), "pytest --collect-only"), remark
 
 
 def import_recordings(run: Run) -> int:
@@ -116,6 +218,8 @@ def _print(run: Run, report: ImportReport, sources: int) -> None:
     show = run.show_path
     for source, path in report.imported:
         run.console.line(f"{'Would import' if dry else 'Imported'}: {source} -> {show(path)}")
+    for note in report.notes:
+        run.console.line(f"Note: {note}")
     for skipped in report.skipped:
         if skipped.fatal:
             run.console.error(f"skipped: {skipped.source}: {skipped.reason}")

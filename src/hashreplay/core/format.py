@@ -45,7 +45,8 @@ from pydantic import (
 
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import CALL_METHOD, FORMAT_VERSION, KEY_VERSION
-from hashreplay.core.errors import RecordingError
+from hashreplay.core.errors import ConfigError, RecordingError
+from hashreplay.core.matching import MatchRule
 from hashreplay.core.modes import parse_day
 from hashreplay.core.streams import StreamFormat
 from hashreplay.core.templates import has_markers
@@ -261,10 +262,17 @@ def recording_from_json(value: Any) -> Recording:
     if not isinstance(value, dict):
         raise FormatError("", f"expected an object, found {_found(value)}")
     try:
-        return Recording.model_validate(value)
+        recording = Recording.model_validate(value)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         raise FormatError(_path(first["loc"]), _problem(first)) from None
+    if recording.match is not None:  # the rule that named the file (docs/design.md §14)
+        try:
+            MatchRule.from_json(recording.match, source="match")
+        except ConfigError as exc:
+            where, _, problem = str(exc).partition(": ")
+            raise FormatError(where, problem) from None
+    return recording
 
 
 def request_from_json(value: Any) -> RecordedRequest:

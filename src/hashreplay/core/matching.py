@@ -179,9 +179,20 @@ class MatchRule:
         if not isinstance(value, Mapping):
             msg = f"{source}: {value!r} must be an object with `ignore` and `match_on`"
             raise ConfigError(msg)
-        return cls.parse(
-            value.get("ignore", ()), value.get("match_on", DEFAULT_MATCH_ON), source=source
+        unknown = sorted(str(k) for k in value if k not in ("ignore", "match_on"))
+        if unknown:
+            msg = f"{source}: unknown key {unknown[0]!r}; the keys are `ignore` and `match_on`"
+            raise ConfigError(msg)
+        ignore = value.get("ignore", ())
+        if isinstance(ignore, str) or not isinstance(ignore, Iterable):
+            msg = f"{source}.ignore: {ignore!r} must be a list of request paths"
+            raise ConfigError(msg)
+        for path in ignore:
+            parse_path(path, source=f"{source}.ignore")
+        match_on = parse_match_on(
+            value.get("match_on", DEFAULT_MATCH_ON), source=f"{source}.match_on"
         )
+        return cls(ignore, match_on)
 
     @property
     def is_default(self) -> bool:

@@ -10,11 +10,12 @@ source names itself and lists the valid forms the same way.
 from __future__ import annotations
 
 import datetime
+import email.utils
 import os
 import re
 from collections.abc import Mapping
 from enum import Enum
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from hashreplay.core.constants import TODAY_ENV
 from hashreplay.core.errors import ConfigError
@@ -238,3 +239,33 @@ def age_in_days(recorded_on: str | None, day: datetime.date) -> int | None:
         return (day - parse_day(recorded_on)).days
     except ValueError:
         return None
+
+
+def recorded_day(value: Any) -> str | None:
+    """The UTC day of an interaction's `recorded_at` (docs/recordings.md, "Age"): an HTTP
+    date as Ruby's VCR writes it (`Tue, 01 Nov 2011 04:58:44 GMT`), an ISO 8601 day or
+    time (a time without an offset is taken as UTC), or a YAML timestamp; None when absent.
+    A ValueError names a value that is none of these."""
+    if value is None:
+        return None
+    when: datetime.date | None = value if isinstance(value, datetime.date) else None
+    if when is None and isinstance(value, str) and value.strip():
+        text = value.strip()
+        try:
+            when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(text)
+            except (TypeError, ValueError, IndexError):
+                when = None
+    if when is None:
+        msg = (
+            f"recorded_at {value!r} is not a date (expected an HTTP date like 'Tue, 01 Nov "
+            "2011 04:58:44 GMT' or ISO 8601 like '2011-11-01T04:58:44Z')"
+        )
+        raise ValueError(msg)
+    if isinstance(when, datetime.datetime):
+        if when.tzinfo is not None:
+            when = when.astimezone(datetime.timezone.utc)
+        when = when.date()
+    return when.isoformat()

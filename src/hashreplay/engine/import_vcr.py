@@ -4,22 +4,25 @@ A cassette (format version 1, YAML or JSON) holds `interactions`, each a `reques
 (`method`, `uri`, `headers` as lists of values, `body`) and a `response` (`status.code`,
 `headers`, `body.string`; the older httpx layout has `status_code` and `content`). Bodies
 vcrpy kept compressed (gzip, deflate, br) are decoded, as a live response is before it is
-recorded. The test id comes from pytest-recording's layout,
-`<dir>/cassettes/<module>/[<Class>.]<test>.yaml` → `<dir>/<module>.py::[<Class>::]<test>`,
-or is given for one cassette. Interactions keep their order, so identical requests of a
+recorded. The test id is the collected test whose pytest-recording cassette name
+(`cassette_names`) the cassette has, in its module's `cassettes/<module>/` directory;
+without the collected ids it is guessed from the layout,
+`<dir>/cassettes/<module>/[<Class>.]<test>.yaml` → `<dir>/<module>.py::[<Class>::]<test>`;
+or it is given for one cassette. Interactions keep their order, so identical requests of a
 test become one recorded sequence. One unreadable interaction skips its whole cassette:
 an import never writes part of a test's exchanges.
 
-YAML needs PyYAML (`pip install 'hashreplay[import]'`), imported only here.
+YAML needs PyYAML (`pip install 'hashreplay[import]'`), imported only when a YAML cassette
+is read (`engine/importing.py`).
 """
 
 from __future__ import annotations
 
 import ast
-import datetime
-import email.utils
-from collections.abc import Callable
-from dataclasses import replace
+import hashlib
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,9 +32,18 @@ import orjson
 from hashreplay.core.bodies import DecodedTooLarge, decode_limited
 from hashreplay.core.constants import DEFAULT_MAX_BODY_BYTES
 from hashreplay.core.matching import parse_match_on
+from hashreplay.core.modes import recorded_day
 from hashreplay.core.nesting import MAX_NESTING, deep_field, too_deep_problem
 from hashreplay.engine.http import IncomingRequest, LiveExchange
-from hashreplay.engine.importing import Entry, Read, Reader, Skipped, UnreadableSource
+from hashreplay.engine.importing import (
+    Entry,
+    Read,
+    Reader,
+    Skipped,
+    UnreadableSource,
+    check_expansion,
+    yaml_loader,
+)
 
 CASSETTES_DIRNAME = "cassettes"
 
@@ -46,17 +58,25 @@ def vcr_reader(
     hosts: tuple[str, ...] = (),
     max_bytes: int = DEFAULT_MAX_BODY_BYTES,
     match_on: tuple[str, ...] | None = None,
+    collected: CollectedTests | None = None,
 ) -> Reader:
     """A reader of cassettes under project `root`: every cassette under `test_id` when given,
-    else under the id its place in pytest-recording's layout gives; only requests to `hosts`
-    when any are given. A test id met twice is a duplicate, skipped. `max_bytes`
+    else under the `collected` test it is the cassette of, else under the id its place in
+    pytest-recording's layout gives; only requests to `hosts` when any are given. A test id
+    met twice is a duplicate, skipped. `max_bytes`
     (`max_body_bytes`) bounds what a cassette may grow to in memory: its YAML aliases
     expanded, and each compressed body decoded. Each cassette is keyed as vcrpy matched it
     (its `vcr_config`'s `match_on`, else vcrpy's default), unless `match_on` is given."""
     seen: dict[str, Path] = {}
 
     def read(path: Path) -> Read:
-        test = test_id or layout_test_id(path, root)
+        notes: list[str] = []
+        if test_id is not None:
+            test = test_id
+        elif collected is not None:
+            test = collected.test_of(path, root, notes)
+        else:
+            test = layout_test_id(path, root)
         earlier = seen.get(test)
         if earlier is not None and earlier != path.resolve():
             reason = f"duplicate: test {test} was imported from {earlier} already"
@@ -65,6 +85,7 @@ def vcr_reader(
         seen[test] = path.resolve()
         matched = match_on if match_on is not None else cassette_match_on(path, root)
         read_.entries[:] = [replace(e, match_on=matched) for e in read_.entries]
+        read_.notes.extend(notes)
         return read_
 
     return read
@@ -87,15 +108,131 @@ def layout_test_id(path: Path, root: Path) -> str:
         msg = f"outside the project root {root}: give its test with --test-id"
         raise UnreadableSource(msg) from None
     module = parts[-2]
-    stem = path.name
-    for suffix in (*_YAML_SUFFIXES, ".json"):
-        stem = stem.removesuffix(suffix)
+    stem = _stem(path)
     name = stem
     head, dot, tail = stem.partition(".")
     if dot and head[:1].isupper() and "[" not in head:
         name = f"{head}::{tail}"  # a test method: `<Class>.<test>`
     prefix = f"{where}/" if where not in ("", ".") else ""
     return f"{prefix}{module}.py::{name}"
+
+
+#: What pytest-recording replaces with `-` in a cassette name (file names cannot hold them).
+_UNSAFE = "<>?%*:|\"'/\\"
+#: The longest file name; pytest-recording shortens longer cassette names with an md5.
+_NAME_MAX = 255
+
+
+def cassette_names(test_class: str | None, test_name: str) -> set[str]:
+    """The names (without suffix) pytest-recording gives the cassette of test `test_name`
+    (pytest's item name, parameters included) of class `test_class`: `[<Class>.]<name>`
+    with each of `<>?%*:|"'/\\` replaced by `-`; a name too long for a file becomes its
+    start, `...` and its md5 (cut for a 4- or 5-character suffix, as its version did)."""
+    name = f"{test_class}.{test_name}" if test_class else test_name
+    for char in _UNSAFE:
+        name = name.replace(char, "-")
+    names = {name}
+    digest = hashlib.md5(name.encode(), usedforsecurity=False).hexdigest()
+    for suffix in (4, 5):  # `serializer` ("yaml") or ".yaml"
+        if len(name) + suffix > _NAME_MAX:
+            names.add(f"{name[: _NAME_MAX - suffix - len(digest) - 3]}...{digest}")
+    return names
+
+
+@dataclass(frozen=True)
+class CollectedTests:
+    """The test ids pytest collected (node ids relative to `rootdir`), each under the
+    cassette names pytest-recording gives it, in the cassette directory of its module."""
+
+    ids: tuple[str, ...]
+    rootdir: Path
+    #: where the ids came from, for the report
+    source: str
+    #: (cassette directory, cassette name) -> the ids with that cassette
+    by_place: dict[tuple[Path, str], list[str]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    #: cassette name -> the ids with that cassette, anywhere
+    by_name: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
+    #: the cassette directories of the modules that have collected tests
+    modules: set[Path] = field(default_factory=set, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for nodeid in dict.fromkeys(self.ids):
+            base, bracket, params = nodeid.partition("[")
+            parts = base.split("::")
+            if len(parts) < 2:
+                continue
+            module = (self.rootdir / parts[0]).resolve()
+            place = module.parent / CASSETTES_DIRNAME / module.stem
+            self.modules.add(place)
+            test_class = parts[-2] if len(parts) > 2 else None
+            for name in cassette_names(test_class, parts[-1] + bracket + params):
+                self.by_place.setdefault((place, name), []).append(nodeid)
+                self.by_name.setdefault(name, []).append(nodeid)
+
+    def test_of(self, path: Path, root: Path, notes: list[str]) -> str:
+        """The one collected test `path` is the cassette of; the layout's guess (with a note
+        in `notes`) when its module collected no tests; UnreadableSource when none or
+        several are."""
+        stem = _stem(path)
+        place = path.resolve().parent
+        in_layout = place.parent.name == CASSETTES_DIRNAME
+        found = self.by_place.get((place, stem), []) if in_layout else self.by_name.get(stem, [])
+        if len(found) == 1:
+            return found[0]
+        example = found[0] if found else "TEST ID"
+        retry = f"hashreplay import vcr --test-id {shlex.quote(example)} {shlex.quote(str(path))}"
+        if found:
+            msg = (
+                f"the cassette name {stem!r} is pytest-recording's name for {len(found)} "
+                f"collected tests ({', '.join(found)}), which shared it; import it for each "
+                f"with --test-id ({retry})"
+            )
+            raise UnreadableSource(msg)
+        module = place.parent.parent / f"{place.name}.py"
+        if in_layout and place not in self.modules:
+            if not module.is_file():
+                msg = (
+                    f"its test module {_shown(module, root)} does not exist (removed or "
+                    f"renamed?): delete the cassette, or import it with --test-id ({retry})"
+                )
+                raise UnreadableSource(msg)
+            guess = layout_test_id(path, root)
+            notes.append(
+                f"{path}: pytest collected no tests of {_shown(module, root)} (does it import? "
+                f"pytest --collect-only {_shown(module, root)}); imported under the layout's "
+                f"guess {guess}"
+            )
+            return guess
+        where = f"of {_shown(module, root)} " if in_layout else ""
+        msg = (
+            f"no collected test {where}has the cassette name {stem!r} (renamed or removed, "
+            "or named by @pytest.mark.default_cassette?): import it with --test-id "
+            f"({retry}), or delete it"
+        )
+        raise UnreadableSource(msg)
+
+
+def collected_from_lines(lines: Iterable[str], rootdir: Path, source: str) -> CollectedTests:
+    """The node ids among `lines` (as `pytest --collect-only -q` prints them, one a line;
+    other lines are left out)."""
+    ids = [line.strip() for line in lines if "::" in line and not line.startswith(" ")]
+    return CollectedTests(tuple(ids), rootdir, source)
+
+
+def _stem(path: Path) -> str:
+    stem = path.name
+    for suffix in (*_YAML_SUFFIXES, ".json"):
+        stem = stem.removesuffix(suffix)
+    return stem
+
+
+def _shown(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
 
 
 #: vcrpy's default `match_on`
@@ -210,7 +347,7 @@ def _load(path: Path, max_bytes: int) -> Any:
             msg = f"not JSON: {exc}"
             raise UnreadableSource(msg) from None
     else:
-        loads = _yaml_loader()
+        loads = yaml_loader()
         try:
             data = loads(content)
         except RecursionError:
@@ -221,84 +358,11 @@ def _load(path: Path, max_bytes: int) -> Any:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             msg = f"not readable YAML: {first}"
             raise UnreadableSource(msg) from None
-        _check_expansion(data, len(content), max_bytes)
+        check_expansion(data, len(content), max_bytes)
     deep = deep_field(data, "(cassette)", MAX_NESTING + 8)  # a body, and the cassette's own
     if deep is not None:
         raise UnreadableSource(f"{deep}: {too_deep_problem()}; not imported")
     return data
-
-
-def _check_expansion(data: Any, size: int, max_bytes: int) -> None:
-    """Refuse a cassette whose YAML aliases (`&a`, `*a`) make it, expanded, more than
-    `max_bytes` larger than the file (a "billion laughs" document), or make it contain
-    itself. The YAML loader shares one object per anchor, so the expanded size is counted
-    over the shared objects, once each, without ever building the expansion."""
-    limit = size + max_bytes
-    sizes: dict[int, int] = {}
-    on_path: set[int] = set()
-    stack: list[tuple[Any, bool]] = [(data, False)]
-    while stack:
-        value, done = stack.pop()
-        key = id(value)
-        children = [*value.keys(), *value.values()] if isinstance(value, dict) else list(value)
-        if done:
-            on_path.discard(key)
-            total = 1 + sum(_leaf_size(c) if _is_leaf(c) else sizes[id(c)] for c in children)
-            if total > limit:
-                msg = (
-                    f"its YAML aliases expand it to more than max_body_bytes ({max_bytes}) "
-                    f'beyond the file\'s own {size} bytes (a "billion laughs" cassette?); '
-                    "not imported: raise max_body_bytes in [tool.hashreplay] if it is genuine"
-                )
-                raise UnreadableSource(msg)
-            sizes[key] = total
-            continue
-        if key in sizes:
-            continue
-        if key in on_path:
-            raise UnreadableSource("a YAML alias makes the cassette contain itself; not imported")
-        on_path.add(key)
-        stack.append((value, True))
-        stack.extend((c, False) for c in children if not _is_leaf(c) and id(c) not in sizes)
-
-
-def _is_leaf(value: Any) -> bool:
-    return not isinstance(value, (dict, list, tuple))
-
-
-def _leaf_size(value: Any) -> int:
-    return len(value) if isinstance(value, (str, bytes)) else 8
-
-
-def _yaml_loader() -> Callable[[bytes], Any]:
-    try:
-        import yaml
-    except ImportError:
-        msg = (
-            "reading YAML cassettes needs PyYAML: pip install 'hashreplay[import]' "
-            "(JSON cassettes need nothing more)"
-        )
-        raise UnreadableSource(msg) from None
-
-    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-    class Loader(base):  # type: ignore[valid-type,misc]
-        """Safe, plus the harmless Python tags old cassettes carry (str, tuple)."""
-
-    def scalar(loader: Any, node: Any) -> Any:
-        return loader.construct_scalar(node)
-
-    def sequence(loader: Any, node: Any) -> Any:
-        return tuple(loader.construct_sequence(node))
-
-    Loader.add_constructor("tag:yaml.org,2002:python/str", scalar)
-    Loader.add_constructor("tag:yaml.org,2002:python/unicode", scalar)
-    Loader.add_constructor("tag:yaml.org,2002:python/tuple", sequence)
-
-    def loads(content: bytes) -> Any:
-        return yaml.load(content, Loader=Loader)
-
-    return loads
 
 
 def _headers(raw: Any) -> list[tuple[str, str]]:
@@ -362,33 +426,3 @@ def _interaction(
     day = recorded_day(interaction.get("recorded_at"))
     exchange = LiveExchange(status, headers, [raw] if raw else [], chunked, recorded_on=day)
     return incoming, exchange
-
-
-def recorded_day(value: Any) -> str | None:
-    """The UTC day of an interaction's `recorded_at` (docs/recordings.md, "Age"): an HTTP
-    date as Ruby's VCR writes it (`Tue, 01 Nov 2011 04:58:44 GMT`), an ISO 8601 day or
-    time (a time without an offset is taken as UTC), or a YAML timestamp; None when absent.
-    A ValueError names a value that is none of these."""
-    if value is None:
-        return None
-    when: datetime.date | None = value if isinstance(value, datetime.date) else None
-    if when is None and isinstance(value, str) and value.strip():
-        text = value.strip()
-        try:
-            when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            try:
-                when = email.utils.parsedate_to_datetime(text)
-            except (TypeError, ValueError, IndexError):
-                when = None
-    if when is None:
-        msg = (
-            f"recorded_at {value!r} is not a date (expected an HTTP date like 'Tue, 01 Nov "
-            "2011 04:58:44 GMT' or ISO 8601 like '2011-11-01T04:58:44Z')"
-        )
-        raise ValueError(msg)
-    if isinstance(when, datetime.datetime):
-        if when.tzinfo is not None:
-            when = when.astimezone(datetime.timezone.utc)
-        when = when.date()
-    return when.isoformat()

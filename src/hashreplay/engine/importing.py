@@ -22,13 +22,14 @@ import orjson
 
 from hashreplay.core.config import Config
 from hashreplay.core.constants import BLOBS_DIRNAME, RECORDINGS_DIRNAME, STATE_DIRNAME
-from hashreplay.core.errors import HashReplayError
+from hashreplay.core.errors import ConfigError, HashReplayError
 from hashreplay.core.files import write_bytes_atomic
 from hashreplay.core.format import RecordedResponse
 from hashreplay.core.keys import test_context
 from hashreplay.core.matching import MatchRule
 from hashreplay.core.modes import Mode
 from hashreplay.core.paths import SKIP_DIRS
+from hashreplay.core.store import Store
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session
 
@@ -75,6 +76,8 @@ class Read:
 
     entries: list[Entry] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    #: what the user should know about how the file was read (a guessed test id)
+    notes: list[str] = field(default_factory=list)
 
 
 Reader = Callable[[Path], Read]
@@ -85,6 +88,7 @@ class ImportReport:
     #: source → the recording file it went into (project path)
     imported: list[tuple[str, Path]] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     tests: set[str | None] = field(default_factory=set)
     written: list[Path] = field(default_factory=list)
     unchanged: list[Path] = field(default_factory=list)
@@ -144,12 +148,14 @@ def run_import(
         # an imported answer carries its source's day or none, never the import's: a day
         # made up here would make old answers look fresh (docs/recordings.md, "Age")
         session.recorder.today = _no_day
+        kept = KeptRules(Store.from_config(config))
         for file in files:
             read = _read(reader, file)
             report.skipped.extend(read.skipped)
+            report.notes.extend(read.notes)
             for entry in read.entries:
                 try:
-                    path = _record(session, entry)
+                    path = _record(session, entry, kept)
                 except HashReplayError as exc:
                     report.skipped.append(Skipped(entry.source, str(exc)))
                     continue
@@ -177,7 +183,39 @@ def _read(reader: Reader, file: Path) -> Read:
         return Read(skipped=[Skipped(str(file), f"cannot read the file: {exc.strerror or exc}")])
 
 
-def _record(session: Session, entry: Entry) -> Path:
+class KeptRules:
+    """The narrower rules the project's recordings of each test already carry as `match`,
+    read once per directory. A re-import keys a cassette under the rule its earlier import
+    left (as `hashreplay rehash` keeps a file's own rule, docs/design.md §14), so importing
+    again after a rehash, or after the project's `ignore` changed, finds the same files."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._dirs: dict[Path, dict[str | None, list[MatchRule]]] = {}
+
+    def of(self, test_id: str | None, shown_test_id: str | None) -> list[MatchRule]:
+        directory = self.store.dir_for(test_id)
+        found = self._dirs.get(directory)
+        if found is None:
+            found = self._dirs[directory] = _rules_by_test(directory)
+        return found.get(shown_test_id, [])
+
+
+def _rules_by_test(directory: Path) -> dict[str | None, list[MatchRule]]:
+    rules: dict[str | None, list[MatchRule]] = {}
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            data = orjson.loads(path.read_bytes())
+            rule = MatchRule.from_json(data["match"])
+        except (OSError, orjson.JSONDecodeError, ConfigError, KeyError, TypeError):
+            continue  # no `match`, or one `hashreplay verify` names
+        test_rules = rules.setdefault(data.get("test_id"), [])
+        if rule not in test_rules:
+            test_rules.append(rule)
+    return rules
+
+
+def _record(session: Session, entry: Entry, kept: KeptRules) -> Path:
     if entry.call is not None:
         with test_context(entry.test_id):
             prep = session.prepare_call(entry.call.name, [], entry.call.kwargs)
@@ -192,6 +230,11 @@ def _record(session: Session, entry: Entry) -> Path:
     prep = session.prepare(entry.request, test_id=entry.test_id)
     if entry.match_on is not None:  # keyed as its source matched it, so it replays as it did
         narrowed = MatchRule(session.config.ignore, entry.match_on)
+        earlier = [
+            r for r in kept.of(entry.test_id, prep.shown_test_id) if r.match_on == narrowed.match_on
+        ]
+        if len(earlier) == 1:
+            narrowed = earlier[0]
         rule = None if narrowed.is_default else narrowed
         key = session.keyer.key_of(prep.request, prep.shown_test_id, rule)[0]
         prep = prep._replace(hash=key, rule=rule)
@@ -287,3 +330,79 @@ def _bring_over(
             report.written.append(move.target)
         else:
             report.overwritten.append(move.target)
+
+
+# --- reading a YAML document safely (cassettes) -------------------------------------------
+
+
+def check_expansion(data: Any, size: int, max_bytes: int) -> None:
+    """Refuse a cassette whose YAML aliases (`&a`, `*a`) make it, expanded, more than
+    `max_bytes` larger than the file (a "billion laughs" document), or make it contain
+    itself. The YAML loader shares one object per anchor, so the expanded size is counted
+    over the shared objects, once each, without ever building the expansion."""
+    limit = size + max_bytes
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        value, done = stack.pop()
+        key = id(value)
+        children = [*value.keys(), *value.values()] if isinstance(value, dict) else list(value)
+        if done:
+            on_path.discard(key)
+            total = 1 + sum(_leaf_size(c) if _is_leaf(c) else sizes[id(c)] for c in children)
+            if total > limit:
+                msg = (
+                    f"its YAML aliases expand it to more than max_body_bytes ({max_bytes}) "
+                    f'beyond the file\'s own {size} bytes (a "billion laughs" cassette?); '
+                    "not imported: raise max_body_bytes in [tool.hashreplay] if it is genuine"
+                )
+                raise UnreadableSource(msg)
+            sizes[key] = total
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise UnreadableSource("a YAML alias makes the cassette contain itself; not imported")
+        on_path.add(key)
+        stack.append((value, True))
+        stack.extend((c, False) for c in children if not _is_leaf(c) and id(c) not in sizes)
+
+
+def _is_leaf(value: Any) -> bool:
+    return not isinstance(value, (dict, list, tuple))
+
+
+def _leaf_size(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes)) else 8
+
+
+def yaml_loader() -> Callable[[bytes], Any]:
+    try:
+        import yaml
+    except ImportError:
+        msg = (
+            "reading YAML cassettes needs PyYAML: pip install 'hashreplay[import]' "
+            "(JSON cassettes need nothing more)"
+        )
+        raise UnreadableSource(msg) from None
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Loader(base):  # type: ignore[valid-type,misc]
+        """Safe, plus the harmless Python tags old cassettes carry (str, tuple)."""
+
+    def scalar(loader: Any, node: Any) -> Any:
+        return loader.construct_scalar(node)
+
+    def sequence(loader: Any, node: Any) -> Any:
+        return tuple(loader.construct_sequence(node))
+
+    Loader.add_constructor("tag:yaml.org,2002:python/str", scalar)
+    Loader.add_constructor("tag:yaml.org,2002:python/unicode", scalar)
+    Loader.add_constructor("tag:yaml.org,2002:python/tuple", sequence)
+
+    def loads(content: bytes) -> Any:
+        return yaml.load(content, Loader=Loader)
+
+    return loads

@@ -23,7 +23,7 @@ from hashreplay.core.errors import ConfigError
 from hashreplay.core.modes import Mode
 from hashreplay.core.paths import has_hashreplay_table
 from hashreplay.plugin import markers
-from hashreplay.plugin.markers import MARKER_LINES, HashReplayFixture
+from hashreplay.plugin.markers import MARKER_LINES, VCR_MARKER_LINE, HashReplayFixture
 from hashreplay.plugin.run import RUN_KEY, PluginRun
 
 __all__ = ["RUN_KEY", "PluginRun", "hashreplay"]
@@ -83,6 +83,8 @@ def pytest_configure(config: pytest.Config) -> None:
             if config.getoption(f"hashreplay_{flag}"):
                 raise pytest.UsageError(f"hashreplay: --hashreplay-{flag}: {NOT_OPTED_IN}")
         return
+    if not config.pluginmanager.has_plugin("recording"):  # pytest-recording's own otherwise
+        config.addinivalue_line("markers", VCR_MARKER_LINE)
     try:
         settings = load_config(config.rootpath, mode=option)
         run = PluginRun(config, settings, has_table=has_table)

@@ -67,6 +67,14 @@ _ALIASES = {"timing": "record_timing"}
 
 
 #: The `markers` ini lines: what `pytest --markers` shows.
+#: pytest-recording's marker, for a project that opted in to hashreplay while its tests still
+#: carry it: accepted (so `--strict-markers` does not fail) and ignored (docs/usage.md,
+#: "Moving off pytest-recording"); registered only where pytest-recording is not installed.
+VCR_MARKER_LINE = (
+    "vcr(*cassettes, **config): pytest-recording's marker, accepted and ignored by hashreplay "
+    "(which records every call of an opted-in project); remove it at leisure"
+)
+
 MARKER_LINES = (
     f"{MARKER}(mode=None, record_timing=None, pace=None, unconsumed=None, max_age=None, "
     f"stale=None, ignore=None, match_on=None, repeat=None): run this test in another "

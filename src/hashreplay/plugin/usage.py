@@ -1,10 +1,14 @@
 """The usage log (`.hashreplay/usage.json`) and `--hashreplay-prune` for the pytest plugin:
 which tests ran to completion and which recording files each used, merged across xdist
 workers (`plugin/run.py` carries each worker's piece to the controller), written once by the
-controller (or the only process)."""
+controller (or the only process).
+
+`collect_test_ids`: which test ids the project's suite has, for `hashreplay import vcr`.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +186,42 @@ def _unresolved(path: Path, root: Path) -> str:
         except ValueError:
             continue
     return str(path)
+
+
+class _CollectProbe:
+    """Stands in for the hashreplay plugin in a `--collect-only` run that must write nothing
+    (no usage log, no placeholders): registers the markers and hookspecs the project may use
+    (so `--strict-markers` and its conftest hooks still load) and keeps the collected ids."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.rootdir = ""
+
+    def pytest_addhooks(self, pluginmanager: pytest.PytestPluginManager) -> None:
+        from hashreplay.plugin import markers
+
+        pluginmanager.add_hookspecs(markers)
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        from hashreplay.plugin.markers import MARKER_LINES, VCR_MARKER_LINE
+
+        for line in MARKER_LINES:
+            config.addinivalue_line("markers", line)
+        if not config.pluginmanager.has_plugin("recording"):
+            config.addinivalue_line("markers", VCR_MARKER_LINE)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.ids = [item.nodeid for item in session.items]
+        self.rootdir = str(session.config.rootpath)
+
+
+def collect_test_ids(out: str) -> int:
+    """Collect the suite of the current directory's project with the hashreplay plugin off
+    and write `{"rootdir", "ids", "exit"}` to `out` (run by `hashreplay import vcr` in a
+    subprocess: the project's conftest files never load in the CLI's process)."""
+    probe = _CollectProbe()
+    args = ["--collect-only", "-q", "-p", "no:hashreplay", "-p", "no:cacheprovider"]
+    code = pytest.main(args, plugins=[probe])
+    result = {"rootdir": probe.rootdir, "ids": probe.ids, "exit": int(code)}
+    Path(out).write_text(json.dumps(result), encoding="utf-8")
+    return 0
