@@ -106,7 +106,8 @@ def test_the_fsyncs_of_a_batch_wait_on_the_disk_together(tmp_path: Path, fsyncs:
     fsyncs.hold = True
     writes = DurableWrites(tmp_path / "tmp", threads=4)
     (tmp_path / "tmp").mkdir()
-    done = threading.Thread(target=writes.write, args=(files_in(tmp_path / "rec", 8),))
+    count = durable_writes.SMALL_BATCH + 8  # a small batch is synced on the calling thread
+    done = threading.Thread(target=writes.write, args=(files_in(tmp_path / "rec", count),))
     done.start()
     for _ in range(1000):  # every thread of the pool reaches its fsync before any returns
         with fsyncs.lock:
@@ -117,7 +118,7 @@ def test_the_fsyncs_of_a_batch_wait_on_the_disk_together(tmp_path: Path, fsyncs:
     fsyncs.release.set()
     done.join(10)
     writes.close()
-    assert len(fsyncs.files) == 8
+    assert len(fsyncs.files) == count
 
 
 def test_one_failed_file_among_many_fails_the_flush_and_is_named(
@@ -311,8 +312,52 @@ def test_temp_files_keep_the_targets_permissions(tmp_path: Path) -> None:
     assert stat.S_IMODE(new_tmp.stat().st_mode) == 0o666 & ~umask
 
 
-def test_one_file_is_written_on_the_calling_thread(tmp_path: Path, fsyncs: Fsyncs) -> None:
+def test_a_small_batch_is_written_on_the_calling_thread(tmp_path: Path, fsyncs: Fsyncs) -> None:
     writes = DurableWrites(None, threads=4)
     assert writes.write([(tmp_path / "a.json", b"a\n")]) == {}
-    assert fsyncs.threads == {threading.current_thread().name}
+    files = files_in(tmp_path / "rec", durable_writes.SMALL_BATCH)
+    assert writes.write(files) == {}
+    assert fsyncs.threads == {threading.current_thread().name}  # no pool hand-off
+    assert len(fsyncs.files) == 1 + len(files)
+    assert all(path.read_bytes() == content for path, content in files)
     assert durable_writes.DEFAULT_THREADS > 1
+    writes.close()
+
+
+def test_a_caller_that_outruns_the_disk_waits_for_room_in_the_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(durable_writes, "MAX_QUEUED", 3)
+    writer = BackgroundWriter(tmp_path / "tmp")
+    (tmp_path / "tmp").mkdir()
+    gate = hold_writer(writer, tmp_path)
+    for n in range(3):
+        writer.submit(tmp_path / f"{n}.json", b"queued\n")
+    fourth = threading.Thread(target=writer.submit, args=(tmp_path / "3.json", b"waits\n"))
+    fourth.start()
+    fourth.join(0.2)
+    assert fourth.is_alive()  # the queue is full: what memory holds stays bounded
+    gate.set()
+    fourth.join(10)
+    assert not fourth.is_alive()
+    writer.close()
+    assert [(tmp_path / f"{n}.json").read_bytes() for n in range(4)] == [b"queued\n"] * 3 + [
+        b"waits\n"
+    ]
+
+
+def test_a_flush_does_not_wait_for_the_writer_to_linger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(durable_writes, "LINGER", 3600.0)  # only a flush ends the wait
+    writer = BackgroundWriter(tmp_path / "tmp")
+    (tmp_path / "tmp").mkdir()
+    writer.submit(tmp_path / "a.json", b"a\n")
+    flushing = threading.Thread(target=writer.flush)
+    flushing.start()
+    flushing.join(30)
+    assert not flushing.is_alive()
+    assert (tmp_path / "a.json").read_bytes() == b"a\n"
+    writer.submit(tmp_path / "b.json", b"b\n")
+    writer.close()
+    assert (tmp_path / "b.json").read_bytes() == b"b\n"

@@ -12,19 +12,18 @@ on its lock, and threads contending for it only burn CPU), then all of them fsyn
 small pool of threads (fsync releases the GIL; the file system commits concurrent fsyncs
 together, and with every new entry already made, one journal commit carries them all),
 then each renamed over its target; then the directories, from the pool again. A batch of
-one file is written on the calling thread alone.
+up to `SMALL_BATCH` files nobody waits for is synced on the calling thread: handing a few
+fsyncs to the pool costs more CPU in wake-ups than it saves in wall time off the caller's path.
 
-Write-behind for recordings: the caller hands over a file's content, or the step that
-serialises it; one thread stages and writes.
-
-A record-mode call should cost about what the live call costs; an fsynced atomic write costs
-0.3 to 5 ms on ordinary disks, and serialising a recording (building the file's JSON,
-scrubbing the request's credential values, the canonical dump) 40 to 90 µs. So the engine
-submits either finished bytes or a `Stage` (a function that returns them), and one writer
-thread runs the stages and writes in batches: whatever was queued while it wrote the last
-batch, each path at its latest version (first in, first out: a later version of a file
-lands after an earlier one, and a version that a later one replaces before it was written
-is never serialised), through `DurableWrites` (parallel fsyncs, each directory synced once).
+Write-behind: an fsynced atomic write costs 0.3 to 5 ms, serialising a recording 40 to 90
+µs; so the engine submits finished bytes or a `Stage` (a function that returns them), and
+one writer thread runs the stages and writes in batches: what was queued meanwhile, each
+path at its latest version (first in, first out; a version replaced before it was written
+is never serialised). Having taken a first job, the writer lingers `LINGER` seconds for more
+(a flush or a close cuts that short): a call every few milliseconds then costs one wake-up,
+pool hand-off and directory fsync per batch of ~10 files, not per file or two. The queue
+holds at most `MAX_QUEUED` jobs: a caller that outruns the disk waits in `submit`, so what
+memory holds until written stays bounded however many files a run records.
 
 Until a file is on disk, `pending` has its content, so reads see it at once: a read of a
 version not staged yet runs its stage on the reading thread (once; the writer then reuses
@@ -48,7 +47,7 @@ from typing import TypeVar
 from hashreplay.core.errors import HashReplayError, RecordingError, RecordingWriteError
 from hashreplay.core.files import create_temp
 
-__all__ = ["DEFAULT_THREADS", "GROUP", "DurableWrites"]
+__all__ = ["DEFAULT_THREADS", "GROUP", "SMALL_BATCH", "DurableWrites"]
 
 
 #: Threads that fsync at once: fsync waits on the disk, not on the cores (2,500 files on
@@ -58,6 +57,10 @@ DEFAULT_THREADS = 16
 
 #: Files whose temp files are open at once (file descriptors are a limited resource).
 GROUP = 256
+
+
+#: A batch of at most this many files is fsynced on the calling thread, one after another.
+SMALL_BATCH = 8
 
 
 #: Directories can be opened (to fsync them) on POSIX systems only.
@@ -94,10 +97,17 @@ class DurableWrites:
         self._pool: ThreadPoolExecutor | None = None
         #: directories known to exist, so the batch makes no `mkdir` call per file
         self._made: set[Path] = set()
+        #: the largest batch synced on the calling thread (`write` sets it per batch)
+        self._small = SMALL_BATCH
 
-    def write(self, files: Sequence[tuple[Path, bytes]]) -> dict[Path, OSError]:
+    def write(
+        self, files: Sequence[tuple[Path, bytes]], *, waited_on: bool = False
+    ) -> dict[Path, OSError]:
         """Write every `(path, content)` (paths distinct); returns the failures by path.
-        A file that failed keeps its previous content, and leaves no temp file behind."""
+        A file that failed keeps its previous content, and leaves no temp file behind.
+        `waited_on`: someone waits for this batch (a flush), so even a small one is synced
+        from the pool, its wall time being what they wait for."""
+        self._small = 1 if waited_on else SMALL_BATCH
         failures: dict[Path, OSError] = {}
         directories: dict[Path, list[Path]] = {}
         for start in range(0, len(files), GROUP):
@@ -194,9 +204,9 @@ class DurableWrites:
         return errors
 
     def _each(self, work: Callable[[_T], None], items: Sequence[_T]) -> None:
-        """`work` on every item: on this thread for one item, else split over the pool
+        """`work` on every item: on this thread for a small batch, else split over the pool
         (one chunk per thread, so `threads` calls are under way at once)."""
-        if len(items) <= 1:
+        if len(items) <= self._small:
             for item in items:
                 work(item)
             return
@@ -252,7 +262,7 @@ def _sync_directory(directory: Path) -> OSError | None:
     return None
 
 
-__all__ = ["MAX_BATCH", "BackgroundWriter", "Content", "Stage"]
+__all__ = ["LINGER", "MAX_BATCH", "MAX_QUEUED", "BackgroundWriter", "Content", "Stage"]
 
 
 #: Serialises one file: called once, on the writer thread or by the first read of it.
@@ -265,6 +275,14 @@ Content = bytes | Stage
 
 #: Jobs taken off the queue at once (what one batch of parallel fsyncs holds at most).
 MAX_BATCH = 1024
+
+
+#: Jobs queued at most: `submit` waits for room beyond that (bounded memory).
+MAX_QUEUED = 1024
+
+
+#: Seconds the writer waits for more jobs after the first of a batch.
+LINGER = 0.02
 
 
 class _Job:
@@ -309,7 +327,11 @@ def _run(stage: Stage, path: Path) -> tuple[bytes | None, RecordingError | None]
 class BackgroundWriter:
     def __init__(self, temp_dir: Path | None = None, *, threads: int = DEFAULT_THREADS) -> None:
         self._files = DurableWrites(temp_dir, threads)
-        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._queue: queue.Queue[_Job | None] = queue.Queue(MAX_QUEUED)
+        #: set by `flush` and `close`: the writer stops lingering and writes what it has
+        self._hurry = threading.Event()
+        #: flushes under way: the batches they wait for are synced from the pool
+        self._flushing = 0
         self._lock = threading.Lock()
         #: path → latest version queued for it and not yet on disk
         self._pending: dict[Path, _Job] = {}
@@ -350,7 +372,14 @@ class BackgroundWriter:
     def flush(self) -> None:
         """Wait until every queued write is on disk; raise a `RecordingWriteError` that
         holds every write that failed since the last flush."""
-        self._queue.join()
+        with self._lock:
+            self._flushing += 1
+        try:
+            self._hurry.set()
+            self._queue.join()
+        finally:
+            with self._lock:
+                self._flushing -= 1
         with self._lock:
             errors, self._errors = self._errors, []
         if errors:
@@ -373,6 +402,11 @@ class BackgroundWriter:
     def _run(self) -> None:
         while True:
             batch = [self._queue.get()]
+            if batch[0] is not None and self._queue.qsize() < MAX_BATCH:
+                # more jobs join the batch meanwhile; a flush or close ends the wait (a
+                # flush after the clear finds its jobs queued, and hurries the next batch)
+                self._hurry.wait(LINGER)
+                self._hurry.clear()
             while len(batch) < MAX_BATCH and batch[-1] is not None:
                 try:
                     batch.append(self._queue.get_nowait())
@@ -399,7 +433,7 @@ class BackgroundWriter:
                 files.append((path, job.content()))
             except RecordingError as exc:
                 errors.append(exc)
-        for path, failure in self._files.write(files).items():
+        for path, failure in self._files.write(files, waited_on=self._flushing > 0).items():
             errors.append(RecordingError(path, f"cannot write the recording: {failure}"))
         self._done(jobs, errors)
 
