@@ -106,8 +106,7 @@ def test_the_fsyncs_of_a_batch_wait_on_the_disk_together(tmp_path: Path, fsyncs:
     fsyncs.hold = True
     writes = DurableWrites(tmp_path / "tmp", threads=4)
     (tmp_path / "tmp").mkdir()
-    count = durable_writes.SMALL_BATCH + 8  # a small batch is synced on the calling thread
-    done = threading.Thread(target=writes.write, args=(files_in(tmp_path / "rec", count),))
+    done = threading.Thread(target=writes.write, args=(files_in(tmp_path / "rec", 8),))
     done.start()
     for _ in range(1000):  # every thread of the pool reaches its fsync before any returns
         with fsyncs.lock:
@@ -118,7 +117,7 @@ def test_the_fsyncs_of_a_batch_wait_on_the_disk_together(tmp_path: Path, fsyncs:
     fsyncs.release.set()
     done.join(10)
     writes.close()
-    assert len(fsyncs.files) == count
+    assert len(fsyncs.files) == 8
 
 
 def test_one_failed_file_among_many_fails_the_flush_and_is_named(
@@ -312,16 +311,11 @@ def test_temp_files_keep_the_targets_permissions(tmp_path: Path) -> None:
     assert stat.S_IMODE(new_tmp.stat().st_mode) == 0o666 & ~umask
 
 
-def test_a_small_batch_is_written_on_the_calling_thread(tmp_path: Path, fsyncs: Fsyncs) -> None:
+def test_one_file_is_written_on_the_calling_thread(tmp_path: Path, fsyncs: Fsyncs) -> None:
     writes = DurableWrites(None, threads=4)
     assert writes.write([(tmp_path / "a.json", b"a\n")]) == {}
-    files = files_in(tmp_path / "rec", durable_writes.SMALL_BATCH)
-    assert writes.write(files) == {}
-    assert fsyncs.threads == {threading.current_thread().name}  # no pool hand-off
-    assert len(fsyncs.files) == 1 + len(files)
-    assert all(path.read_bytes() == content for path, content in files)
+    assert fsyncs.threads == {threading.current_thread().name}
     assert durable_writes.DEFAULT_THREADS > 1
-    writes.close()
 
 
 def test_a_caller_that_outruns_the_disk_waits_for_room_in_the_queue(

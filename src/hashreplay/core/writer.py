@@ -12,8 +12,9 @@ on its lock, and threads contending for it only burn CPU), then all of them fsyn
 small pool of threads (fsync releases the GIL; the file system commits concurrent fsyncs
 together, and with every new entry already made, one journal commit carries them all),
 then each renamed over its target; then the directories, from the pool again. A batch of
-up to `SMALL_BATCH` files nobody waits for is synced on the calling thread: handing a few
-fsyncs to the pool costs more CPU in wake-ups than it saves in wall time off the caller's path.
+one file is written on the calling thread alone. (Syncing small batches one file after
+another on the writer thread saved a little CPU but, on a loaded machine where one fsync
+waits 2 to 10 ms, let the writer fall behind a run and left seconds for the final flush.)
 
 Write-behind: an fsynced atomic write costs 0.3 to 5 ms, serialising a recording 40 to 90
 µs; so the engine submits finished bytes or a `Stage` (a function that returns them), and
@@ -47,7 +48,7 @@ from typing import TypeVar
 from hashreplay.core.errors import HashReplayError, RecordingError, RecordingWriteError
 from hashreplay.core.files import create_temp
 
-__all__ = ["DEFAULT_THREADS", "GROUP", "SMALL_BATCH", "DurableWrites"]
+__all__ = ["DEFAULT_THREADS", "GROUP", "DurableWrites"]
 
 
 #: Threads that fsync at once: fsync waits on the disk, not on the cores (2,500 files on
@@ -57,10 +58,6 @@ DEFAULT_THREADS = 16
 
 #: Files whose temp files are open at once (file descriptors are a limited resource).
 GROUP = 256
-
-
-#: A batch of at most this many files is fsynced on the calling thread, one after another.
-SMALL_BATCH = 8
 
 
 #: Directories can be opened (to fsync them) on POSIX systems only.
@@ -97,17 +94,10 @@ class DurableWrites:
         self._pool: ThreadPoolExecutor | None = None
         #: directories known to exist, so the batch makes no `mkdir` call per file
         self._made: set[Path] = set()
-        #: the largest batch synced on the calling thread (`write` sets it per batch)
-        self._small = SMALL_BATCH
 
-    def write(
-        self, files: Sequence[tuple[Path, bytes]], *, waited_on: bool = False
-    ) -> dict[Path, OSError]:
+    def write(self, files: Sequence[tuple[Path, bytes]]) -> dict[Path, OSError]:
         """Write every `(path, content)` (paths distinct); returns the failures by path.
-        A file that failed keeps its previous content, and leaves no temp file behind.
-        `waited_on`: someone waits for this batch (a flush), so even a small one is synced
-        from the pool, its wall time being what they wait for."""
-        self._small = 1 if waited_on else SMALL_BATCH
+        A file that failed keeps its previous content, and leaves no temp file behind."""
         failures: dict[Path, OSError] = {}
         directories: dict[Path, list[Path]] = {}
         for start in range(0, len(files), GROUP):
@@ -204,9 +194,9 @@ class DurableWrites:
         return errors
 
     def _each(self, work: Callable[[_T], None], items: Sequence[_T]) -> None:
-        """`work` on every item: on this thread for a small batch, else split over the pool
+        """`work` on every item: on this thread for one item, else split over the pool
         (one chunk per thread, so `threads` calls are under way at once)."""
-        if len(items) <= self._small:
+        if len(items) <= 1:
             for item in items:
                 work(item)
             return
@@ -330,8 +320,6 @@ class BackgroundWriter:
         self._queue: queue.Queue[_Job | None] = queue.Queue(MAX_QUEUED)
         #: set by `flush` and `close`: the writer stops lingering and writes what it has
         self._hurry = threading.Event()
-        #: flushes under way: the batches they wait for are synced from the pool
-        self._flushing = 0
         self._lock = threading.Lock()
         #: path → latest version queued for it and not yet on disk
         self._pending: dict[Path, _Job] = {}
@@ -372,14 +360,8 @@ class BackgroundWriter:
     def flush(self) -> None:
         """Wait until every queued write is on disk; raise a `RecordingWriteError` that
         holds every write that failed since the last flush."""
-        with self._lock:
-            self._flushing += 1
-        try:
-            self._hurry.set()
-            self._queue.join()
-        finally:
-            with self._lock:
-                self._flushing -= 1
+        self._hurry.set()
+        self._queue.join()
         with self._lock:
             errors, self._errors = self._errors, []
         if errors:
@@ -433,7 +415,7 @@ class BackgroundWriter:
                 files.append((path, job.content()))
             except RecordingError as exc:
                 errors.append(exc)
-        for path, failure in self._files.write(files, waited_on=self._flushing > 0).items():
+        for path, failure in self._files.write(files).items():
             errors.append(RecordingError(path, f"cannot write the recording: {failure}"))
         self._done(jobs, errors)
 
