@@ -21,8 +21,9 @@ Write-behind: an fsynced atomic write costs 0.3 to 5 ms, serialising a recording
 one writer thread runs the stages and writes in batches: what was queued meanwhile, each
 path at its latest version (first in, first out; a version replaced before it was written
 is never serialised). Having taken a first job, the writer lingers `LINGER` seconds for more
-(a flush or a close cuts that short): a call every few milliseconds then costs one wake-up,
-pool hand-off and directory fsync per batch of ~10 files, not per file or two. The queue
+(a flush or a close cuts that short; a writer with jobs waiting already does not wait): a
+call every few milliseconds then costs one wake-up, pool hand-off and directory fsync per
+batch of ~10 files, not per file or two. The queue
 holds at most `MAX_QUEUED` jobs: a caller that outruns the disk waits in `submit`, so what
 memory holds until written stays bounded however many files a run records.
 
@@ -384,9 +385,10 @@ class BackgroundWriter:
     def _run(self) -> None:
         while True:
             batch = [self._queue.get()]
-            if batch[0] is not None and self._queue.qsize() < MAX_BATCH:
-                # more jobs join the batch meanwhile; a flush or close ends the wait (a
-                # flush after the clear finds its jobs queued, and hurries the next batch)
+            if batch[0] is not None and self._queue.empty():
+                # caught up: more jobs join the batch meanwhile; a flush or close ends the
+                # wait (a flush after the clear finds its jobs queued). Behind, no wait: on
+                # a loaded machine a writer that paused anyway fell seconds behind the run
                 self._hurry.wait(LINGER)
                 self._hurry.clear()
             while len(batch) < MAX_BATCH and batch[-1] is not None:
