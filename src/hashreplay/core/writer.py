@@ -12,9 +12,8 @@ on its lock, and threads contending for it only burn CPU), then all of them fsyn
 small pool of threads (fsync releases the GIL; the file system commits concurrent fsyncs
 together, and with every new entry already made, one journal commit carries them all),
 then each renamed over its target; then the directories, from the pool again. A batch of
-one file is written on the calling thread alone. (Syncing small batches one file after
-another on the writer thread saved a little CPU but, on a loaded machine where one fsync
-waits 2 to 10 ms, let the writer fall behind a run and left seconds for the final flush.)
+one file is written on the calling thread alone (a few fsyncs one after another on the
+writer thread let it fall behind a run on a loaded disk, where one fsync waits 2 to 10 ms).
 
 Write-behind: an fsynced atomic write costs 0.3 to 5 ms, serialising a recording 40 to 90
 µs; so the engine submits finished bytes or a `Stage` (a function that returns them), and
@@ -23,9 +22,9 @@ path at its latest version (first in, first out; a version replaced before it wa
 is never serialised). Having taken a first job, the writer lingers `LINGER` seconds for more
 (a flush or a close cuts that short; a writer with jobs waiting already does not wait): a
 call every few milliseconds then costs one wake-up, pool hand-off and directory fsync per
-batch of ~10 files, not per file or two. The queue
-holds at most `MAX_QUEUED` jobs: a caller that outruns the disk waits in `submit`, so what
-memory holds until written stays bounded however many files a run records.
+batch of ~10 files, not per file or two. The queue holds at most `MAX_QUEUED` jobs: a
+caller that outruns the disk waits in `submit`, so what memory holds until written stays
+bounded however many files a run records.
 
 Until a file is on disk, `pending` has its content, so reads see it at once: a read of a
 version not staged yet runs its stage on the reading thread (once; the writer then reuses
@@ -387,8 +386,8 @@ class BackgroundWriter:
             batch = [self._queue.get()]
             if batch[0] is not None and self._queue.empty():
                 # caught up: more jobs join the batch meanwhile; a flush or close ends the
-                # wait (a flush after the clear finds its jobs queued). Behind, no wait: on
-                # a loaded machine a writer that paused anyway fell seconds behind the run
+                # wait (a flush after the clear finds its jobs queued). Behind, no wait: a
+                # writer that paused anyway fell seconds behind a run on a loaded machine
                 self._hurry.wait(LINGER)
                 self._hurry.clear()
             while len(batch) < MAX_BATCH and batch[-1] is not None:
