@@ -8,7 +8,8 @@ on a write-behind `BackgroundWriter` as fast as the engine can hand them over (t
 thread starts on the first), then calls `flush()`, as the pytest plugin does after the last
 test. Reported per tree: the time from the last submit to the end of the flush (what a run
 waits for after its last test), the whole time from the first submit, and the CPU time of
-the process (every thread). Each measurement is a fresh interpreter with `PYTHONPATH` set to
+the process (every thread), and how far its peak RSS grew meanwhile (the writer's queue
+is bounded: submitting waits for room once `MAX_QUEUED` files wait). Each measurement is a fresh interpreter with `PYTHONPATH` set to
 the tree, the trees interleaved round by round; every file is checked afterwards (content,
 no temp file left). The last column is the floor no writer avoids: creating as many empty
 files in a fresh directory beside them (one new inode each). The files go under `--dir` (default: `.hashreplay/` of this checkout,
@@ -66,12 +67,14 @@ def measure(files: int, size: int, dirs: int, base: Path) -> dict[str, float]:
             body = os.urandom(size // 2).hex()  # ~size bytes of JSON
             jobs.append((directory / f"{i:032x}.json", json.dumps({"n": i, "b": body}).encode()))
         writer = BackgroundWriter(temp_dir)
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         cpu0, t0 = cpu_seconds(), time.perf_counter()
         for path, content in jobs:
             writer.submit(path, content)
         t1 = time.perf_counter()
         writer.flush()
         t2, cpu1 = time.perf_counter(), cpu_seconds()
+        peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024  # KB on Linux
         writer.close()
         for path, content in jobs:
             assert path.read_bytes() == content, path
@@ -80,6 +83,7 @@ def measure(files: int, size: int, dirs: int, base: Path) -> dict[str, float]:
             "after_last_ms": (t2 - t1) * 1e3,
             "total_ms": (t2 - t0) * 1e3,
             "cpu_ms": (cpu1 - cpu0) * 1e3,
+            "peak_mb": peak,
             "create_ms": create_floor(root / "floor", files) * 1e3,
         }
     finally:
@@ -123,12 +127,12 @@ def main() -> None:
     print()
     print(
         "| tree | flush after the last submit, ms | first submit to flushed, ms | CPU, ms "
-        "| creating as many empty files there, ms |"
+        "| peak memory growth, MB | creating as many empty files there, ms |"
     )
-    print("| --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for name, runs in results.items():
         cells = [name]
-        for key in ("after_last_ms", "total_ms", "cpu_ms", "create_ms"):
+        for key in ("after_last_ms", "total_ms", "cpu_ms", "peak_mb", "create_ms"):
             values = [run[key] for run in runs]
             cells.append(f"{statistics.median(values):.0f} ({min(values):.0f}–{max(values):.0f})")
         print("| " + " | ".join(cells) + " |")

@@ -18,7 +18,10 @@ time), the minimum over repeats of:
 - `keying`: the request redacted, normalised and hashed;
 - `read+parse`: the file read and validated.
 
-The table reports the median over rounds of each process's figure, per tree.
+The table reports the median over rounds of each process's figure, per tree, and each
+tree's `adapter` figure over the first tree's of the same round (median and range of the
+ratios). `adapter` is a strict hit: the default rule, no `ignore` or `match_on`; each tree
+makes its own recordings, so trees whose keys differ (`KEY_VERSION`) compare alike.
 """
 
 from __future__ import annotations
@@ -216,6 +219,14 @@ def main() -> None:
             above = [run[kind]["adapter"] - run[kind]["mock"] for run in results[label]]
             cells.append(f"+{statistics.median(above):,.1f}")
         print("| adapter above mock | " + " | ".join(cells) + " |")
+        cells = []
+        for label in labels:  # rounds are interleaved: each round's processes are a pair
+            paired = sorted(
+                run[kind]["adapter"] / first[kind]["adapter"]
+                for run, first in zip(results[label], results[labels[0]], strict=True)
+            )
+            cells.append(f"{statistics.median(paired):.2f}× ({paired[0]:.2f}–{paired[-1]:.2f})")
+        print(f"| adapter ÷ {labels[0]}'s, paired by round | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

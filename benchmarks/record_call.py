@@ -14,7 +14,9 @@ with it. Reported per tree, medians over rounds:
 - prepare + record: µs per call (`Session.decide` too: the request side of recording);
 - CPU per call: the process's user+sys time over the whole run, every thread and the final
   flush included, minus the same loop without recording (the waits and the test bookkeeping);
-- flush after the last call: ms until every file is on disk.
+- flush after the last call: ms until every file is on disk;
+- peak memory: how far the process's peak RSS grew over the recorded calls and the flush
+  (MB; with `--calls 2500`, what recording 2,500 files holds at most).
 
 Each measurement is a fresh interpreter with `PYTHONPATH` set to the tree, trees interleaved
 round by round. The files go under `--dir` (default `.hashreplay/` of this checkout).
@@ -117,6 +119,7 @@ def measure(calls: int, stream: bool, wait: float, base: Path) -> dict[str, floa
 
         on_path: list[float] = []
         with_prepare: list[float] = []
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         cpu0 = cpu_seconds()
         for i in range(calls):
             tid = bookkeeping(i)
@@ -133,6 +136,7 @@ def measure(calls: int, stream: bool, wait: float, base: Path) -> dict[str, floa
         session.flush()
         flushed = time.perf_counter() - t_last
         cpu = cpu_seconds() - cpu0 - reference
+        peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024  # KB on Linux
         session.close()
         written = [
             p for p in root.rglob("*.json") if ".hashreplay" not in p.relative_to(root).parts
@@ -143,6 +147,7 @@ def measure(calls: int, stream: bool, wait: float, base: Path) -> dict[str, floa
             "prepare_record_us": statistics.median(with_prepare) * 1e6,
             "cpu_us": cpu / calls * 1e6,
             "flush_ms": flushed * 1e3,
+            "peak_mb": peak,
         }
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -188,12 +193,12 @@ def main() -> None:
         print(f"### {'streamed (52 SSE events)' if stream else 'plain'}")
         print()
         print(
-            "| tree | record() on the caller's path, µs | prepare + record, µs | CPU per call (all threads, flush included), µs | flush after the last call, ms |"
+            "| tree | record() on the caller's path, µs | prepare + record, µs | CPU per call (all threads, flush included), µs | flush after the last call, ms | peak memory growth, MB |"
         )
-        print("| --- | --- | --- | --- | --- |")
+        print("| --- | --- | --- | --- | --- | --- |")
         for name, runs in results.items():
             cells = [name]
-            for key in ("record_us", "prepare_record_us", "cpu_us", "flush_ms"):
+            for key in ("record_us", "prepare_record_us", "cpu_us", "flush_ms", "peak_mb"):
                 values = [run[key] for run in runs]
                 cells.append(
                     f"{statistics.median(values):.0f} ({min(values):.0f}–{max(values):.0f})"

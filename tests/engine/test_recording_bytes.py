@@ -5,6 +5,7 @@ response still queued, and a body over `max_body_bytes` still failing the call a
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +158,40 @@ def test_a_body_near_the_limit_is_serialised_on_the_callers_thread(tmp_path: Pat
     _path, content = s.recorder.stage(decision.prep, answer("chatcmpl-AAAA1111BBBB", "x" * 250))
     assert isinstance(content, bytes)
     s.close()
+
+
+def test_a_write_behind_rerecord_keeps_the_day_of_a_file_there_before_listing_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Record mode looks up what a file held before (its day) only under the names its
+    directory listed on first use: one listing, no failed `open` for a new recording."""
+
+    def record(session: Session, test_id: str) -> Path:
+        session.begin_test(test_id)
+        decision = session.decide(request("hi"), test_id=test_id)
+        assert isinstance(decision, Record)
+        path = session.record(decision.prep, answer("chatcmpl-AAAA1111BBBB", "hello"))
+        session.end_test(test_id)
+        assert path is not None
+        return path
+
+    monkeypatch.setenv("HASHREPLAY_TODAY", "2026-01-02")
+    first = Session(load_config(tmp_path, env={}, mode="record"), write_behind=True)
+    kept = record(first, TEST)
+    first.close()
+    monkeypatch.setenv("HASHREPLAY_TODAY", "2026-03-04")
+    listed: list[Path] = []
+    real_scandir = os.scandir
+
+    def scandir(path: Any) -> Any:
+        listed.append(Path(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    again = Session(load_config(tmp_path, env={}, mode="record"), write_behind=True)
+    assert record(again, TEST) == kept
+    new = record(again, OTHER)
+    again.close()
+    assert json.loads(kept.read_text())["response"]["recorded_on"] == "2026-01-02"
+    assert json.loads(new.read_text())["response"]["recorded_on"] == "2026-03-04"
+    assert listed.count(kept.parent) == 1

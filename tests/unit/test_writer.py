@@ -316,3 +316,42 @@ def test_one_file_is_written_on_the_calling_thread(tmp_path: Path, fsyncs: Fsync
     assert writes.write([(tmp_path / "a.json", b"a\n")]) == {}
     assert fsyncs.threads == {threading.current_thread().name}
     assert durable_writes.DEFAULT_THREADS > 1
+
+
+def test_a_caller_that_outruns_the_disk_waits_for_room_in_the_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(durable_writes, "MAX_QUEUED", 3)
+    writer = BackgroundWriter(tmp_path / "tmp")
+    (tmp_path / "tmp").mkdir()
+    gate = hold_writer(writer, tmp_path)
+    for n in range(3):
+        writer.submit(tmp_path / f"{n}.json", b"queued\n")
+    fourth = threading.Thread(target=writer.submit, args=(tmp_path / "3.json", b"waits\n"))
+    fourth.start()
+    fourth.join(0.2)
+    assert fourth.is_alive()  # the queue is full: what memory holds stays bounded
+    gate.set()
+    fourth.join(10)
+    assert not fourth.is_alive()
+    writer.close()
+    assert [(tmp_path / f"{n}.json").read_bytes() for n in range(4)] == [b"queued\n"] * 3 + [
+        b"waits\n"
+    ]
+
+
+def test_a_flush_does_not_wait_for_the_writer_to_linger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(durable_writes, "LINGER", 3600.0)  # only a flush ends the wait
+    writer = BackgroundWriter(tmp_path / "tmp")
+    (tmp_path / "tmp").mkdir()
+    writer.submit(tmp_path / "a.json", b"a\n")
+    flushing = threading.Thread(target=writer.flush)
+    flushing.start()
+    flushing.join(30)
+    assert not flushing.is_alive()
+    assert (tmp_path / "a.json").read_bytes() == b"a\n"
+    writer.submit(tmp_path / "b.json", b"b\n")
+    writer.close()
+    assert (tmp_path / "b.json").read_bytes() == b"b\n"

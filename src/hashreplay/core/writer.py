@@ -12,19 +12,19 @@ on its lock, and threads contending for it only burn CPU), then all of them fsyn
 small pool of threads (fsync releases the GIL; the file system commits concurrent fsyncs
 together, and with every new entry already made, one journal commit carries them all),
 then each renamed over its target; then the directories, from the pool again. A batch of
-one file is written on the calling thread alone.
+one file is written on the calling thread alone (a few fsyncs one after another on the
+writer thread let it fall behind a run on a loaded disk, where one fsync waits 2 to 10 ms).
 
-Write-behind for recordings: the caller hands over a file's content, or the step that
-serialises it; one thread stages and writes.
-
-A record-mode call should cost about what the live call costs; an fsynced atomic write costs
-0.3 to 5 ms on ordinary disks, and serialising a recording (building the file's JSON,
-scrubbing the request's credential values, the canonical dump) 40 to 90 µs. So the engine
-submits either finished bytes or a `Stage` (a function that returns them), and one writer
-thread runs the stages and writes in batches: whatever was queued while it wrote the last
-batch, each path at its latest version (first in, first out: a later version of a file
-lands after an earlier one, and a version that a later one replaces before it was written
-is never serialised), through `DurableWrites` (parallel fsyncs, each directory synced once).
+Write-behind: an fsynced atomic write costs 0.3 to 5 ms, serialising a recording 40 to 90
+µs; so the engine submits finished bytes or a `Stage` (a function that returns them), and
+one writer thread runs the stages and writes in batches: what was queued meanwhile, each
+path at its latest version (first in, first out; a version replaced before it was written
+is never serialised). Having taken a first job, the writer lingers `LINGER` seconds for more
+(a flush or a close cuts that short; a writer with jobs waiting already does not wait): a
+call every few milliseconds then costs one wake-up, pool hand-off and directory fsync per
+batch of ~10 files, not per file or two. The queue holds at most `MAX_QUEUED` jobs: a
+caller that outruns the disk waits in `submit`, so what memory holds until written stays
+bounded however many files a run records.
 
 Until a file is on disk, `pending` has its content, so reads see it at once: a read of a
 version not staged yet runs its stage on the reading thread (once; the writer then reuses
@@ -252,7 +252,7 @@ def _sync_directory(directory: Path) -> OSError | None:
     return None
 
 
-__all__ = ["MAX_BATCH", "BackgroundWriter", "Content", "Stage"]
+__all__ = ["LINGER", "MAX_BATCH", "MAX_QUEUED", "BackgroundWriter", "Content", "Stage"]
 
 
 #: Serialises one file: called once, on the writer thread or by the first read of it.
@@ -265,6 +265,14 @@ Content = bytes | Stage
 
 #: Jobs taken off the queue at once (what one batch of parallel fsyncs holds at most).
 MAX_BATCH = 1024
+
+
+#: Jobs queued at most: `submit` waits for room beyond that (bounded memory).
+MAX_QUEUED = 1024
+
+
+#: Seconds the writer waits for more jobs after the first of a batch.
+LINGER = 0.02
 
 
 class _Job:
@@ -309,7 +317,9 @@ def _run(stage: Stage, path: Path) -> tuple[bytes | None, RecordingError | None]
 class BackgroundWriter:
     def __init__(self, temp_dir: Path | None = None, *, threads: int = DEFAULT_THREADS) -> None:
         self._files = DurableWrites(temp_dir, threads)
-        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._queue: queue.Queue[_Job | None] = queue.Queue(MAX_QUEUED)
+        #: set by `flush` and `close`: the writer stops lingering and writes what it has
+        self._hurry = threading.Event()
         self._lock = threading.Lock()
         #: path → latest version queued for it and not yet on disk
         self._pending: dict[Path, _Job] = {}
@@ -350,6 +360,7 @@ class BackgroundWriter:
     def flush(self) -> None:
         """Wait until every queued write is on disk; raise a `RecordingWriteError` that
         holds every write that failed since the last flush."""
+        self._hurry.set()
         self._queue.join()
         with self._lock:
             errors, self._errors = self._errors, []
@@ -373,6 +384,12 @@ class BackgroundWriter:
     def _run(self) -> None:
         while True:
             batch = [self._queue.get()]
+            if batch[0] is not None and self._queue.empty():
+                # caught up: more jobs join the batch meanwhile; a flush or close ends the
+                # wait (a flush after the clear finds its jobs queued). Behind, no wait: a
+                # writer that paused anyway fell seconds behind a run on a loaded machine
+                self._hurry.wait(LINGER)
+                self._hurry.clear()
             while len(batch) < MAX_BATCH and batch[-1] is not None:
                 try:
                     batch.append(self._queue.get_nowait())

@@ -130,7 +130,7 @@ class Recorder:
         if not renew and prep.mode is Mode.RECORD:
             if seq.previous is None:
                 try:
-                    found = self.view.read_first(prep.test_id, prep.hash)
+                    found = self.view.read_previous(prep.test_id, prep.hash)
                 except RecordingError:  # unreadable: overwritten, nothing to keep
                     found = None
                 seq.previous = [] if found is None else found.recording.responses

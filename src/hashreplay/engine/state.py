@@ -22,6 +22,7 @@ session (lazily, only when a test of it ends and `unconsumed` is not "ignore").
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Callable
@@ -290,6 +291,8 @@ class StoreView:
         self.writer = writer
         self.key_of = key_of
         self.rules = RuleIndex()
+        #: a write-behind run's recording names per directory, listed on first use
+        self._listed: dict[Path, frozenset[str] | None] = {}
 
     def read_other_rule(self, prep: Prepared) -> tuple[str, MatchRule | None, Found] | None:
         """After `prep.hash` missed: its recording under another matching rule that the
@@ -314,6 +317,40 @@ class StoreView:
                 if content is not None:
                     return Found(path, self.store.parse(content, path))
         return self.store.read_first(test_id, hash_hex)
+
+    def read_previous(self, test_id: str | None, hash_hex: str) -> Found | None:
+        """What record mode re-records held before (its days, docs/recordings.md "Age"):
+        `read_first`, except that a write-behind run (the pytest plugin's, whose directories
+        change only through its own writes and its workers' other tests) lists each
+        directory once, on first use, and opens only a name that was there: a new
+        recording costs no failed `open` per search directory. A file this run made since
+        holds today's day anyway."""
+        if self.writer is not None:
+            name = recording_name(hash_hex)
+            for directory in self.store.search_dirs(test_id):
+                names = self._names(directory)
+                if names is None or name in names:
+                    break
+            else:
+                return None
+        return self.read_first(test_id, hash_hex)
+
+    def _names(self, directory: Path) -> frozenset[str] | None:
+        """The `.json` names `directory` held when first asked (None: it cannot be listed,
+        so every name is looked for)."""
+        if directory in self._listed:
+            return self._listed[directory]
+        try:
+            with os.scandir(directory) as entries:
+                names: frozenset[str] | None = frozenset(
+                    e.name for e in entries if e.name.endswith(".json")
+                )
+        except FileNotFoundError:
+            names = frozenset()
+        except OSError:
+            names = None
+        self._listed[directory] = names
+        return names
 
     def model_list_paths(self, hash_hex: str, test_id: str | None) -> list[Path]:
         paths = set(self.store.model_list_paths(hash_hex, test_id))
