@@ -24,6 +24,7 @@ The miss report is `engine/miss.py`, loaded on the first miss.
 from __future__ import annotations
 
 import datetime
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -329,11 +330,14 @@ class FileIndex:
 
     def _read(self, directory: Path) -> dict[str | None, list[tuple[Path, int]]]:
         index: dict[str | None, list[tuple[Path, int]]] = {}
-        if not directory.is_dir():
+        try:  # names as `glob("*.json")` gives them, without its Path and pattern per entry
+            names = os.listdir(directory)  # noqa: PTH208 (no Path per entry)
+        except OSError:  # no directory (nothing recorded there yet), or unreadable
             return index
-        for path in sorted(directory.glob("*.json")):
-            if path.name.startswith(MODEL_LIST_PREFIX):
+        for name in sorted(names):
+            if not name.endswith(".json") or name.startswith((".", MODEL_LIST_PREFIX)):
                 continue
+            path = directory / name
             found = self._summary(path)
             if found is not None:
                 index.setdefault(found[0], []).append((path, found[1]))
