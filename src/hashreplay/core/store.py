@@ -44,7 +44,7 @@ from hashreplay.core.files import (
 from hashreplay.core.format import FormatError, Recording, check_bodies, recording_from_json
 from hashreplay.core.keys import model_list_glob, recording_name
 from hashreplay.core.nesting import MAX_NESTING, deep_recording_field, too_deep_problem
-from hashreplay.core.paths import read_contained, recordings_dir_for
+from hashreplay.core.paths import read_bytes, read_contained, recordings_dir_for
 
 if TYPE_CHECKING:
     from hashreplay.core.config import Config
@@ -132,7 +132,7 @@ def read_file(path: Path) -> bytes:
     """A recording file's bytes, whatever its size (FileNotFoundError passes through; other
     problems are a RecordingError naming the file)."""
     try:
-        return path.read_bytes()
+        return read_bytes(path)
     except FileNotFoundError:
         raise
     except OSError as exc:

@@ -24,6 +24,7 @@ The miss report is `engine/miss.py`, loaded on the first miss.
 from __future__ import annotations
 
 import datetime
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -37,8 +38,9 @@ from hashreplay.core.errors import RecordingError, ReplayMiss
 from hashreplay.core.format import EndState, RecordedResponse, is_no_response
 from hashreplay.core.matching import Repeat
 from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, age_in_days, today
+from hashreplay.core.paths import read_bytes
 from hashreplay.core.redact import Redactor
-from hashreplay.core.store import Store, read_file
+from hashreplay.core.store import Store
 from hashreplay.core.templates import TemplateError
 from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.http import IncomingRequest, ReplayPlan, miss_plan, plan_for
@@ -357,12 +359,16 @@ class Unused:
 
 
 class FileIndex:
-    """The recordings of each test id, by directory, read once."""
+    """The recordings of each test id, by directory, read once.
+
+    Kept as names, not paths, in tuples of strings and counts: a run holds one entry per
+    file of the store, and tuples of atomic values leave the garbage collector's lists
+    (a `Path` would keep two tracked objects per file in every full collection)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._dirs: dict[Path, dict[str | None, list[tuple[Path, int]]]] = {}
+        self._dirs: dict[Path, dict[str | None, tuple[tuple[str, int], ...]]] = {}
 
     def files_of(self, test_id: str | None) -> list[tuple[Path, int]]:
         directory = self.store.dir_for(test_id)
@@ -370,32 +376,35 @@ class FileIndex:
             index = self._dirs.get(directory)
             if index is None:
                 index = self._dirs[directory] = self._read(directory)
-        return index.get(test_id, [])
+        return [(directory / name, count) for name, count in index.get(test_id, ())]
 
-    def _read(self, directory: Path) -> dict[str | None, list[tuple[Path, int]]]:
-        index: dict[str | None, list[tuple[Path, int]]] = {}
-        if not directory.is_dir():
-            return index
-        for path in sorted(directory.glob("*.json")):
-            if path.name.startswith(MODEL_LIST_PREFIX):
+    def _read(self, directory: Path) -> dict[str | None, tuple[tuple[str, int], ...]]:
+        index: dict[str | None, list[tuple[str, int]]] = {}
+        try:  # names as `glob("*.json")` gives them, without its Path and pattern per entry
+            names = os.listdir(directory)  # noqa: PTH208 (no Path per entry)
+        except OSError:  # no directory (nothing recorded there yet), or unreadable
+            return {}
+        prefix = f"{directory}{os.sep}"
+        for name in sorted(names):
+            if not name.endswith(".json") or name.startswith((".", MODEL_LIST_PREFIX)):
                 continue
-            found = self._summary(path)
+            found = self._summary(prefix + name)
             if found is not None:
-                index.setdefault(found[0], []).append((path, found[1]))
-        return index
+                index.setdefault(found[0], []).append((name, found[1]))
+        return {test_id: tuple(files) for test_id, files in index.items()}
 
-    def _summary(self, path: Path) -> tuple[str | None, int] | None:
+    def _summary(self, path: str) -> tuple[str | None, int] | None:
         """A file's test id and how many responses it holds, or None for a file that is not
         a readable recording (`hashreplay verify` names it; a test that asks for it gets the
         full check). Only parsed, not validated: the suite's first test of a directory reads
         every file of it here."""
         try:
-            content = read_file(path)
+            content = read_bytes(path)
             canonical = _canonical_summary(content)
             if canonical is not None:
                 return canonical
             data = orjson.loads(content)
-        except (OSError, RecordingError, orjson.JSONDecodeError):
+        except (OSError, orjson.JSONDecodeError):
             return None
         if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION:
             return None

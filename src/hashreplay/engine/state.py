@@ -184,8 +184,10 @@ class Tests:
         self.default_mode = default_mode
         self.lock = threading.RLock()
         self.stats = Stats()
-        #: recording files each test id used (replayed or wrote), for `hashreplay prune`
-        self.usage: dict[str | None, set[Path]] = {}
+        #: recording files each test id used (replayed or wrote), for `hashreplay prune`;
+        #: kept as path strings for the whole run: a `Path` would keep two objects per file
+        #: in every full garbage collection of the process
+        self.usage: dict[str | None, set[str]] = {}
         self._tests: dict[str | None, TestState] = {}
 
     def begin(self, test_id: str | None, mode: Mode | None = None) -> None:
@@ -256,7 +258,7 @@ class Tests:
 
     def use(self, test_id: str | None, *paths: Path) -> None:
         """Note files a test used (callers hold the lock)."""
-        self.usage.setdefault(test_id, set()).update(paths)
+        self.usage.setdefault(test_id, set()).update(map(os.fspath, paths))
 
     def touch(self, test_id: str | None, limit: int) -> int:
         """For long-lived servers, which never see a test end: mark `test_id` as just used

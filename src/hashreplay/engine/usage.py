@@ -337,18 +337,19 @@ class UsageCollector:
         start = self._passthrough_at_start.pop(test_id, passed_through)
         test.passthrough = test.passthrough or passed_through > start or not mode.intercepts
 
-    def add_files(self, usage: Mapping[str | None, Iterable[Path]], root: Path) -> None:
-        """Take the engine's `Session.usage` (test id → files it used). The engine's paths
-        are resolved already (the store resolves its directories once), so names come from
-        string operations against the resolved root, not a `resolve` per file."""
+    def add_files(self, usage: Mapping[str | None, Iterable[str | Path]], root: Path) -> None:
+        """Take the engine's `Session.usage` (test id → files it used, as path strings). The
+        engine's paths are resolved already (the store resolves its directories once), so
+        names come from string operations against the resolved root, not a `resolve` per
+        file."""
         prefix = str(root.resolve()) + os.sep
         cut = len(prefix)
 
-        def name(path: Path) -> str:
-            text = str(path)
+        def name(path: str | Path) -> str:
+            text = os.fspath(path)
             if text.startswith(prefix):
                 return text[cut:].replace(os.sep, "/")
-            return relative(path, root)
+            return relative(Path(text), root)
 
         for test_id, paths in usage.items():
             names = {name(p) for p in paths}
