@@ -293,8 +293,9 @@ class UsageCollector:
 
     def __init__(self) -> None:
         #: This process's view; `collected` holds the tests selected to run (the finished
-        #: log adds the deselected ones).
-        self.piece = UsagePiece()
+        #: log adds the deselected ones). Its values come from pytest's hooks, not a file, so
+        #: it is made unchecked: a run builds the log's schema once, to write it.
+        self.piece = UsagePiece.model_construct()
         self._passthrough_at_start: dict[str, int] = {}
 
     @property
@@ -394,7 +395,7 @@ class UsageCollector:
             outside_tests=[*piece.outside_tests],
             notes=[*piece.notes],
         )
-        return RunUsage(
+        return RunUsage.model_construct(  # our own values, as the piece's (no schema build)
             **fields,
             root=str(root),
             finished=time.time(),
