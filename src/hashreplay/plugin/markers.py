@@ -122,12 +122,15 @@ def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | Non
     pace = options.get("pace")
     unconsumed = options.get("unconsumed")
     max_age, stale = options.get("max_age"), options.get("stale")
-    from hashreplay.engine.faults import FaultSpec  # loaded with the engine already
+    fault_marks = list(item.iter_markers(FAULT_MARKER))
+    faults = []
+    if fault_marks:
+        from hashreplay.engine.faults import FaultSpec  # loaded with the engine already
 
-    faults = [
-        FaultSpec.parse(m.kwargs, source=f"@pytest.mark.{FAULT_MARKER}")
-        for m in reversed(list(item.iter_markers(FAULT_MARKER)))
-    ]
+        faults = [
+            FaultSpec.parse(m.kwargs, source=f"@pytest.mark.{FAULT_MARKER}")
+            for m in reversed(fault_marks)
+        ]
     match = None
     if "ignore" in options or "match_on" in options:  # each not given: the config's
         match = MatchRule.parse(
