@@ -9,7 +9,7 @@ Python running this script (it needs pytest and openai, and hashreplay installed
 interleaved (rotating order) so machine noise hits them alike, and printed side by side. Every measurement is a fresh Python process, with
 bytecode cached in a private `PYTHONPYCACHEPREFIX` (warmed first), as a user's machine has:
 
-- import: `import hashreplay.plugin` after `import pytest, openai` (perf_counter in the
+- import: `import hashreplay.plugin` after `import pytest, openai` (CPU time in the
   process), and the modules it loads;
 - activation: what the plugin's `pytest_configure` and `pytest_sessionstart` do (load the
   configuration, build the Session, install the adapters, start the usage log), on a real
@@ -19,6 +19,8 @@ bytecode cached in a private `PYTHONPYCACHEPREFIX` (warmed first), as a user's m
   openai) with the plugin and with `-p no:hashreplay`: CPU (user+sys of the process,
   `RUSAGE_CHILDREN`) and wall.
 
+Import, activation and the usage log are CPU time of the probe's process (`time.process_time`,
+user+sys), so other jobs on a shared machine do not inflate them as they inflate wall time.
 Reported: median and minimum of each measure per revision; the collect-only overhead is the
 median of the per-round ratios (plugin on and off run back to back in each round).
 """
@@ -48,21 +50,21 @@ from pathlib import Path
 from types import SimpleNamespace
 import pytest, openai
 before = set(sys.modules)
-t0 = time.perf_counter()
+t0 = time.process_time()
 import hashreplay.plugin as plugin
-t1 = time.perf_counter()
+t1 = time.process_time()
 imported = sorted(m for m in set(sys.modules) - before)
 from _pytest.config import _prepareconfig  # a real Config without running pytest (benchmark only)
 config = _prepareconfig(["-q", "-p", "no:cacheprovider", "tests"])
 loaded = set(sys.modules)
-t2 = time.perf_counter()
+t2 = time.process_time()
 plugin.pytest_configure(config)
 run = config.stash[plugin.RUN_KEY] if hasattr(plugin, "RUN_KEY") else None  # plugin/ package
 if run is not None:
     run.sessionstart(SimpleNamespace(config=config))
 else:  # a tree from before the plugin was a package: six stash keys
     plugin.pytest_sessionstart(SimpleNamespace(config=config))
-t3 = time.perf_counter()
+t3 = time.process_time()
 activated = sorted(set(sys.modules) - loaded)
 if run is not None:
     collector, session = run.usage, run.session
@@ -72,7 +74,7 @@ else:
 root = session.config.root
 tests = [f"tests/test_m{i % 20:02d}.py::test_{i:03d}" for i in range(int(sys.argv[1]))]
 files = {t: {root / "tests" / "recordings" / f"{i:03d}.json"} for i, t in enumerate(tests)}
-t4 = time.perf_counter()
+t4 = time.process_time()
 collector.note_collected(tests)
 for t in tests:
     collector.note_start(t, 0)
@@ -87,7 +89,7 @@ if run is not None:  # as pytest_sessionfinish does
 else:
     from hashreplay.pytest_usage import finish_usage
     finish_usage(ended, plugin.SESSION_KEY, plugin.USAGE_KEY)
-t5 = time.perf_counter()
+t5 = time.process_time()
 assert (root / ".hashreplay" / "usage.json").stat().st_size > len(tests) * 100
 if run is not None:
     run.unconfigure()

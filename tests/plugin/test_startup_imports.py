@@ -99,3 +99,55 @@ def test_importing_the_plugin_creates_no_dataclass() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+#: Loaded only once a project opts in (docs/design.md §16 Activation): the configuration's
+#: and the formats' pydantic models, the engine and the run's state.
+OPTED_IN_ONLY = (
+    "pydantic",
+    "hashreplay.core.config",
+    "hashreplay.core.format",
+    "hashreplay.engine",
+    "hashreplay.plugin.run",
+    "hashreplay.plugin.usage",
+)
+
+
+def test_a_project_that_has_not_opted_in_loads_no_engine_and_no_model(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.delenv("INFERENCE_MODE", raising=False)
+    pytester.makepyfile(
+        test_plain=f"""
+import sys
+
+def test_modules_of_a_project_without_the_table():
+    found = {OPTED_IN_ONLY!r}
+    prefixes = tuple(m + "." for m in found)
+    assert sorted(m for m in sys.modules if m in found or m.startswith(prefixes)) == []
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "hashreplay.plugin", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "hashreplay:" not in result.stdout.str()
+
+
+def test_an_opted_in_run_loads_them(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check above is not vacuous: the same test fails once the project opts in."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.delenv("INFERENCE_MODE", raising=False)
+    pytester.makepyprojecttoml("[tool.hashreplay]\n")
+    pytester.makepyfile(
+        test_plain=f"""
+import sys
+
+def test_modules_of_an_opted_in_project():
+    found = {OPTED_IN_ONLY!r}
+    assert all(m in sys.modules for m in found), sorted(set(found) - set(sys.modules))
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "hashreplay.plugin", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)

@@ -59,10 +59,6 @@ _PLUMBING = frozenset(
         "uvloop",
     )
 )
-#: Where the standard library and installed packages live (a frame there is a library's).
-_LIBRARY_DIRS = tuple(
-    {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-)
 #: How many addresses the guard remembers the names of (oldest forgotten first).
 _RESOLVED_LIMIT = 4096
 #: The gRPC functions that create a channel, in `grpc` and in `grpc.aio`.
@@ -295,9 +291,18 @@ def _where(frame: FrameType) -> str:
     return f"{filename}:{frame.f_lineno}"
 
 
+@functools.cache
+def _library_dirs() -> tuple[str, ...]:
+    """Where the standard library and installed packages live (a frame there is a
+    library's). Looked up when a connection is first labelled, not when the guard loads:
+    `sysconfig.get_paths()` loads the interpreter's build data, ~5 ms a run would pay."""
+    paths = sysconfig.get_paths()
+    return tuple({paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
 def _is_library(frame: FrameType) -> bool:
     filename = frame.f_code.co_filename
-    return filename.startswith(_LIBRARY_DIRS) or "site-packages" in filename
+    return filename.startswith(_library_dirs()) or "site-packages" in filename
 
 
 def _openers(frame: FrameType | None) -> tuple[str, str | None]:

@@ -89,7 +89,8 @@ def parse_scrub(value: object) -> tuple[tuple[str, str], ...]:
 class Config(BaseModel):
     """The validated `[tool.hashreplay]` table (docs/design.md §9)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+    # the schema is built when a configuration is first validated, not when this module loads
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False, defer_build=True)
 
     mode: Mode = Mode.REPLAY
     recordings_dir: str = RECORDINGS_DIRNAME

@@ -10,7 +10,6 @@ source names itself and lists the valid forms the same way.
 from __future__ import annotations
 
 import datetime
-import email.utils
 import os
 import re
 from collections.abc import Mapping
@@ -254,6 +253,8 @@ def recorded_day(value: Any) -> str | None:
         try:
             when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
+            import email.utils  # only imports read it: kept off the plugin's start-up
+
             try:
                 when = email.utils.parsedate_to_datetime(text)
             except (TypeError, ValueError, IndexError):

@@ -129,6 +129,13 @@ __all__ = [
 ]
 
 
+# Mutable defaults are plain `[]`/`{}` (pydantic copies them per instance) and the one
+# factory is a Python function: pydantic reads a default factory's signature, and for a
+# builtin (`list`, `time.time`) that parses its text signature, ~5 ms on a run's first model.
+def _now() -> float:
+    return time.time()
+
+
 class TestUsage(BaseModel):
     """One test of a run: the outcome of each phase and the recordings it used."""
 
@@ -144,7 +151,7 @@ class TestUsage(BaseModel):
     #: real API may have used recordings that this process cannot see.
     passthrough: bool = False
     #: Recording files it replayed or wrote, relative to the project root.
-    files: list[str] = Field(default_factory=list)
+    files: list[str] = []
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -173,16 +180,16 @@ class UsagePiece(BaseModel):
 
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
-    started: float = Field(default_factory=time.time)
+    started: float = Field(default_factory=_now)
     #: Tests selected to run (a `RunUsage` adds the deselected ones: every test that exists).
-    collected: list[str] = Field(default_factory=list)
-    deselected: list[str] = Field(default_factory=list)
+    collected: list[str] = []
+    deselected: list[str] = []
     collection_errors: int = 0
-    tests: dict[str, TestUsage] = Field(default_factory=dict)
+    tests: dict[str, TestUsage] = {}
     #: Files used by requests made outside any test (session start-up, threads).
-    outside_tests: list[str] = Field(default_factory=list)
+    outside_tests: list[str] = []
     #: Why this run may not be the full suite, beyond what the options say.
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = []
 
     def merge(self, other: UsagePiece) -> None:
         self.started = min(self.started, other.started)
@@ -217,7 +224,7 @@ class RunUsage(UsagePiece):
     #: No selection, no deselection, nothing stopped early: every test of the project ran.
     full_suite: bool = False
     #: Why it was not the full suite (empty when it was).
-    partial_reasons: list[str] = Field(default_factory=list)
+    partial_reasons: list[str] = []
 
     def used_files(self) -> set[str]:
         used = set(self.outside_tests)
@@ -293,8 +300,9 @@ class UsageCollector:
 
     def __init__(self) -> None:
         #: This process's view; `collected` holds the tests selected to run (the finished
-        #: log adds the deselected ones).
-        self.piece = UsagePiece()
+        #: log adds the deselected ones). Its values come from pytest's hooks, not a file, so
+        #: it is made unchecked: a run builds the log's schema once, to write it.
+        self.piece = UsagePiece.model_construct()
         self._passthrough_at_start: dict[str, int] = {}
 
     @property
@@ -395,7 +403,7 @@ class UsageCollector:
             outside_tests=[*piece.outside_tests],
             notes=[*piece.notes],
         )
-        return RunUsage(
+        return RunUsage.model_construct(  # our own values, as the piece's (no schema build)
             **fields,
             root=str(root),
             finished=time.time(),

@@ -13,20 +13,37 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from hashreplay.core.config import load_config
 from hashreplay.core.constants import MODE_ENV, MODE_OPTION
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.modes import Mode
 from hashreplay.core.paths import has_hashreplay_table
 from hashreplay.plugin import markers
-from hashreplay.plugin.markers import MARKER_LINES, VCR_MARKER_LINE, HashReplayFixture
-from hashreplay.plugin.run import RUN_KEY, PluginRun
+from hashreplay.plugin.markers import MARKER_LINES, VCR_MARKER_LINE
+
+if TYPE_CHECKING:
+    from hashreplay.plugin.markers import HashReplayFixture
+    from hashreplay.plugin.run import PluginRun
 
 __all__ = ["RUN_KEY", "PluginRun", "hashreplay"]
+
+#: The one `config.stash` key of the plugin: the run's `PluginRun`, in an opted-in project.
+#: The configuration, the engine and the run's state load only there (`pytest_configure`),
+#: so a project that has not opted in pays for none of them (docs/design.md §16 Activation).
+RUN_KEY = pytest.StashKey["PluginRun"]()
+
+
+def __getattr__(name: str) -> Any:
+    """`PluginRun`, imported when asked for (it loads the engine)."""
+    if name == "PluginRun":
+        from hashreplay.plugin.run import PluginRun
+
+        return PluginRun
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _MODES = ", ".join(m.value for m in Mode)
 
@@ -85,6 +102,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if not config.pluginmanager.has_plugin("recording"):  # pytest-recording's own otherwise
         config.addinivalue_line("markers", VCR_MARKER_LINE)
+    from hashreplay.core.config import load_config
+    from hashreplay.plugin.run import PluginRun
+
     try:
         settings = load_config(config.rootpath, mode=option)
         run = PluginRun(config, settings, has_table=has_table)
@@ -169,4 +189,4 @@ def hashreplay(request: pytest.FixtureRequest) -> HashReplayFixture:
     run = request.config.stash.get(RUN_KEY, None)
     if run is None:
         pytest.fail(f"the hashreplay fixture: {NOT_OPTED_IN}", pytrace=False)
-    return HashReplayFixture(run.session, request.node.nodeid)
+    return markers.HashReplayFixture(run.session, request.node.nodeid)

@@ -34,12 +34,11 @@ from hashreplay.core.errors import ConfigError, HashReplayWarning, RecordingErro
 from hashreplay.core.keys import conversation
 from hashreplay.core.matching import DEFAULT_MATCH_ON, MatchRule, Repeat
 from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
-from hashreplay.engine.faults import FaultSpec, check_timeout, hang_timeout
-from hashreplay.engine.session import Session
-from hashreplay.engine.state import Call
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the engine loads when a project opts in, not with the plugin
     from hashreplay.engine.hooks import HookImpls, Hooks
+    from hashreplay.engine.session import Session
+    from hashreplay.engine.state import Call
 
 
 MARKER = "hashreplay"
@@ -131,10 +130,15 @@ def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | Non
     pace = options.get("pace")
     unconsumed = options.get("unconsumed")
     max_age, stale = options.get("max_age"), options.get("stale")
-    faults = [
-        FaultSpec.parse(m.kwargs, source=f"@pytest.mark.{FAULT_MARKER}")
-        for m in reversed(list(item.iter_markers(FAULT_MARKER)))
-    ]
+    fault_marks = list(item.iter_markers(FAULT_MARKER))
+    faults = []
+    if fault_marks:
+        from hashreplay.engine.faults import FaultSpec  # loaded with the engine already
+
+        faults = [
+            FaultSpec.parse(m.kwargs, source=f"@pytest.mark.{FAULT_MARKER}")
+            for m in reversed(fault_marks)
+        ]
     match = None
     if "ignore" in options or "match_on" in options:  # each not given: the config's
         match = MatchRule.parse(
@@ -296,6 +300,8 @@ class HashReplayFixture:
         return self._await_hanging(timeout)
 
     def _await_hanging(self, timeout: float | None) -> Coroutine[Any, Any, None]:
+        from hashreplay.engine.faults import check_timeout, hang_timeout  # loaded already
+
         check_timeout(timeout)  # at the call, not when awaited
         hangs, test_id = self._session.hangs, self._test_id
 

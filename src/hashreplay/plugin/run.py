@@ -34,9 +34,6 @@ from hashreplay.plugin.usage import UsageTracker, finish_usage, merge_worker_pie
 if TYPE_CHECKING:
     from hashreplay.engine.drift import DriftCheck
 
-#: The one `config.stash` key of the plugin: the run's `PluginRun`, in an opted-in project.
-RUN_KEY = pytest.StashKey["PluginRun"]()
-
 #: The `workeroutput` key a pytest-xdist worker sends its state under.
 _WORKER_OUTPUT = "hashreplay"
 
