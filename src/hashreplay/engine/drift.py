@@ -26,7 +26,7 @@ from hashreplay.core.files import write_bytes_atomic
 from hashreplay.core.format import EndState, RecordedResponse
 from hashreplay.core.modes import Mode
 from hashreplay.core.network import placeholder_keys
-from hashreplay.engine.replay import FileIndex, unused
+from hashreplay.engine.scenarios import FileIndex, unused
 from hashreplay.engine.state import Call, StoreView, Tests, TestState, sequence_for
 
 if TYPE_CHECKING:

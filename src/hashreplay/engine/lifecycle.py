@@ -34,8 +34,8 @@ from hashreplay.core.redact import Redactor
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions
 from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody
 from hashreplay.engine.keys import Prepared
-from hashreplay.engine.replay import Decision, FileIndex, Live, Replay, Unused, unused
-from hashreplay.engine.scenarios import unmatched_faults
+from hashreplay.engine.replay import Decision, Live, Replay
+from hashreplay.engine.scenarios import FileIndex, Unused, unmatched_faults, unused
 from hashreplay.engine.state import Call, StaleUse, Stats, Tests
 
 

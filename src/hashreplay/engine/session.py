@@ -46,7 +46,6 @@ from hashreplay.engine.keys import Keyer, Prepared
 from hashreplay.engine.lifecycle import Connections, TestBook
 from hashreplay.engine.replay import (
     Decision,
-    FileIndex,
     Live,
     Miss,
     Passthrough,
@@ -55,6 +54,7 @@ from hashreplay.engine.replay import (
     Replayer,
 )
 from hashreplay.engine.scenarios import (
+    FileIndex,
     Scenario,
     fault_for,
     fault_response,
