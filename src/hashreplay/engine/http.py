@@ -11,6 +11,7 @@ plain clients do not retry either).
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from collections.abc import Callable, Sequence
 from enum import Enum
@@ -206,6 +207,22 @@ def header_value(headers: Sequence[tuple[str, str]], name: str) -> str | None:
     return None
 
 
+def run_stopping(exc: BaseException | None = None) -> bool:
+    """Whether the user's process is stopping the run while a live call ends (docs/design.md,
+    "Only answers are recorded"): `exc`, or the exception being handled right now, is a
+    BaseException that is not an Exception (KeyboardInterrupt, SystemExit, a task's
+    cancellation, pytest's Exit/Skipped/Failed). That is no answer of the upstream: nothing
+    is recorded for the call. A GeneratorExit being handled is a consumer closing a stream
+    (recorded as abandoned) unless it arrived while one of those was being handled; one
+    handed in as `exc` interrupted a read. The one rule, for every adapter."""
+    if exc is not None and not isinstance(exc, Exception):
+        return True
+    handled = sys.exc_info()[1]
+    while isinstance(handled, GeneratorExit):
+        handled = handled.__context__
+    return handled is not None and not isinstance(handled, Exception)
+
+
 class BodyLimit(NamedTuple):
     """`max_body_bytes` for one live body being recorded, and whom to tell when it is passed
     (the test fails even when its client swallows the error)."""
@@ -319,6 +336,8 @@ class LiveBody:
         self._done = True
         if self.too_large:
             return None  # the call failed with BodyTooLarge: nothing to record
+        if run_stopping(exc):
+            return None  # the user stopped the run (Ctrl-C, ...): no answer to record
         if abandoned:
             fmt = stream_format_for(header_value(self.headers, "content-type"), chunked=True)
             abandoned = fmt is None or not stream_finished(fmt, self.chunks)
