@@ -5,14 +5,19 @@
 from __future__ import annotations
 
 import gzip
+import tracemalloc
+import zlib
 from pathlib import Path
 
+import httpx
 import pytest
 
-from hashreplay import BodyTooLarge, Mode
+from hashreplay import BodyTooLarge, Mode, test_context
 from hashreplay.core.config import load_config
 from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody
 from hashreplay.engine.session import Session
+from tests.conftest import Recorder
+from tests.fakes.upstream import FakeUpstream, Scripted
 
 TEST = "tests/test_x.py::test_y"
 SSE = [("content-type", "text/event-stream")]
@@ -68,3 +73,52 @@ def test_the_session_fails_the_test_even_if_the_error_is_swallowed(tmp_path: Pat
     assert "max_body_bytes (8)" in failure.report
     assert TEST in failure.report
     assert "[tool.hashreplay]" in failure.report
+
+
+#: a compressed chunk that inflates to 64 MiB (about 64 KiB on the wire)
+BOMB = 64 * 1024 * 1024
+
+
+def _bomb(coding: str) -> bytes:
+    zeros = b"\0" * BOMB
+    if coding == "gzip":
+        return gzip.compress(zeros, compresslevel=9)
+    if coding == "deflate":
+        return zlib.compress(zeros, 9)
+    brotli = pytest.importorskip("brotli")
+    return bytes(brotli.compress(zeros, quality=5))
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "br"])
+def test_a_compressed_bomb_chunk_fails_at_the_limit_without_inflating_whole(
+    recorder: Recorder, upstream: FakeUpstream, coding: str
+) -> None:
+    """One small live chunk that inflates hugely is inflated piece by piece against
+    `max_body_bytes`: memory stays near the limit, far under the bomb's size."""
+    frame = _bomb(coding)
+    upstream.script(
+        "POST",
+        "/v1/chat/completions",
+        Scripted(
+            frames=[frame],
+            headers={"content-type": "text/event-stream", "content-encoding": coding},
+        ),
+    )
+    limit = 1024 * 1024
+    recorder.start(Mode.RECORD, max_body_bytes=limit)
+    tracemalloc.start()
+    try:
+        with (
+            test_context(TEST),
+            httpx.Client() as client,
+            client.stream("POST", f"{upstream.url}/v1/chat/completions", json={}) as r,
+            pytest.raises(BodyTooLarge, match=r"passed max_body_bytes \(1048576\)"),
+        ):
+            for _ in r.iter_raw():  # the wire's bytes: only the recorder inflates them
+                pass
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(frame) < limit  # the wire bytes alone would pass
+    assert peak < 8 * 1024 * 1024, peak  # vs 64 MiB inflated whole
+    assert recorder.files() == []

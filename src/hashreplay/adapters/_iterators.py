@@ -83,7 +83,7 @@ class RecordingIterator:
         except StopIteration:
             self._finish(None)
             raise
-        except Exception as exc:
+        except BaseException as exc:  # a Ctrl-C is no answer: the engine records nothing
             self._finish(exc)
             raise
         self._chunks.append(item)
@@ -129,7 +129,7 @@ class RecordingAsyncIterator:
         except StopAsyncIteration:
             await self._finish(None)
             raise
-        except Exception as exc:
+        except BaseException as exc:  # a cancellation is no answer: nothing is recorded
             await self._finish(exc)
             raise
         self._chunks.append(item)

@@ -358,13 +358,17 @@ class _RecordingStream:
         self._tee = tee
 
     def __iter__(self) -> Iterator[bytes]:
-        try:
-            for chunk in self._inner:
+        chunks = iter(self._inner)
+        while True:
+            try:  # a read only: a GeneratorExit at the yield is the caller closing the stream
+                chunk = next(chunks, None)
+                if chunk is None:
+                    break
                 self._tee.feed(chunk)
-                yield chunk
-        except Exception as exc:
-            self._finish(exc)
-            raise
+            except BaseException as exc:  # a Ctrl-C in the read is no answer: not recorded
+                self._finish(exc)
+                raise
+            yield chunk
         self._finish(None)
 
     def _finish(self, exc: BaseException | None, *, closed: bool = False) -> None:
@@ -385,13 +389,17 @@ class _AsyncRecordingStream:
         self._tee = tee
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._inner:
+        chunks = aiter(self._inner)
+        while True:
+            try:  # a read only: a GeneratorExit at the yield is the caller closing the stream
+                chunk = await anext(chunks, None)
+                if chunk is None:
+                    break
                 self._tee.feed(chunk)
-                yield chunk
-        except Exception as exc:
-            await self._finish(exc)
-            raise
+            except BaseException as exc:  # a cancelled read is no answer: not recorded
+                await self._finish(exc)
+                raise
+            yield chunk
         await self._finish(None)
 
     async def _finish(self, exc: BaseException | None, *, closed: bool = False) -> None:

@@ -364,7 +364,7 @@ class _Watch:
             self.depth += 1
             try:
                 result = read(*args, **kwargs)
-            except Exception as exc:
+            except BaseException as exc:  # a Ctrl-C in the read is no answer: not recorded
                 self.depth -= 1
                 if not self.depth:
                     self.finish(exc)

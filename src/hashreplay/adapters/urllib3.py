@@ -394,7 +394,7 @@ class _Watch:
             self.reading += 1
             try:
                 data = read(*args, **kwargs)
-            except Exception as exc:
+            except BaseException as exc:  # a Ctrl-C in the read is no answer: not recorded
                 self.finish(exc)
                 raise
             finally:
@@ -415,7 +415,7 @@ class _Watch:
                         chunk = next(chunks)
                     except StopIteration:
                         break
-                    except Exception as exc:
+                    except BaseException as exc:
                         self.finish(exc)
                         raise
                     finally:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import re
 import zlib
+from collections.abc import Iterator
 from enum import Enum
 from typing import Any, Protocol
 from urllib.parse import parse_qsl
@@ -179,14 +180,29 @@ def _parse_multipart(content: bytes, content_type: str) -> list[dict[str, Any]] 
     return parts
 
 
+#: compressed input handed to a decoder at a time where it cannot bound its own output
+_STEP = 256
+#: the same for zstd, whose blocks inflate further per input byte
+_ZSTD_STEP = 32
+
+
 class Decoder(Protocol):
     def decode(self, data: bytes) -> bytes: ...
+
+    def pieces(self, data: bytes, size: int) -> Iterator[bytes]:
+        """`data` decoded as pieces of about `size` bytes at most, each inflated only when
+        asked for: a caller that stops at a limit never holds a bomb's whole output."""
+        ...
+
     def flush(self) -> bytes: ...
 
 
 class _Identity:
     def decode(self, data: bytes) -> bytes:
         return data
+
+    def pieces(self, data: bytes, size: int) -> Iterator[bytes]:
+        yield data
 
     def flush(self) -> bytes:
         return b""
@@ -208,6 +224,23 @@ class _Zlib:
             self._obj = zlib.decompressobj(-zlib.MAX_WBITS)
             return self._obj.decompress(data)
 
+    def pieces(self, data: bytes, size: int) -> Iterator[bytes]:
+        try:
+            piece = self._obj.decompress(data, size)
+        except zlib.error:
+            if not self._first:
+                raise
+            self._first = False  # raw deflate, as in `decode`
+            self._obj = zlib.decompressobj(-zlib.MAX_WBITS)
+            piece = self._obj.decompress(data, size)
+        yield piece
+        # a full piece may leave output inside zlib even when all input was taken
+        while self._obj.unconsumed_tail or (len(piece) == size and not self._obj.eof):
+            piece = self._obj.decompress(self._obj.unconsumed_tail, size)
+            if not piece and not self._obj.unconsumed_tail:
+                return
+            yield piece
+
     def flush(self) -> bytes:
         return self._obj.flush()
 
@@ -224,6 +257,16 @@ class _Brotli:
         )
         return out
 
+    def pieces(self, data: bytes, size: int) -> Iterator[bytes]:
+        obj = self._obj
+        if hasattr(obj, "can_accept_more_data"):  # brotli >= 1.1 bounds its own output
+            yield obj.process(data, output_buffer_limit=size)
+            while not obj.can_accept_more_data():
+                yield obj.process(b"", output_buffer_limit=size)
+            return
+        for at in range(0, len(data), _STEP):  # older: small steps bound each call
+            yield self.decode(data[at : at + _STEP])
+
     def flush(self) -> bytes:
         return b""
 
@@ -235,6 +278,11 @@ class _Zstd:
     def decode(self, data: bytes) -> bytes:
         out: bytes = self._obj.decompress(data)
         return out
+
+    def pieces(self, data: bytes, size: int) -> Iterator[bytes]:
+        # zstandard's decompressobj cannot bound its output: small steps bound each call
+        for at in range(0, len(data), _ZSTD_STEP):
+            yield self.decode(data[at : at + _ZSTD_STEP])
 
     def flush(self) -> bytes:
         return b""
@@ -281,10 +329,6 @@ class DecodedTooLarge(ValueError):
         self.coding = coding
         self.limit = limit
         super().__init__(f"the {coding} body decodes to more than {limit} bytes")
-
-
-#: compressed input handed to a decoder at a time where it cannot bound its own output
-_STEP = 256
 
 
 def decode_limited(content_encoding: str | None, data: bytes, limit: int) -> bytes | None:

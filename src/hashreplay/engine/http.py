@@ -11,6 +11,7 @@ plain clients do not retry either).
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from collections.abc import Callable, Sequence
 from enum import Enum
@@ -206,6 +207,26 @@ def header_value(headers: Sequence[tuple[str, str]], name: str) -> str | None:
     return None
 
 
+def run_stopping(exc: BaseException | None = None) -> bool:
+    """Whether the user's process is stopping the run while a live call ends (docs/design.md,
+    "Only answers are recorded"): `exc`, or the exception being handled right now, is a
+    BaseException that is not an Exception (KeyboardInterrupt, SystemExit, a task's
+    cancellation, pytest's Exit/Skipped/Failed). That is no answer of the upstream: nothing
+    is recorded for the call. A GeneratorExit being handled is a consumer closing a stream
+    (recorded as abandoned) unless it arrived while one of those was being handled; one
+    handed in as `exc` interrupted a read. The one rule, for every adapter."""
+    if exc is not None and not isinstance(exc, Exception):
+        return True
+    handled = sys.exc_info()[1]
+    while isinstance(handled, GeneratorExit):
+        handled = handled.__context__
+    return handled is not None and not isinstance(handled, Exception)
+
+
+#: decoded bytes a compressed chunk inflates to per step (the bound past `max_body_bytes`)
+_PIECE = 64 * 1024
+
+
 class BodyLimit(NamedTuple):
     """`max_body_bytes` for one live body being recorded, and whom to tell when it is passed
     (the test fails even when its client swallows the error)."""
@@ -263,20 +284,36 @@ class LiveBody:
 
     def feed(self, raw: bytes) -> bytes:
         """The decoded bytes of one raw chunk (kept for the recording); a ValueError naming
-        the coding when the upstream's bytes do not decode."""
-        data = raw
-        if self.decoder is not None:
-            try:
-                data = self.decoder.decode(raw)
-            except Exception as exc:  # zlib.error, brotli.error, ...
-                msg = f"cannot decode the response's content-encoding: {exc}"
-                raise ValueError(msg) from exc
+        the coding when the upstream's bytes do not decode. A compressed chunk is inflated
+        piece by piece and counted against the limit as it inflates, so a small chunk that
+        inflates hugely (a "zip bomb") fails at the limit, never held whole."""
+        if self.decoder is None:
+            data = raw
+        else:
+            pieces = self.decoder.pieces(raw, _PIECE)
+            out: list[bytes] = []
+            while True:
+                try:
+                    piece = next(pieces, None)
+                except Exception as exc:  # zlib.error, brotli.error, ...
+                    msg = f"cannot decode the response's content-encoding: {exc}"
+                    raise ValueError(msg) from exc
+                if piece is None:
+                    break
+                if piece and self.keep:
+                    self._count(len(piece))  # BodyTooLarge before the next piece inflates
+                out.append(piece)
+            data = b"".join(out)
         if data and self.keep:
-            self._keep(data)
+            if self.decoder is None:
+                self._count(len(data))
+            self.chunks.append(data)  # one chunk per raw chunk, as it arrived
+            self.chunk_at.append(time.monotonic())
         return data
 
-    def _keep(self, data: bytes) -> None:
-        self.size += len(data)
+    def _count(self, size: int) -> None:
+        """Count `size` more kept bytes; past the limit, `BodyTooLarge` (nothing kept)."""
+        self.size += size
         limit = self.limit
         if limit is not None and self.size > limit.max_bytes:
             self.keep = False
@@ -293,20 +330,20 @@ class LiveBody:
             )
             limit.passed(error)
             raise error
-        self.chunks.append(data)
-        self.chunk_at.append(time.monotonic())
 
     def tail(self) -> bytes:
         """What the decoder still holds at the end; a ValueError for a truncated body."""
-        if self.decoder is None:
-            return b""
+        if self.decoder is None or self.too_large:
+            return b""  # past the limit: what zlib still holds is never inflated
         try:
             data = self.decoder.flush()
         except Exception as exc:
             msg = f"the compressed response body is truncated: {exc}"
             raise ValueError(msg) from exc
         if data and self.keep:
-            self._keep(data)
+            self._count(len(data))
+            self.chunks.append(data)
+            self.chunk_at.append(time.monotonic())
         return data
 
     def exchange(
@@ -319,6 +356,8 @@ class LiveBody:
         self._done = True
         if self.too_large:
             return None  # the call failed with BodyTooLarge: nothing to record
+        if run_stopping(exc):
+            return None  # the user stopped the run (Ctrl-C, ...): no answer to record
         if abandoned:
             fmt = stream_format_for(header_value(self.headers, "content-type"), chunked=True)
             abandoned = fmt is None or not stream_finished(fmt, self.chunks)

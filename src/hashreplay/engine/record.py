@@ -19,7 +19,7 @@ from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.redact import Redactor
 from hashreplay.core.writer import Content
 from hashreplay.engine.hooks import Finish, HookError, Hooks, hook_problem
-from hashreplay.engine.http import LiveExchange
+from hashreplay.engine.http import LiveExchange, run_stopping
 from hashreplay.engine.keys import Prepared, model_list_path
 from hashreplay.engine.state import Call, RecordedSequence, StoreView, Tests, sequence_for
 from hashreplay.engine.stored import Outcome, content_of, model_list_content, stored_response
@@ -162,8 +162,8 @@ class Recorder:
 
     def record(self, prep: Prepared, outcome: Outcome) -> Path | None:
         """Stage (redact, normalise) and write one outcome; returns its file, or None for an
-        outcome that is no answer and is not recorded (`unanswered`)."""
-        if self.unanswered(prep, outcome):
+        outcome that is no answer and is not recorded (`unanswered`, `stopped`)."""
+        if self.stopped(outcome) or self.unanswered(prep, outcome):
             return None
         staged = self._staged(prep, outcome)
         if staged is None:
@@ -179,7 +179,7 @@ class Recorder:
 
     async def arecord(self, prep: Prepared, outcome: Outcome) -> Path | None:
         """`record` for event loops: the write never blocks the loop."""
-        if self.unanswered(prep, outcome):
+        if self.stopped(outcome) or self.unanswered(prep, outcome):
             return None
         staged = self._staged(prep, outcome)
         if staged is None:
@@ -208,6 +208,13 @@ class Recorder:
         """The stats count files written: a staged recording whose write failed is not."""
         with self.tests.lock:
             self.tests.stats.recorded = max(0, self.tests.stats.recorded - 1)
+
+    @staticmethod
+    def stopped(outcome: Outcome) -> bool:
+        """Whether the user's process is stopping the run as this outcome ends (Ctrl-C,
+        SystemExit, a cancelled task, `run_stopping`): nothing is written for the call, and
+        a recording it would have replaced stays byte for byte."""
+        return run_stopping(outcome.exception if isinstance(outcome, LiveExchange) else None)
 
     def unanswered(self, prep: Prepared, outcome: Outcome) -> bool:
         """Whether `outcome` is a live call that got no HTTP response and so is not recorded
