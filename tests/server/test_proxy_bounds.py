@@ -5,6 +5,7 @@ never reach a recording or a log however the upstream echoes them."""
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import threading
 import time
@@ -21,6 +22,7 @@ from tests.server.conftest import ServerProcess, Servers, chat, recordings
 
 TEST_ID = "tests/test_app.py::test_bounds"
 CHUNK = b"data: " + b"x" * 65_000 + b"\n\n"
+BOMB = 64 * 1024 * 1024
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -40,6 +42,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._echo(stream=False)
         elif self.path.endswith("/echo-stream"):
             self._echo(stream=True)
+        elif self.path.endswith("/bomb"):  # one small gzip chunk that inflates to 64 MiB
+            body = gzip.compress(b"\0" * BOMB, compresslevel=9)
+            self._head(
+                "text/event-stream", {"content-encoding": "gzip", "transfer-encoding": "chunked"}
+            )
+            self.wfile.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body))
         elif self.path.endswith("/big"):
             body = b'{"text": "' + b"y" * self.server.big + b'"}'
             self._head("application/json", {"content-length": str(len(body))})
@@ -188,6 +196,29 @@ def test_a_stream_that_never_ends_is_cut_at_max_body_bytes_while_recording(
     assert "closing the client's connection" in log
     stats = httpx2.get(f"{proxy.url}/__hashreplay/stats").json()
     assert stats["recorded"] == 1
+    assert stats["errors"] == {"response_too_large": 1}
+
+
+def test_a_compressed_chunk_that_inflates_past_the_limit_is_cut_as_it_inflates(
+    servers: Servers, root: Path, odd: _Server
+) -> None:
+    """A ~64 KiB gzip chunk that inflates to 64 MiB: while recording, the proxy counts what
+    it inflates against max_body_bytes piece by piece, so it stops near the limit instead of
+    holding the whole 64 MiB, records nothing and says why."""
+    limit = 1024 * 1024
+    project(root, max_body_bytes=limit)
+    proxy = servers.serve("--mode", "record-if-missing", "--upstream", odd.url, root=root)
+    warm_up(proxy, odd)
+    before = memory_kib(proxy)
+    received, _ = read_stream(f"{proxy.url}/v1/bomb", 4 * BOMB, headers=headers())
+
+    assert received <= 2 * limit  # never the whole 64 MiB
+    after = memory_kib(proxy)
+    grown_mib = (after["VmHWM"] - before["VmRSS"]) / 1024
+    assert grown_mib < 16, (before, after)  # vs 64 MiB inflated whole, held for the file
+    assert len(recordings(root)) == 1  # the warm-up only
+    assert f"over max_body_bytes ({limit})" in proxy.log()
+    stats = httpx2.get(f"{proxy.url}/__hashreplay/stats").json()
     assert stats["errors"] == {"response_too_large": 1}
 
 

@@ -27,7 +27,7 @@ from hashreplay.core.constants import CONVERSATION_HEADER, FAULT_HEADER, STALE_H
 from hashreplay.core.errors import BodyTooLarge, ProxyError
 from hashreplay.core.secret_values import SecretValues
 from hashreplay.engine import scenarios as pacing
-from hashreplay.engine.http import BreakKind, IncomingRequest, LiveBody, ReplayPlan
+from hashreplay.engine.http import BodyLimit, BreakKind, IncomingRequest, LiveBody, ReplayPlan
 from hashreplay.engine.keys import Prepared
 from hashreplay.engine.replay import Miss, Record, Replay
 from hashreplay.engine.session import Session
@@ -263,8 +263,15 @@ class Forwarder:
         started: float,
     ) -> None:
         raw_headers = response.headers.multi_items()
-        # decoded for the file and the client alike; undecodable bytes pass as they came
-        live = LiveBody(response.status_code, raw_headers, keep=prep is not None, started=started)
+        limit = self.session.config.max_body_bytes if prep is not None else None
+        # decoded for the file and the client alike; undecodable bytes pass as they came; a
+        # compressed chunk counts against the limit as it inflates, never inflated whole
+        bounded = (
+            None if limit is None else BodyLimit(limit, request.test_id, request.target, _ignore)
+        )
+        live = LiveBody(
+            response.status_code, raw_headers, keep=prep is not None, started=started, limit=bounded
+        )
         dropped = ("content-encoding", "content-length") if live.decodes else ()
         client_headers = end_to_end(raw_headers, dropped)
         # While recording, a content-length response is held until its file is written, so
@@ -273,7 +280,6 @@ class Forwarder:
         # Memory stays bounded (docs/design.md §15): what a recording keeps of the body stops
         # at max_body_bytes, checked as it arrives, so a stream that never ends cannot grow
         # the proxy; such a response is not recorded.
-        limit = self.session.config.max_body_bytes if prep is not None else None
         declared = _content_length(raw_headers)
         if limit is not None and declared is not None and declared > limit:
             message = self._too_large(request, "response.body (its content-length)", declared)
@@ -343,7 +349,11 @@ async def _pump(
     kept = 0
     try:
         async for raw in response.aiter_raw():
-            data = _decoded(live.feed, raw)
+            try:
+                data = _decoded(live.feed, raw)
+            except BodyTooLarge:  # inflating one chunk passed the limit: nothing is kept
+                relay.held.clear()
+                return None, live.size
             kept += len(data)
             if limit is not None and kept > limit:
                 live.chunks.clear()  # nothing of it is recorded: let it go now
@@ -360,6 +370,10 @@ async def _pump(
     except httpx2.HTTPError as exc:
         return exc, kept
     return None, kept
+
+
+def _ignore(_: BodyTooLarge) -> None:
+    """The proxy reports a body over the limit itself, once `_pump` returns."""
 
 
 def _shown_url(request: ProxyRequest) -> str | None:
