@@ -231,6 +231,60 @@ def test_a_file_written_under_a_small_max_body_bytes_replays(
     assert path.read_bytes() == written
 
 
+BIG_REQUEST_TESTS = """
+import os
+import httpx, httpx2, pytest, requests
+
+URL = os.environ["FAKE_URL"] + "/v1/chat/completions"
+BODY = {"model": "gpt-fake-1", "messages": [{"role": "user", "content": "x" * 5000}]}
+
+
+@pytest.mark.parametrize("client", ["httpx2", "httpx", "requests"])
+def test_big(client):
+    if client == "requests":
+        requests.post(URL, json=BODY, timeout=30)
+    else:
+        (httpx2 if client == "httpx2" else httpx).post(URL, json=BODY, timeout=30)
+
+
+def test_small():
+    httpx2.post(URL, json={**BODY, "messages": [{"role": "user", "content": "hi"}]})
+"""
+
+
+def test_a_request_body_over_max_body_bytes_is_refused_before_it_is_sent(
+    pytester: pytest.Pytester, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recording could never hold it, so recording modes fail the test naming the limit
+    and the setting, and the upstream never sees the request (as the proxy refuses it)."""
+    sdk("requests")
+    monkeypatch.delenv("INFERENCE_MODE", raising=False)
+    monkeypatch.setenv("FAKE_URL", upstream.url)
+    pytester.makepyprojecttoml(
+        '[tool.pytest.ini_options]\naddopts = "-p no:hypothesispytest"\n\n'
+        "[tool.hashreplay]\nmax_body_bytes = 3000\n"
+    )
+    (pytester.path / "suite").mkdir()
+    (pytester.path / "suite" / "test_big.py").write_text(BIG_REQUEST_TESTS)
+
+    result = pytester.runpytest_subprocess(
+        "--inference-mode=record-if-missing", "-p", "no:randomly"
+    )
+    result.assert_outcomes(passed=1, failed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "hashreplay: suite/test_big.py::test_big?httpx2?: not recorded: the request body "
+            "of POST http://127.0.0.1:*/v1/chat/completions in test "
+            "suite/test_big.py::test_big?httpx2? is 5064 bytes, over max_body_bytes (3000); "
+            "raise it in ?tool.hashreplay? of pyproject.toml (max_body_bytes = 8192) or send "
+            "a smaller body; it was not sent upstream",
+        ]
+    )
+    assert [call.body for call in upstream.calls if b"x" * 5000 in call.body] == []
+    assert len(upstream.calls) == 1  # test_small only
+    assert len(list(pytester.path.rglob("recordings/*.json"))) == 1
+
+
 def test_recording_files_are_read_whatever_their_size(tmp_path: Path) -> None:
     """`textconv` and `verify` read a file bigger than `max_body_bytes` as replay does."""
     (tmp_path / "pyproject.toml").write_text("[tool.hashreplay]\nmax_body_bytes = 3000\n")

@@ -10,7 +10,7 @@ import datetime
 from collections.abc import Callable
 from pathlib import Path
 
-from hashreplay.core.errors import RecordingError, ReplayFailure
+from hashreplay.core.errors import BodyTooLarge, RecordingError, ReplayFailure
 from hashreplay.core.format import (
     RecordedResponse,
 )
@@ -19,7 +19,7 @@ from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.redact import Redactor
 from hashreplay.core.writer import Content
 from hashreplay.engine.hooks import Finish, HookError, Hooks, hook_problem
-from hashreplay.engine.http import LiveExchange, run_stopping
+from hashreplay.engine.http import IncomingRequest, LiveExchange, run_stopping
 from hashreplay.engine.keys import Prepared, model_list_path
 from hashreplay.engine.state import Call, RecordedSequence, StoreView, Tests, sequence_for
 from hashreplay.engine.stored import Outcome, content_of, model_list_content, stored_response
@@ -215,6 +215,19 @@ class Recorder:
         SystemExit, a cancelled task, `run_stopping`): nothing is written for the call, and
         a recording it would have replaced stays byte for byte."""
         return run_stopping(outcome.exception if isinstance(outcome, LiveExchange) else None)
+
+    def too_large(self, prep: Prepared, request: IncomingRequest | None) -> str | None:
+        """Why a request whose body is over `max_body_bytes` is not sent to be recorded (the
+        file could never hold it, and the upstream would still have seen it), or None."""
+        size = len(request.content) if request is not None else 0
+        limit = self.view.store.max_body_bytes
+        if size <= limit:
+            return None
+        url = f"{request.method} {request.url}" if request is not None else ""
+        error = BodyTooLarge(
+            test_id=prep.shown_test_id, url=url, where="request body", size=size, limit=limit
+        )
+        return f"{str(error).removeprefix('hashreplay: ')}; it was not sent upstream"
 
     def unanswered(self, prep: Prepared, outcome: Outcome) -> bool:
         """Whether `outcome` is a live call that got no HTTP response and so is not recorded

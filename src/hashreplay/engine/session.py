@@ -155,7 +155,7 @@ class Session(TestBook):
                 and self._placeholders
                 and carries_any(self.redactor, request.url, request.headers, self._placeholders)
             ):
-                return self._refuse_placeholder(self.prepare(request, test_id), request.url) or gate
+                return self._refused(self.prepare(request, test_id), request.url) or gate
             return self.noted(gate, test_id, request)
         prep = self.prepare(request, test_id)
         if prep.hook_failed is not None:  # the test fails with it; nothing is sent or written
@@ -209,7 +209,7 @@ class Session(TestBook):
             return Replay(prep, fault_response(fault), path, Scenario(fault=fault, hang=hang))
         url = request.url if request is not None else prep.request.url
         if (self.drift is not None or not prep.mode.may_replay) and fault is None:
-            return self._refuse_placeholder(prep, url) or Record(prep)
+            return self._refused(prep, url, request) or Record(prep)
         try:
             found = self.replayer.recorded(prep) if prep.mode.may_replay else None
         except RecordingError as unusable:
@@ -225,23 +225,26 @@ class Session(TestBook):
                 # nothing recorded to break yet: record it whole, and the fault applies from
                 # the next replay (docs/scenarios.md, "Faults and hangs")
                 self._recorded_first(prep.test_id, fault)
-                return self._refuse_placeholder(prep, url) or Record(prep)
+                return self._refused(prep, url, request) or Record(prep)
             return Miss(prep, self.replayer.failure(prep, fault.nothing_to_break(prep.test_id)))
         if prep.mode.may_record:
-            return self._refuse_placeholder(prep, url) or Record(prep)
+            return self._refused(prep, url, request) or Record(prep)
         return Miss(prep, self.miss(prep, request=request))
 
-    def _refuse_placeholder(self, prep: Prepared, url: str) -> Miss | None:
-        """A request about to go to the network with keyless replay's placeholder as its
-        credential fails its test instead (docs/design.md §7, "Keyless replay's placeholder")."""
-        if not prep.secrets or not self._placeholders:
-            return None
-        for value in prep.secrets.values:
+    def _refused(
+        self, prep: Prepared, url: str, request: IncomingRequest | None = None
+    ) -> Miss | None:
+        """A request about to go out that could not be recorded fails its test instead: a
+        body over `max_body_bytes` (a drift run writes nothing, so it goes) or keyless
+        replay's placeholder as its credential (docs/design.md §7, "Keyless replay's
+        placeholder")."""
+        why = None if self.drift is not None else self.recorder.too_large(prep, request)
+        for value in prep.secrets.values if why is None and self._placeholders else ():
             names = self._placeholders.get(value)
             if names is not None:
                 why = placeholder_refusal(value, names, url, prep.mode.value)
-                return Miss(prep, self.replayer.failure(prep, why))
-        return None
+                break
+        return None if why is None else Miss(prep, self.replayer.failure(prep, why))
 
     def is_passthrough(self, url: str) -> bool:
         """Whether `url` is under a `passthrough` prefix (ending at a `/`, `?` or `#`)."""
