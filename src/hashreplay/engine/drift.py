@@ -45,6 +45,8 @@ class Host(Protocol):
     files: FileIndex
     redactor: Redactor
 
+    def stored_id(self, test_id: str | None) -> str | None: ...
+
 
 __all__ = [
     "DRIFT_FILENAME",
@@ -266,7 +268,7 @@ class DriftCheck:
     def end_test(self, test_id: str) -> None:
         """At a test's end: the recorded responses of the test no live call asked for."""
         session = self.session
-        files = session.files.files_of(test_id)
+        files = session.files.files_of(test_id, session.stored_id(test_id))
         with session.tests.lock:
             state = session.tests.get(test_id)
             if state is not None and state.passed_through:

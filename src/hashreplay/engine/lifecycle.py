@@ -31,9 +31,10 @@ from hashreplay.core.matching import MatchRule, Repeat
 from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
 from hashreplay.core.network import NetworkRules, missing, replay_env_values
 from hashreplay.core.redact import Redactor
+from hashreplay.core.secret_values import SeenSecrets
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions
 from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody
-from hashreplay.engine.keys import Prepared
+from hashreplay.engine.keys import Keyer, Prepared
 from hashreplay.engine.replay import Decision, Live, Replay
 from hashreplay.engine.scenarios import FileIndex, Unused, unmatched_faults, unused
 from hashreplay.engine.state import Call, StaleUse, Stats, Tests
@@ -49,6 +50,8 @@ class TestBook:
     hangs: Hangs
     files: FileIndex
     redactor: Redactor
+    keyer: Keyer
+    seen_secrets: SeenSecrets
 
     def begin_test(self, test_id: str | None, mode: Mode | None = None) -> None:
         self.tests.begin(test_id, mode)
@@ -170,9 +173,16 @@ class TestBook:
         if policy is Unconsumed.IGNORE or mode not in (Mode.REPLAY, Mode.RECORD_IF_MISSING):
             return policy, [], faults
         # the test's files are read outside the lock (once per directory and session)
-        files = [] if state.passed_through else self.files.files_of(test_id)
+        files = (
+            [] if state.passed_through else self.files.files_of(test_id, self.stored_id(test_id))
+        )
         with self.tests.lock:
             return policy, unused(state, files), faults
+
+    def stored_id(self, test_id: str | None) -> str | None:
+        """A test id as its files hold it: redacted of every secret this session has seen
+        and every secret shape, as the keyer wrote it (docs/design.md §7, "Test ids")."""
+        return self.keyer.test_id(test_id, self.seen_secrets.scrubber)
 
     def take_misses(self, test_id: str | None) -> list[ReplayFailure]:
         return self.tests.take_misses(test_id)

@@ -274,13 +274,16 @@ class FileIndex:
         self._lock = threading.Lock()
         self._dirs: dict[Path, dict[str | None, tuple[tuple[str, int], ...]]] = {}
 
-    def files_of(self, test_id: str | None) -> list[tuple[Path, int]]:
+    def files_of(self, test_id: str | None, stored_id: str | None = None) -> list[tuple[Path, int]]:
+        """The files of a test: in its directory, under the id its files hold (`stored_id`,
+        the id as written: redacted when it held a secret; default `test_id`)."""
         directory = self.store.dir_for(test_id)
         with self._lock:
             index = self._dirs.get(directory)
             if index is None:
                 index = self._dirs[directory] = self._read(directory)
-        return [(directory / name, count) for name, count in index.get(test_id, ())]
+        key = test_id if stored_id is None else stored_id
+        return [(directory / name, count) for name, count in index.get(key, ())]
 
     def _read(self, directory: Path) -> dict[str | None, tuple[tuple[str, int], ...]]:
         index: dict[str | None, list[tuple[str, int]]] = {}
