@@ -67,6 +67,18 @@ def _error(status: int, kind: str, message: str) -> Reply:
     )
 
 
+def _messages(call: Call, missing: str) -> list[Any] | Reply:
+    """The request's `messages`, or the error reply Bedrock gives for its body."""
+    try:
+        body = json.loads(call.body or b"{}")
+    except ValueError:
+        return _error(400, "SerializationException", "Request body is not valid JSON")
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list) or not messages:
+        return _error(400, "ValidationException", missing)
+    return messages
+
+
 def converse(call: Call) -> Reply:
     """`/model/{id}/converse` and `/model/{id}/converse-stream`; `invoke` and
     `invoke-with-response-stream` go to `invoke`."""
@@ -75,13 +87,9 @@ def converse(call: Call) -> Reply:
         return invoke(call, stream=parts[3] != "invoke")
     if len(parts) != 4 or parts[3] not in ("converse", "converse-stream") or not parts[2]:
         return _error(404, "UnknownOperationException", f"Unknown operation {call.path}")
-    try:
-        body = json.loads(call.body or b"{}")
-    except ValueError:
-        return _error(400, "SerializationException", "Request body is not valid JSON")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return _error(400, "ValidationException", "A conversation must start with a message.")
+    messages = _messages(call, "A conversation must start with a message.")
+    if isinstance(messages, Reply):
+        return messages
     user = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
     text = "echo: " + (_text_of(user[-1].get("content")) if user else "")
     input_tokens = count_words(_text_of(m.get("content")) for m in messages)
@@ -117,13 +125,9 @@ def invoke(call: Call, *, stream: bool) -> Reply:
     the Anthropic Messages API's; a streamed answer wraps each Anthropic event as base64 JSON
     in a `chunk` frame's `{"bytes": …}` and ends with Bedrock's invocation metrics, with a
     fresh `msg_bdrk_…` id and latencies per call, as the real service does."""
-    try:
-        body = json.loads(call.body or b"{}")
-    except ValueError:
-        return _error(400, "SerializationException", "Request body is not valid JSON")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return _error(400, "ValidationException", "messages: field required")
+    messages = _messages(call, "messages: field required")
+    if isinstance(messages, Reply):
+        return messages
     last = messages[-1].get("content") if isinstance(messages[-1], dict) else None
     text = "echo: " + (last if isinstance(last, str) else _text_of(last))
     usage = {"input_tokens": count_words([str(last)]), "output_tokens": count_words([text])}

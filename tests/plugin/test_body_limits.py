@@ -203,9 +203,14 @@ def test_story():
 """
 
 
-def test_a_file_written_under_a_small_max_body_bytes_replays(
-    pytester: pytest.Pytester, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+def _small_limit_project(
+    pytester: pytest.Pytester,
+    upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    tests: str,
 ) -> None:
+    """A project with `max_body_bytes = 3000` and `tests` in `suite/<name>`."""
     monkeypatch.delenv("INFERENCE_MODE", raising=False)
     monkeypatch.setenv("FAKE_URL", upstream.url)
     pytester.makepyprojecttoml(
@@ -213,7 +218,13 @@ def test_a_file_written_under_a_small_max_body_bytes_replays(
         "[tool.hashreplay]\nmax_body_bytes = 3000\n"
     )
     (pytester.path / "suite").mkdir()
-    (pytester.path / "suite" / "test_story.py").write_text(SMALL_LIMIT_TESTS)
+    (pytester.path / "suite" / name).write_text(tests)
+
+
+def test_a_file_written_under_a_small_max_body_bytes_replays(
+    pytester: pytest.Pytester, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _small_limit_project(pytester, upstream, monkeypatch, "test_story.py", SMALL_LIMIT_TESTS)
 
     pytester.runpytest("--inference-mode=record").assert_outcomes(passed=1)
     (path,) = pytester.path.glob("suite/recordings/*.json")
@@ -258,14 +269,7 @@ def test_a_request_body_over_max_body_bytes_is_refused_before_it_is_sent(
     """A recording could never hold it, so recording modes fail the test naming the limit
     and the setting, and the upstream never sees the request (as the proxy refuses it)."""
     sdk("requests")
-    monkeypatch.delenv("INFERENCE_MODE", raising=False)
-    monkeypatch.setenv("FAKE_URL", upstream.url)
-    pytester.makepyprojecttoml(
-        '[tool.pytest.ini_options]\naddopts = "-p no:hypothesispytest"\n\n'
-        "[tool.hashreplay]\nmax_body_bytes = 3000\n"
-    )
-    (pytester.path / "suite").mkdir()
-    (pytester.path / "suite" / "test_big.py").write_text(BIG_REQUEST_TESTS)
+    _small_limit_project(pytester, upstream, monkeypatch, "test_big.py", BIG_REQUEST_TESTS)
 
     result = pytester.runpytest_subprocess(
         "--inference-mode=record-if-missing", "-p", "no:randomly"
