@@ -234,44 +234,6 @@ def test_replace_copies_shallowly_and_refuses_unknown_fields() -> None:
         response.replace(colour="red")
 
 
-@pytest.mark.parametrize(
-    "values",
-    [
-        {
-            "method": "POST",
-            "url": "http://127.0.0.1/v1/chat/completions",
-            "endpoint": "/v1/chat/completions",
-            "headers": {"content-type": "application/json"},
-            "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-            "body_encoding": BodyEncoding.JSON,
-            "model": "m",
-            "conversation": None,
-        },
-        {"method": "CALL", "url": "call:pkg.fn", "endpoint": "pkg.fn", "body": {"args": []}},
-        {"method": "POST", "url": "u", "endpoint": "/", "conversation": "c1", "model": None},
-    ],
-)
-def test_a_built_request_is_the_validated_one(values: dict[str, Any]) -> None:
-    # keying builds the request it made itself without validating it: nothing may tell
-    # the two apart (equality, the file's JSON, which fields were set, the defaults)
-    built, validated = RecordedRequest.built(**values), RecordedRequest(**values)
-    assert built == validated
-    assert repr(built) == repr(validated)
-    assert built.model_dump(mode="json") == validated.model_dump(mode="json")
-    assert dumps(built.model_dump(mode="json")) == dumps(validated.model_dump(mode="json"))
-    assert built.model_fields_set == validated.model_fields_set
-    assert built.replace(url="x") == validated.replace(url="x")
-    assert built.model_extra == validated.model_extra == {}
-    if "headers" not in values:  # a default is the instance's own, as validation gives
-        built.headers["x"] = "1"
-        assert RecordedRequest.built(**values).headers == {}
-
-
-def test_built_refuses_unknown_fields() -> None:
-    with pytest.raises(TypeError, match="RecordedRequest has no field colour"):
-        RecordedRequest.built(method="GET", url="u", endpoint="/", colour="red")
-
-
 def test_equality_and_repr_go_by_field() -> None:
     first, second = full_recording(), full_recording()
     assert first == second

@@ -79,27 +79,6 @@ class _Model(BaseModel):
                 del data[name]
         return data
 
-    @classmethod
-    def built(cls: type[_M], **values: Any) -> _M:
-        """A model of values hashreplay's own code made, of the fields' types already (never
-        a file's or a user's: those are validated): the instance validation would give, at
-        a third of the cost (a strict hit keys every request; docs/benchmarks.md §5)."""
-        fields = cls.model_fields
-        unknown = values.keys() - fields.keys()
-        if unknown:
-            raise TypeError(f"{cls.__name__} has no field {', '.join(sorted(unknown))}")
-        data = {
-            name: values[name] if name in values else field.get_default(call_default_factory=True)
-            for name, field in fields.items()
-        }
-        model = cls.__new__(cls)
-        _set = object.__setattr__
-        _set(model, "__dict__", data)
-        _set(model, "__pydantic_fields_set__", set(values))
-        _set(model, "__pydantic_extra__", {})
-        _set(model, "__pydantic_private__", None)
-        return model
-
     def replace(self: _M, **changes: Any) -> _M:
         """A shallow copy with `changes` (field names) in place; unchecked, as the values
         come from code, not from a file."""

@@ -155,8 +155,7 @@ class Keyer:
             redactor.multipart_parts(raw_body, encoding), self.rules, id_map, redactor
         )
         model = body.get("model") if type(body) is dict else None
-        # built, not validated: every value is this code's own, of its field's type
-        request = RecordedRequest.built(
+        request = RecordedRequest(
             method=method,
             url=url,
             endpoint=endpoint,
@@ -193,7 +192,7 @@ class Keyer:
         raw = {"args": [jsonable_arg(a) for a in args], "kwargs": jsonable_arg(dict(kwargs))}
         body = self.body(raw, id_map)
         model = body["kwargs"].get("model")
-        return RecordedRequest.built(
+        return RecordedRequest(
             method=CALL_METHOD,
             url=f"call:{name}",
             endpoint=name,
