@@ -18,6 +18,11 @@ time), the minimum over repeats of:
 - `keying`: the request redacted, normalised and hashed;
 - `read+parse`: the file read and validated.
 
+With `--instructions N`, each tree's keying alone is counted instead, in instructions under
+valgrind (deterministic, so untouched by the machine's load): one process per tree keys the
+requests of `--calls` chat calls (captured from the openai SDK, no upstream) N times, one
+keys them once; the difference over N·calls is a keying's count.
+
 The table reports the median over rounds of each process's figure, per tree, and each
 tree's `adapter` figure over the first tree's of the same round (median and range of the
 ratios). `adapter` is a strict hit: the default rule, no `ignore` or `match_on`; each tree
@@ -174,6 +179,69 @@ def measure(calls: int, stream: bool) -> dict[str, float]:
     return out
 
 
+def keyings(calls: int, repeats: int) -> None:
+    """Runs inside valgrind: the captured requests keyed once (warm), then `repeats` times."""
+    import httpx2
+    from _common import chat, client_for
+
+    from hashreplay.core.config import load_config
+    from hashreplay.engine.http import IncomingRequest
+    from hashreplay.engine.session import Session
+
+    requests: list[Any] = []
+
+    def capture(request: Any) -> Any:
+        requests.append(request)
+        raise httpx2.ConnectError("captured", request=request)
+
+    capturing = client_for("http://127.0.0.1:9/v1", transport=httpx2.MockTransport(capture))
+    for i in range(calls):
+        with contextlib.suppress(httpx2.ConnectError, openai.APIConnectionError):
+            chat(capturing, i, stream=False)
+    work = Path(tempfile.mkdtemp(prefix="hashreplay-hot-")) / "hr"
+    session = Session(load_config(work, env={}, mode="replay"))
+    incoming = [
+        IncomingRequest(r.method, str(r.url), r.headers.multi_items(), r.content) for r in requests
+    ]
+    ids = [tid(i) for i in range(calls)]
+    for _ in range(1 + repeats):
+        for i in range(calls):
+            session.prepare(incoming[i], ids[i])
+
+
+def instructions(trees: dict[str, str], calls: int, repeats: int) -> None:
+    """Each tree's instructions per keying (valgrind, `PYTHONHASHSEED=0`)."""
+    import re
+    import subprocess
+
+    def count(src: str, n: int) -> int:
+        done = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--callgrind-out-file=/dev/null",
+                sys.executable,
+                __file__,
+                "--keyings",
+                str(n),
+                "--calls",
+                str(calls),
+            ],
+            env={**os.environ, "PYTHONPATH": src, "PYTHONHASHSEED": "0"},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        found = re.search(r"Collected : (\d+)", done.stderr)
+        assert found is not None, done.stderr[-2000:]
+        return int(found.group(1))
+
+    print(f"Instructions per keying (plain chat request, {calls} requests × {repeats}):")
+    for label, src in trees.items():
+        per = (count(src, repeats) - count(src, 0)) / (calls * repeats)
+        print(f"| {label} | {per:,.0f} |")
+
+
 def child(calls: int) -> None:
     result = {
         "plain": measure(calls, stream=False),
@@ -186,12 +254,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--instructions", type=int, metavar="N", help="count keying (valgrind)")
+    parser.add_argument("--keyings", type=int, help=argparse.SUPPRESS)
     add_tree_option(parser)
     args = parser.parse_args()
     if args.child:
         child(args.calls)
         return
+    if args.keyings is not None:
+        keyings(args.calls, args.keyings)
+        return
     trees = parse_trees(args.tree, HERE.parent / "src")
+    if args.instructions:
+        instructions(trees, args.calls, args.instructions)
+        return
     results: dict[str, list[dict[str, dict[str, float]]]] = {label: [] for label in trees}
     labels = list(trees)
     for r, label in interleaved(labels, args.rounds):

@@ -15,6 +15,7 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hashreplay.core import normalise as normalise_module
 from hashreplay.core.constants import KEY_VERSION
 from hashreplay.core.keys import (
     canonical_json,
@@ -24,7 +25,7 @@ from hashreplay.core.keys import (
     model_list_filename,
     request_hash,
 )
-from hashreplay.core.normalise import normalise_request_body
+from hashreplay.core.normalise import RequestRules, normalise_request_body
 from hashreplay.core.redact import Redactor
 
 CHAT_BODY = {
@@ -204,6 +205,79 @@ def test_client_ids_are_numbered_whatever_the_key_order() -> None:
 def test_client_id_normalisation_is_idempotent() -> None:
     once = normalise_request_body(CLIENT_IDS_BODY)
     assert normalise_request_body(once) == once
+
+
+class _EveryText(normalise_module._ClientIds):
+    """The numbering pass with no gate: every text goes through the id pattern."""
+
+    def value(self, value: Any) -> Any:
+        if type(value) is str:
+            return self.text(value)
+        return super().value(value)
+
+
+def _every_text_looked_at(body: Any, redactor: Redactor | None = None) -> Any:
+    """The body as it would be if every text were looked at for ids, whatever the gates
+    (length, memo, "an id was seen") said: the walk, then the numbering pass always."""
+    walk = normalise_module._RequestNormaliser(RequestRules(), None, redactor)
+    return _EveryText().value(walk.value(body, ()))
+
+
+UUID = "8d0ee7e4-7a8e-4c1a-9b7e-3f1b2c3d4e5f"
+HEX32 = "0123456789abcdef0123456789abcdef"
+GATE_CORPUS: list[Any] = [
+    CHAT_BODY,
+    CLIENT_IDS_BODY,
+    {"messages": [{"role": "system", "content": "You are terse. " * 40}], "n": 1.000001},
+    {"v": "call_" + HEX32},
+    {"v": UUID},
+    {"v": UUID.upper()},
+    {"v": "msg_" + UUID},
+    {"v": "run-" + UUID.replace("-", "")},
+    {"v": HEX32.upper()},
+    {"v": "1" * 32},  # all digits: not an id
+    {"v": "a" * 40},  # a sha1: not an id
+    {"v": "x" + HEX32},  # glued to a word: not an id
+    {"v": "call_" + HEX32[:31]},  # one digit short
+    {"v": f"{'see ' * 20}{UUID} and {UUID.upper()} again"},  # long text: the memo
+    {"v": f"short {UUID}"},  # under 64 characters: no memo
+    {"ids": [[["call_" + HEX32]], [{"deep": [UUID, 1, None, True, 2.5]}]]},
+    {"b": "call_" + "2b" * 16, "a": ["msg_" + "1a" * 16, {"c": UUID}]},
+    {"api_key": "call_" + HEX32, "v": "call_" + "e" * 32},  # a secret key's value
+    {"v": "x" * 31, "w": "y" * 32, "u": "é" * 40 + HEX32},
+    ["call_" + HEX32, UUID],
+    "call_" + HEX32,
+    {},
+    [],
+]
+
+
+@pytest.mark.parametrize("body", GATE_CORPUS)
+@pytest.mark.parametrize("redacted", [False, True], ids=["plain", "redacted"])
+def test_the_client_id_gate_never_changes_a_key(body: Any, redacted: bool) -> None:
+    # the walk looks at a text for ids only when it is long enough; the numbering pass
+    # runs only when one was seen: the key must be what looking at everything gives
+    redactor = Redactor() if redacted else None
+    gated = normalise_request_body(body, redactor=redactor)
+    full = _every_text_looked_at(body, redactor)
+    assert gated == full
+    key = request_hash("POST", CHAT_ENDPOINT, gated, TEST_ID)
+    assert key == request_hash("POST", CHAT_ENDPOINT, full, TEST_ID)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.recursive(
+        st.sampled_from(["hi", "call_" + HEX32, UUID, UUID.upper(), HEX32, "z" * 33, 1, None])
+        | st.text(alphabet="0123456789abcdefABCDEF-_x ", max_size=80),
+        lambda children: (
+            st.lists(children, max_size=4)
+            | st.dictionaries(st.sampled_from("abcdef"), children, max_size=4)
+        ),
+    )
+)
+def test_the_client_id_gate_never_changes_a_key_of_any_body(body: Any) -> None:
+    assert normalise_request_body(body) == _every_text_looked_at(body)
 
 
 # --- properties ----------------------------------------------------------------------------

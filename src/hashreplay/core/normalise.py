@@ -247,6 +247,7 @@ def normalise_request_body(
 
 #: The placeholder label of a client-generated id: `call_<id:1>`, `msg_<id:2>`, `<id:3>`.
 CLIENT_ID_LABEL = "id"
+_CLIENT_ID_MIN = 32  # the shortest client id: 32 hex digits (a shorter text holds none)
 
 
 @functools.cache  # compiled on first use, not at import (start-up: docs/benchmarks.md)
@@ -261,7 +262,7 @@ def _client_id() -> re.Pattern[str]:
 def has_client_id(text: str) -> bool:
     """Whether `text` holds a client-generated id (docs/design.md §3, "Client-generated
     ids"); long texts (prompts that recur) are looked at once."""
-    if len(text) < 32:  # the shortest client id: 32 hex digits
+    if len(text) < _CLIENT_ID_MIN:
         return False
     if len(text) >= _MEMO_MIN:
         return _has_client_id_memo(text)
@@ -340,7 +341,7 @@ class _RequestNormaliser:
     def text(self, text: str) -> str:
         if self.redactor is not None:
             text = self.redactor.text(text)
-        if not self.client_ids and has_client_id(text):
+        if not self.client_ids and len(text) >= _CLIENT_ID_MIN and has_client_id(text):
             self.client_ids = True
         if self.plain and text.isascii() and "." not in text:
             return text

@@ -105,8 +105,9 @@ class Hooks:
     ) -> tuple[str, str, list[tuple[str, str]], Any] | None:
         """A request after the request hooks and the scrub patterns: method, URL, headers,
         body; None when there is nothing to do (no hook, no pattern)."""
-        impls = self.request()
-        if not impls and not self.scrub:
+        # the common case (no hook, no pattern) without a call: every request comes here
+        impls = () if self.request is _none else self.request()
+        if not impls and not self.scrub.rules:
             return None
         parts = urlsplit(url)
         request: dict[str, Any] = {

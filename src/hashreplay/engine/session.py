@@ -263,7 +263,8 @@ class Session(TestBook):
             test_id = current_test_id()
         request, secrets, failed = self.keyer.request(incoming, self.tests.id_map(test_id))
         self.seen_secrets.add(secrets)
-        return self._prepared(request, test_id, secrets)._replace(hook_failed=failed)
+        prep = self._prepared(request, test_id, secrets)
+        return prep if failed is None else prep._replace(hook_failed=failed)
 
     def prepare_call(
         self,
