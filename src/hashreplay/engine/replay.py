@@ -88,6 +88,8 @@ class Miss(NamedTuple):
     error: ReplayMiss
     #: refused for its age (`stale = "fail"` in a front end with no test end), not missing
     stale: StaleUse | None = None
+    #: refused before it was sent: its request body is over `max_body_bytes`
+    too_large: bool = False
 
     def plan(self, hint: str | None = None) -> ReplayPlan:
         if self.stale is None:

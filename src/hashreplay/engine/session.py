@@ -236,15 +236,15 @@ class Session(TestBook):
     ) -> Miss | None:
         """A request about to go out that could not be recorded fails its test instead: a
         body over `max_body_bytes` (a drift run writes nothing, so it goes) or keyless
-        replay's placeholder as its credential (docs/design.md §7, "Keyless replay's
-        placeholder")."""
+        replay's placeholder as its credential (docs/design.md §7, "Keyless replay's …")."""
         why = None if self.drift is not None else self.recorder.too_large(prep, request)
-        for value in prep.secrets.values if why is None and self._placeholders else ():
-            names = self._placeholders.get(value)
-            if names is not None:
+        if why is not None:
+            return Miss(prep, self.replayer.failure(prep, why), too_large=True)
+        for value in prep.secrets.values if self._placeholders else ():
+            if (names := self._placeholders.get(value)) is not None:
                 why = placeholder_refusal(value, names, url, prep.mode.value)
-                break
-        return None if why is None else Miss(prep, self.replayer.failure(prep, why))
+                return Miss(prep, self.replayer.failure(prep, why))
+        return None
 
     def is_passthrough(self, url: str) -> bool:
         """Whether `url` is under a `passthrough` prefix (ending at a `/`, `?` or `#`)."""

@@ -122,6 +122,9 @@ class Forwarder:
                 await _hang(plan, receive)  # no answer: the client gives up (or the run ends)
                 return
             await self._answer(request, plan, reply)
+        elif isinstance(decision, Miss) and decision.too_large:
+            session.take_misses(decision.prep.test_id)  # the client gets the 413 instead
+            _check_request_size(session.config.max_body_bytes, request)
         elif isinstance(decision, Miss):
             # the report's next step is this proxy's, not pytest's
             error = with_serve_next_step(
@@ -146,7 +149,7 @@ class Forwarder:
             userinfo = self._userinfo.get(request.upstream.name) if request.upstream else None
             if userinfo is not None:
                 prep = prep._replace(secrets=prep.secrets | userinfo)
-            self._check_request_size(request)
+            _check_request_size(self.session.config.max_body_bytes, request)
             await self._relay(request, reply, receive, prep)
         else:
             await self._relay(request, reply, receive, None)
@@ -191,25 +194,6 @@ class Forwarder:
                 await pacing.asleep(delays[i + 1])
             await reply.body(chunk, more=True)
         await reply.body(b"", more=False)
-
-    def _check_request_size(self, request: ProxyRequest) -> None:
-        """A request body the recording could not hold is refused before it goes upstream."""
-        size = len(request.body)
-        if size > self.session.config.max_body_bytes:
-            too_large = self._too_large(request, "request.body", size)
-            raise ProxyError(413, "body_too_large", f"{too_large}; it was not sent upstream")
-
-    def _too_large(self, request: ProxyRequest, where: str, size: int) -> str:
-        """The message of a body over max_body_bytes (the most a recording holds)."""
-        return str(
-            BodyTooLarge(
-                test_id=request.test_id,
-                url=f"{request.method} {request.target}",
-                where=where,
-                size=size,
-                limit=self.session.config.max_body_bytes,
-            )
-        )
 
     # --- live --------------------------------------------------------------------------------
 
@@ -282,7 +266,12 @@ class Forwarder:
         # the proxy; such a response is not recorded.
         declared = _content_length(raw_headers)
         if limit is not None and declared is not None and declared > limit:
-            message = self._too_large(request, "response.body (its content-length)", declared)
+            message = _too_large(
+                self.session.config.max_body_bytes,
+                request,
+                "response.body (its content-length)",
+                declared,
+            )
             raise ProxyError(502, "response_too_large", message)
         relay = Relay(reply, hold, response.status_code, client_headers)
         await relay.begin()
@@ -294,7 +283,9 @@ class Forwarder:
             watcher.cancel()
         sent = relay.sent
         if limit is not None and kept > limit:
-            message = self._too_large(request, "response.body (so far)", kept)
+            message = _too_large(
+                self.session.config.max_body_bytes, request, "response.body (so far)", kept
+            )
             if not reply.started:  # held whole: the client gets the error instead
                 raise ProxyError(502, "response_too_large", message)
             self.counters.error("response_too_large")
@@ -370,6 +361,27 @@ async def _pump(
     except httpx2.HTTPError as exc:
         return exc, kept
     return None, kept
+
+
+def _check_request_size(limit: int, request: ProxyRequest) -> None:
+    """A request body the recording could not hold is refused before it goes upstream."""
+    size = len(request.body)
+    if size > limit:
+        too_large = _too_large(limit, request, "request.body", size)
+        raise ProxyError(413, "body_too_large", f"{too_large}; it was not sent upstream")
+
+
+def _too_large(limit: int, request: ProxyRequest, where: str, size: int) -> str:
+    """The message of a body over max_body_bytes (the most a recording holds)."""
+    return str(
+        BodyTooLarge(
+            test_id=request.test_id,
+            url=f"{request.method} {request.target}",
+            where=where,
+            size=size,
+            limit=limit,
+        )
+    )
 
 
 def _ignore(_: BodyTooLarge) -> None:
