@@ -209,18 +209,21 @@ def header_value(headers: Sequence[tuple[str, str]], name: str) -> str | None:
 
 def run_stopping(exc: BaseException | None = None) -> bool:
     """Whether the user's process is stopping the run while a live call ends (docs/design.md,
-    "Only answers are recorded"): `exc`, or the exception being handled right now, is a
-    BaseException that is not an Exception (KeyboardInterrupt, SystemExit, a task's
-    cancellation, pytest's Exit/Skipped/Failed). That is no answer of the upstream: nothing
-    is recorded for the call. A GeneratorExit being handled is a consumer closing a stream
-    (recorded as abandoned) unless it arrived while one of those was being handled; one
-    handed in as `exc` interrupted a read. The one rule, for every adapter."""
+    "Only answers are recorded"): `exc` is a BaseException that is not an Exception
+    (KeyboardInterrupt, SystemExit, a task's cancellation, pytest's Exit/Skipped/Failed), or
+    a KeyboardInterrupt or SystemExit is being handled right now. That is no answer of the
+    upstream: nothing is recorded for the call. A GeneratorExit being handled is a consumer
+    closing a stream (recorded as abandoned) unless it arrived while one of those was being
+    handled; one handed in as `exc` interrupted a read. The one rule, for every adapter."""
     if exc is not None and not isinstance(exc, Exception):
         return True
     handled = sys.exc_info()[1]
     while isinstance(handled, GeneratorExit):
         handled = handled.__context__
-    return handled is not None and not isinstance(handled, Exception)
+    # Being handled when the body closes, only the user stopping the run counts: a body can
+    # close at any time (a response collected while an event loop's tasks are cancelled at
+    # teardown), and a cancellation or pytest outcome that interrupted a read is handed in.
+    return isinstance(handled, (KeyboardInterrupt, SystemExit))
 
 
 #: decoded bytes a compressed chunk inflates to per step (the bound past `max_body_bytes`)
