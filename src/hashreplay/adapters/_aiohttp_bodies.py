@@ -148,6 +148,9 @@ class TeeReader(StreamReader):
                 await self._tee.finish(exc)
                 StreamReader.set_exception(self, exc)
                 raise
+            except BaseException as exc:  # the task cancelled (Ctrl-C under asyncio.run)
+                self._tee.finish_now(exc)  # handed in: nothing is recorded
+                raise
             if data:
                 self.feed_data(data)
                 if end_of_chunk:
