@@ -18,12 +18,6 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, NamedTuple, TypeVar
 
 from hashreplay.adapters import _runtime as _state
-from hashreplay.adapters._iterators import (
-    RecordingAsyncIterator,
-    RecordingIterator,
-    ReplayAsyncIterator,
-    ReplayIterator,
-)
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.format import RecordedException, RecordedResponse
 from hashreplay.core.keys import inside_call
@@ -54,14 +48,9 @@ _patches: dict[str, _Patch] = {}
 _packages: set[str] = set()
 
 
-# --- resolving and patching ----------------------------------------------------------------
-
-
 def _fail(spec: str, problem: str) -> ConfigError:
-    return ConfigError(
-        f"callables entry {spec!r}: {problem}; expected 'package.module:Class.method' "
-        "or 'package.module:function'"
-    )
+    expected = "expected 'package.module:Class.method' or 'package.module:function'"
+    return ConfigError(f"callables entry {spec!r}: {problem}; {expected}")
 
 
 def resolve(spec: str) -> tuple[Any, str, Any]:
@@ -142,9 +131,6 @@ def allowlist(session: Session) -> TypeAllowlist:
     return TypeAllowlist(configured | _packages)
 
 
-# --- the wrappers --------------------------------------------------------------------------
-
-
 def _decide(name: str, args: Any, kwargs: Any) -> tuple[Session, Replay | Record] | None:
     """The engine's decision for one call; None when nothing intercepts it."""
     session = _state.active_session()
@@ -169,11 +155,10 @@ def _wrap(func: Callable[..., Any], name: str, *, skip_first: bool) -> Callable[
                     yield item
                 return
             call = _Call(*decided)
-            source = (
-                call.replay_aiter(call.replayed)
-                if call.replayed is not None
-                else RecordingAsyncIterator(func(*args, **kwargs), call)
-            )
+            if call.replayed is not None:
+                source: Any = call.replay_aiter(call.replayed)
+            else:
+                source = RecordingAsyncIterator(func(*args, **kwargs), call)
             async for item in source:
                 yield item
 
@@ -218,12 +203,150 @@ def _wrap(func: Callable[..., Any], name: str, *, skip_first: bool) -> Callable[
     return wrapper
 
 
-def _is_iterator(value: Any) -> bool:
-    return hasattr(value, "__next__") and hasattr(value, "__iter__")
+# Iterators: replayed ones rebuild items lazily; recording ones pass a live one's items through.
 
 
-def _is_async_iterator(value: Any) -> bool:
-    return hasattr(value, "__anext__") and hasattr(value, "__aiter__")
+class ReplayIterator:
+    """A recorded iterator, rebuilt item by item as it is consumed."""
+
+    def __init__(self, items: Iterator[Any]) -> None:
+        self._items = items
+
+    def __iter__(self) -> ReplayIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._items)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> ReplayIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ReplayAsyncIterator:
+    def __init__(self, items: AsyncIterator[Any]) -> None:
+        self._items = items
+
+    def __aiter__(self) -> ReplayAsyncIterator:
+        return self
+
+    async def __anext__(self) -> Any:
+        return await self._items.__anext__()
+
+    async def aclose(self) -> None:
+        pass
+
+    close = aclose
+
+    async def __aenter__(self) -> ReplayAsyncIterator:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _Recording:
+    """What the recording iterators share: the items seen, recorded once when the iterator
+    ends, breaks or is closed; other attributes (an SDK stream's `response`, …) are the live
+    iterator's."""
+
+    def __init__(self, inner: Any, call: _Call) -> None:
+        self._inner = inner
+        self._call = call
+        self._chunks: list[Any] = []
+        self._done = False
+
+    def _ends(self) -> bool:
+        first, self._done = not self._done, True
+        return first
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class RecordingIterator(_Recording):
+    def __iter__(self) -> RecordingIterator:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            with inside_call():
+                item = next(self._inner)
+        except StopIteration:
+            self._finish(None)
+            raise
+        except BaseException as exc:  # a Ctrl-C is no answer: the engine records nothing
+            self._finish(exc)
+            raise
+        self._chunks.append(item)
+        return item
+
+    def _finish(self, exc: BaseException | None) -> None:
+        if self._ends():
+            self._call.finish_chunks(self._chunks, exc)
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        try:
+            if callable(close):
+                close()
+        finally:
+            self._finish(None)
+
+    def __enter__(self) -> RecordingIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RecordingAsyncIterator(_Recording):
+    def __aiter__(self) -> RecordingAsyncIterator:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            with inside_call():
+                item = await self._inner.__anext__()
+        except StopAsyncIteration:
+            await self._finish(None)
+            raise
+        except BaseException as exc:  # a cancellation is no answer: nothing is recorded
+            await self._finish(exc)
+            raise
+        self._chunks.append(item)
+        return item
+
+    async def _finish(self, exc: BaseException | None) -> None:
+        if self._ends():
+            await self._call.afinish_chunks(self._chunks, exc)
+
+    async def aclose(self) -> None:
+        close = getattr(self._inner, "aclose", None) or getattr(self._inner, "close", None)
+        try:
+            if callable(close):
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+        finally:
+            await self._finish(None)
+
+    close = aclose
+
+    async def __aenter__(self) -> RecordingAsyncIterator:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _has(value: Any, *names: str) -> bool:
+    return all(hasattr(value, name) for name in names)
 
 
 class _Call:
@@ -238,8 +361,6 @@ class _Call:
         if isinstance(decision, Replay):
             self.replayed, self.path = decision.response, decision.path
 
-    # replay
-
     def _exception(self, response: RecordedResponse) -> BaseException | None:
         exc = response.exception if response.is_exception else None
         if exc is None:
@@ -252,27 +373,24 @@ class _Call:
 
     def rebuild(self, response: RecordedResponse, *, is_async: bool) -> Any:
         if response.is_streaming:
-            items = list(response.body or [])
             if is_async:
                 return ReplayAsyncIterator(self.replay_aiter(response))
-            return ReplayIterator(self._items(items, response))
+            return ReplayIterator(self._items(response))
         error = self._exception(response)
         if error is not None:
             raise error
         return self.value(response.body)
 
-    def _items(self, items: list[Any], response: RecordedResponse) -> Iterator[Any]:
-        for item in items:
+    def _items(self, response: RecordedResponse) -> Iterator[Any]:
+        for item in list(response.body or []):
             yield self.value(item)
         error = self._exception(response)
         if error is not None:
             raise error
 
     async def replay_aiter(self, response: RecordedResponse) -> AsyncIterator[Any]:
-        for item in self._items(list(response.body or []), response):
+        for item in self._items(response):
             yield item
-
-    # record
 
     def response(
         self, *, value: Any = None, chunks: list[Any] | None = None, exc: BaseException | None
@@ -308,23 +426,22 @@ class _Call:
         await self.arecord(self.response(chunks=chunks, exc=exc))
 
     def record_result(self, result: Any) -> Any:
-        if _is_iterator(result) and not isinstance(result, (str, bytes)):
+        if _has(result, "__next__", "__iter__"):
             return RecordingIterator(result, self)
-        if _is_async_iterator(result):
+        if _has(result, "__anext__", "__aiter__"):
             return RecordingAsyncIterator(result, self)
         self.record(self.response(value=result, exc=None))
         return result
 
     async def arecord_result(self, result: Any) -> Any:
-        if _is_async_iterator(result):
+        if _has(result, "__anext__", "__aiter__"):
             return RecordingAsyncIterator(result, self)
-        if _is_iterator(result) and not isinstance(result, (str, bytes)):
+        if _has(result, "__next__", "__iter__"):
             return RecordingIterator(result, self)
         await self.arecord(self.response(value=result, exc=None))
         return result
 
 
 def _is_plain_arg(value: Any) -> bool:
-    """Exception args kept in a recording: plain JSON values only (an SDK error's response
-    object is not rebuilt)."""
+    """Exception args kept: plain JSON values (an SDK error's response object is not rebuilt)."""
     return value is None or isinstance(value, (str, int, float, bool, list, dict))
