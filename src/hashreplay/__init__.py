@@ -25,10 +25,13 @@ from hashreplay.core.modes import Mode
 
 if TYPE_CHECKING:
     from hashreplay.adapters.callables import record_callable, unpatch_callables
-    from hashreplay.asgi import TestIdMiddleware
-    from hashreplay.asgi import TestIdMiddleware as ASGITestIdMiddleware
-    from hashreplay.server_mode import install, uninstall
-    from hashreplay.wsgi import TestIdMiddleware as WSGITestIdMiddleware
+    from hashreplay.server_mode import (
+        ASGITestIdMiddleware,
+        WSGITestIdMiddleware,
+        install,
+        uninstall,
+    )
+    from hashreplay.server_mode import ASGITestIdMiddleware as TestIdMiddleware
 
     __version__: str
 
@@ -37,9 +40,9 @@ if TYPE_CHECKING:
 _LAZY = {
     # the pair by server interface; `TestIdMiddleware` is the ASGI one, as `hashreplay.asgi`
     # names it (docs/design.md §8)
-    "ASGITestIdMiddleware": ("hashreplay.asgi", "TestIdMiddleware"),
-    "TestIdMiddleware": ("hashreplay.asgi", "TestIdMiddleware"),
-    "WSGITestIdMiddleware": ("hashreplay.wsgi", "TestIdMiddleware"),
+    "ASGITestIdMiddleware": ("hashreplay.server_mode", "ASGITestIdMiddleware"),
+    "TestIdMiddleware": ("hashreplay.server_mode", "ASGITestIdMiddleware"),
+    "WSGITestIdMiddleware": ("hashreplay.server_mode", "WSGITestIdMiddleware"),
     "install": ("hashreplay.server_mode", "install"),
     "record_callable": ("hashreplay.adapters.callables", "record_callable"),
     "uninstall": ("hashreplay.server_mode", "uninstall"),

@@ -1,27 +1,42 @@
-"""`hashreplay.install()` / `hashreplay.uninstall()`: interception in any process
-(docs/design.md §8).
+"""In-process server mode (docs/design.md §8): `hashreplay.install()` / `uninstall()` and the
+middleware that takes each request's test id from its headers.
 
-A server under test calls `install()` once at start-up: the configuration comes from the
-environment (`INFERENCE_MODE`, `HASHREPLAY_ROOT` or the root found upward, `[tool.hashreplay]`
-of that root's `pyproject.toml`), exactly as `load_config()` builds it, and every request the
-process makes through `httpx2`/`httpx` goes through one `Session`. The test id of each call
-comes from the context, which `hashreplay.asgi.TestIdMiddleware` (or the WSGI one) sets from
-the `X-HashReplay-Test-Id` header.
+    import hashreplay
+    from hashreplay.asgi import TestIdMiddleware    # hashreplay.wsgi.TestIdMiddleware for WSGI
 
-This is a front end (docs/design.md §10): the adapters are imported only when `install()` runs,
-so `import hashreplay` stays free of HTTP clients.
+    hashreplay.install()                    # interception from the environment
+    app = TestIdMiddleware(app)             # Starlette, FastAPI or any ASGI 3 app
+
+`install()` builds the configuration from the environment (`INFERENCE_MODE`, `HASHREPLAY_ROOT`
+or the root found upward, `[tool.hashreplay]` of its `pyproject.toml`), exactly as
+`load_config()` does, and routes every request the process makes through one `Session`.
+
+For each request, the test id in `X-HashReplay-Test-Id` becomes the test context of everything
+the app does for it (streamed responses and the tasks it starts included; for WSGI, also while
+the server iterates a generator response), so the app's upstream calls are stored per test as
+in-process calls of that test would be. A request without the header runs outside any test
+(the common recordings directory). `X-HashReplay-Conversation` makes its calls part of that
+conversation of the test (docs/design.md §12), as the proxy does; `X-HashReplay-Run` (sent by
+the pytest plugin) starts a new run of the test, replaying its identical requests from the
+first again. A replay miss answers the app's client with the miss response and its report is
+logged (logger `hashreplay`), since no pytest in this process fails the test with it.
+
+A front end (docs/design.md §10): the adapters are imported only when `install()` runs, so
+`import hashreplay` stays free of HTTP clients. Pure ASGI and WSGI: no framework is imported,
+nothing of a request or response is buffered.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from contextlib import contextmanager
+from typing import Any, NamedTuple, TypeVar
 
 from hashreplay.core.config import load_config
-from hashreplay.core.constants import TEST_ID_HEADER
-from hashreplay.core.keys import conversation
+from hashreplay.core.constants import CONVERSATION_HEADER, RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.keys import conversation, test_context
 from hashreplay.engine.lifecycle import Placeholders
 from hashreplay.engine.session import Session
 
@@ -152,3 +167,162 @@ def conversation_context(name: str | None) -> Iterator[None]:
         return
     with conversation(name):
         yield
+
+
+Scope = MutableMapping[str, Any]
+
+
+Message = MutableMapping[str, Any]
+
+
+Receive = Callable[[], Awaitable[Message]]
+
+
+Send = Callable[[Message], Awaitable[None]]
+
+
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+_TEST_ID_KEY = TEST_ID_HEADER.lower().encode("ascii")
+
+
+_RUN_KEY = RUN_HEADER.lower().encode("ascii")
+
+
+_CONVERSATION_KEY = CONVERSATION_HEADER.lower().encode("ascii")
+
+
+def test_and_run_ids(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str | None, str | None]:
+    """(test id, run id) from ASGI headers; None for an absent or blank header."""
+    test_id = run_id = None
+    for name, value in headers:
+        lname = name.lower()
+        if lname == _TEST_ID_KEY:
+            test_id = header_text(value)
+        elif lname == _RUN_KEY:
+            run_id = header_text(value)
+    return test_id, run_id
+
+
+test_and_run_ids.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+def conversation_of(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The conversation `X-HashReplay-Conversation` names, or None (absent or blank)."""
+    for name, value in headers:
+        if name.lower() == _CONVERSATION_KEY:
+            return header_text(value)
+    return None
+
+
+class ASGITestIdMiddleware:
+    """Runs each request of `app` in the test context its `X-HashReplay-Test-Id` names.
+
+    `session` defaults to the one `hashreplay.install()` created (looked up per request, so
+    the middleware may wrap the app before `install()` runs).
+    """
+
+    __test__ = False  # a pytest collector must not take it for a test class
+
+    def __init__(self, app: ASGIApp, *, session: Session | None = None) -> None:
+        self.app = app
+        self.session = session
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") not in ("http", "websocket"):
+            await self.app(scope, receive, send)  # lifespan and other scopes: untouched
+            return
+        headers = scope.get("headers") or ()
+        test_id, run_id = test_and_run_ids(headers)
+        session = self.session or installed_session()
+        enter_request(session, test_id, run_id)
+        try:
+            with test_context(test_id), conversation_context(conversation_of(headers)):
+                await self.app(scope, receive, send)
+        finally:
+            leave_request(session, test_id)
+
+
+StartResponse = Callable[..., Any]
+
+
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+_TEST_ID_ENVIRON = "HTTP_" + TEST_ID_HEADER.upper().replace("-", "_")
+
+
+_RUN_ENVIRON = "HTTP_" + RUN_HEADER.upper().replace("-", "_")
+
+
+_CONVERSATION_ENVIRON = "HTTP_" + CONVERSATION_HEADER.upper().replace("-", "_")
+
+
+_T = TypeVar("_T")
+
+
+def _environ_value(environ: dict[str, Any], key: str) -> str | None:
+    value = environ.get(key)
+    if not isinstance(value, str):
+        return None
+    # PEP 3333: header values arrive as Latin-1 decoded `str`; recover UTF-8 bytes.
+    return header_text(value.encode("latin-1", errors="replace"))
+
+
+class _Context(NamedTuple):
+    """What a request's headers make the context of the app's upstream calls."""
+
+    test_id: str | None
+    conversation: str | None
+
+
+def _as(context: _Context, fn: Callable[..., _T], *args: Any) -> _T:
+    with test_context(context.test_id), conversation_context(context.conversation):
+        return fn(*args)
+
+
+class _Body:
+    """The app's response iterable, iterated and closed in the request's test context."""
+
+    def __init__(self, inner: Iterable[bytes], context: _Context, session: Session | None) -> None:
+        self._inner = inner
+        self._iter: Iterator[bytes] | None = None
+        self._context = context
+        self._session = session
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        if self._iter is None:
+            self._iter = _as(self._context, iter, self._inner)
+        chunk: bytes = _as(self._context, next, self._iter)
+        return chunk
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._inner, "close", None)
+            if callable(close):
+                _as(self._context, close)
+        finally:
+            leave_request(self._session, self._context.test_id)
+
+
+class WSGITestIdMiddleware:
+    """Runs each request of a WSGI `app` in the test context its `X-HashReplay-Test-Id`
+    names; `session` defaults to the one `hashreplay.install()` created."""
+
+    __test__ = False  # a pytest collector must not take it for a test class
+
+    def __init__(self, app: WSGIApp, *, session: Session | None = None) -> None:
+        self.app = app
+        self.session = session
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        test_id = _environ_value(environ, _TEST_ID_ENVIRON)
+        run_id = _environ_value(environ, _RUN_ENVIRON)
+        context = _Context(test_id, _environ_value(environ, _CONVERSATION_ENVIRON))
+        session = self.session or installed_session()
+        enter_request(session, test_id, run_id)
+        return _Body(_as(context, self.app, environ, start_response), context, session)

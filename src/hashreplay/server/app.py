@@ -15,7 +15,6 @@ import os
 import sys
 from urllib.parse import quote, urlsplit
 
-from hashreplay.asgi import test_and_run_ids
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import FAULT_HEADER, RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.errors import ConfigError, ProxyError, UnknownUpstream
@@ -27,6 +26,7 @@ from hashreplay.engine.session import Session, touch_test
 from hashreplay.server.forward import Counters, Forwarder, ProxyRequest
 from hashreplay.server.settings import ADMIN_PREFIX, SETTINGS_ENV, ServeSettings
 from hashreplay.server.wire import Receive, Responder, Scope, Send, end_to_end, install_log_filter
+from hashreplay.server_mode import test_and_run_ids
 
 __all__ = ["ProxyApp", "app_from_environment"]
 
