@@ -1,17 +1,7 @@
-"""Keying: a request as it is stored and hashed, and the file name it gets (docs/design.md §3).
-
-`Keyer.request` redacts a live request, normalises its body (mapping ids the test received
-earlier back to their stable form) and `Keyer.key_of` hashes it: the one place the naming
-rule is applied, to live requests here and to stored ones by `hashreplay verify`/`rehash`.
-
-Shared model lists (docs/design.md §3): one file per model set in the common
-directory, and on replay every matching file merged into one answer (union by model id).
-
-`first_difference(recorded, incoming)`: the first field where two requests differ.
-
-Walks dict keys in sorted order and lists by index; reports missing keys and type changes as
-such. The miss report is built on it.
-"""
+"""Keying (docs/design.md §3): a request as it is stored and hashed, and the file name it gets.
+`Keyer.key_of` is the one place the naming rule is applied, to live requests here and to stored
+ones by `hashreplay verify`/`rehash`. Shared model lists: one file per model set in the common
+directory, merged on replay into one answer (union by model id)."""
 
 from __future__ import annotations
 
@@ -19,7 +9,7 @@ import functools
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from hashreplay.core.config import Config
 from hashreplay.core.constants import (
@@ -55,20 +45,11 @@ from hashreplay.core.normalise import (
     normalise_request_body,
 )
 from hashreplay.core.redact import Redactor
-from hashreplay.core.secret_values import (
-    NO_SECRETS,
-    SecretValues,
-    request_secrets,
-    scrub_request,
-)
+from hashreplay.core.secret_values import NO_SECRETS, SecretValues, request_secrets, scrub_request
 from hashreplay.core.store import Store
 from hashreplay.core.typed import jsonable_arg
 from hashreplay.engine.hooks import HookError, Hooks, hook_problem
 from hashreplay.engine.http import IncomingRequest
-
-if TYPE_CHECKING:
-    from hashreplay.core.format import RecordedRequest
-
 
 #: Entries of each keying memo (URLs, credential sets): a suite uses a few dozen; a proxy
 #: may see unbounded ones.
@@ -104,28 +85,22 @@ class Keyer:
             ignore_body_keys=config.ignore_body_keys,
             volatile=compile_patterns(config.volatile_patterns),
         )
-        #: the user's request hooks and scrub patterns (`engine/hooks.py`)
         self.hooks = Hooks(config.scrub)
         self.match_headers = tuple(config.match_headers)
-        rule = config.match_rule
         #: the project's matching rule (docs/design.md §14); None: the default
-        self.rule: MatchRule | None = None if rule.is_default else rule
+        self.rule: MatchRule | None = None if config.match_rule.is_default else config.match_rule
         self.model_list_suffixes = (*MODEL_LIST_SUFFIXES, *config.model_list_endpoints)
         # hashreplay's own headers are never stored (nor hashed through match_headers)
         self.kept_request_headers = (
             KEPT_REQUEST_HEADERS | frozenset(config.match_headers) | self.redactor.keys
-        ) - {
-            TEST_ID_HEADER.lower(),
-            RUN_HEADER.lower(),
-            CONVERSATION_HEADER.lower(),
-            FAULT_HEADER.lower(),
-        }
+        ) - {h.lower() for h in (TEST_ID_HEADER, RUN_HEADER, CONVERSATION_HEADER, FAULT_HEADER)}
         # memoised as the redactor memoises long texts: a suite calls a handful of URLs,
-        # with the same key on nearly every request
-        self._url = functools.lru_cache(maxsize=_MEMO_MAX)(self._url_forms)
-        self._secrets = functools.lru_cache(maxsize=_MEMO_MAX)(self._credentials)
-        #: a test id's secret shapes removed: once per test id, not once per request
-        self._shown_id = functools.lru_cache(maxsize=_MEMO_MAX)(self.redactor.text)
+        # with the same key on nearly every request; a test id's secret shapes are removed
+        # once per test id, not once per request
+        memo = functools.lru_cache(maxsize=_MEMO_MAX)
+        self._url = memo(self._url_forms)
+        self._secrets = memo(functools.partial(request_secrets, self.redactor))
+        self._shown_id = memo(self.redactor.text)
 
     def request(
         self, incoming: IncomingRequest, id_map: Mapping[str, str] | None
@@ -167,18 +142,17 @@ class Keyer:
         )
         secret_headers, other_headers = redactor.split_headers(incoming.headers)
         secrets = self._secrets(incoming.url, tuple(secret_headers))
-        if secrets and _mentioned(secrets, incoming, other_headers):
-            request = scrub_request(request, secrets)
+        if secrets:
+            # only a value found where redaction by key leaves it (the URL, the body, a header
+            # not itself secret) needs the scrub: most requests carry a key only in its header
+            others = [v.encode() for _, v in other_headers]
+            if secrets.mentioned_in(b"\n".join([incoming.url.encode(), incoming.content, *others])):
+                request = scrub_request(request, secrets)
         return request, secrets, failed
 
     def _url_forms(self, url: str) -> tuple[str, str]:
-        """A request URL's endpoint (hashed) and stored form (redacted, loopback host
-        generic)."""
+        """A URL's endpoint (hashed) and stored form (redacted, loopback host generic)."""
         return endpoint_of(url, self.redactor.is_query_secret), stored_url(self.redactor.url(url))
-
-    def _credentials(self, url: str, headers: tuple[tuple[str, str], ...]) -> SecretValues:
-        """The credential values of a request's URL and secret headers."""
-        return request_secrets(self.redactor, url, headers)
 
     def call(
         self,
@@ -188,9 +162,10 @@ class Keyer:
         id_map: Mapping[str, str] | None,
     ) -> RecordedRequest:
         """A call-layer call as a request: `CALL <name>` with its arguments (pydantic models
-        and dataclasses dumped, `self` already excluded) redacted and normalised like a body."""
+        and dataclasses dumped, `self` already excluded) redacted and normalised like a body
+        (the ids this test received earlier mapped to their stable form)."""
         raw = {"args": [jsonable_arg(a) for a in args], "kwargs": jsonable_arg(dict(kwargs))}
-        body = self.body(raw, id_map)
+        body = normalise_request_body(raw, self.rules, id_map, self.redactor)
         model = body["kwargs"].get("model")
         return RecordedRequest(
             method=CALL_METHOD,
@@ -200,11 +175,6 @@ class Keyer:
             model=model if isinstance(model, str) else None,
             conversation=current_conversation(),
         )
-
-    def body(self, raw: Any, id_map: Mapping[str, str] | None) -> Any:
-        """A body as hashed and stored: redacted, then normalised with the ids this test
-        received earlier mapped to their stable form."""
-        return normalise_request_body(raw, self.rules, id_map, self.redactor)
 
     def test_id(self, test_id: str | None, secrets: SecretValues = NO_SECRETS) -> str | None:
         """A test id as it is hashed and written (docs/design.md §7, "Test ids"): the
@@ -221,16 +191,12 @@ class Keyer:
     ) -> tuple[str, bool]:
         """The hash that names the file of `request` made by `test_id` under `rule` (None:
         the default), and whether it is a shared model list (never narrowed)."""
-        is_call = request.method == CALL_METHOD
-        shared = not is_call and is_model_list(
-            request.method, request.endpoint, self.model_list_suffixes
-        )
-        match = (
-            {name: request.headers.get(name) for name in self.match_headers}
-            if self.match_headers and not is_call
-            else None
-        )
         method, endpoint, body, narrowed = request.method, request.endpoint, request.body, None
+        is_call = method == CALL_METHOD
+        shared = not is_call and is_model_list(method, endpoint, self.model_list_suffixes)
+        match = None
+        if self.match_headers and not is_call:
+            match = {name: request.headers.get(name) for name in self.match_headers}
         if rule is not None and not shared and not rule.is_default:
             method, endpoint, body = rule.project(method, endpoint, body)
             narrowed = rule.as_json()
@@ -291,16 +257,6 @@ def check_name(
         ),
         stacklevel=2,
     )
-
-
-def _mentioned(
-    secrets: SecretValues, incoming: IncomingRequest, others: Sequence[tuple[str, str]]
-) -> bool:
-    """Whether a credential value travels where redaction by key does not remove it: in the
-    URL, the body or a header that is not itself secret (a key travels in its own header on
-    nearly every request; only a copy elsewhere needs the scrub)."""
-    probe = [incoming.url.encode(), incoming.content, *(v.encode() for _, v in others)]
-    return secrets.mentioned_in(b"\n".join(probe))
 
 
 def model_list_path(store: Store, hash_hex: str, response: RecordedResponse) -> Path:
