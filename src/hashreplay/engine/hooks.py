@@ -1,7 +1,6 @@
 """The user's say over what is keyed and written (docs/design.md §14): request hooks, record
 hooks and `scrub` patterns. The engine never imports pytest: a front end hands it plain
-callables (the dicts each hook gets: the hookspecs in `plugin/markers.py`).
-"""
+callables (the dicts each hook gets: the hookspecs in `plugin/markers.py`)."""
 
 from __future__ import annotations
 
@@ -34,10 +33,9 @@ class HookError(HashReplayError):
 
 
 class Hooks:
-    """What a front end plugged in, and the project's `scrub` patterns."""
+    """What a front end plugged in, and the project's compiled `scrub` patterns (in order)."""
 
     def __init__(self, scrub: Sequence[tuple[str, str]] = ()) -> None:
-        #: the compiled `scrub` patterns, applied in order
         self.scrub = tuple((re.compile(pattern), replace) for pattern, replace in scrub)
         self.request: HookImpls = _none
         self.before_record: HookImpls = _none
@@ -51,16 +49,15 @@ class Hooks:
             except Exception as exc:
                 msg = f"{name} ({label}) raised {type(exc).__name__}: {exc}"
                 raise HookError(msg) from exc
-            if result is None:
-                continue
-            if not isinstance(result, dict):
+            if isinstance(result, dict):
+                value = result
+            elif result is not None:
                 msg = (
                     f"{name} ({label}) returned {type(result).__name__} {_short(result)}; it "
                     "must change the dict it is given in place (and return None) or return "
                     "the changed dict"
                 )
                 raise HookError(msg)
-            value = result
         return value
 
     def request_parts(

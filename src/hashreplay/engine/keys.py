@@ -1,11 +1,11 @@
-"""Keying (docs/design.md §3): a request as it is stored and hashed, and the file name it gets.
-`Keyer.key_of` is the one place the naming rule is applied, to live requests here and to stored
-ones by `hashreplay verify`/`rehash`. Shared model lists: one file per model set in the common
-directory, merged on replay into one answer (union by model id)."""
+"""Keying (docs/design.md §3): a request as stored and hashed, and the file name it gets, by the
+one rule (`Keyer.key_of`) for live requests and, in `hashreplay verify`/`rehash`, stored ones.
+Shared model lists: one file per model set in the common directory, merged on replay."""
 
 from __future__ import annotations
 
 import functools
+import operator
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -51,9 +51,11 @@ from hashreplay.core.typed import jsonable_arg
 from hashreplay.engine.hooks import HookError, Hooks, hook_problem
 from hashreplay.engine.http import IncomingRequest
 
-#: Entries of each keying memo (URLs, credential sets): a suite uses a few dozen; a proxy
-#: may see unbounded ones.
+#: Entries of each keying memo: a suite uses a few dozen URLs or credential sets; a proxy, any.
 _MEMO_MAX = 1024
+
+#: What `check_name` compares under the default matching rule, besides the test id
+_COMPARED = operator.attrgetter("body", "endpoint", "method", "conversation")
 
 
 class Prepared(NamedTuple):
@@ -64,11 +66,9 @@ class Prepared(NamedTuple):
     hash: str
     shared: bool
     request: RecordedRequest
-    #: the credential values the live request carried: scrubbed from everything it writes
-    #: or prints (docs/design.md §7)
+    #: the request's credential values, scrubbed from all it writes or prints (docs/design.md §7)
     secrets: SecretValues = NO_SECRETS
-    #: the test id as hashed, written and printed: `test_id` with its secrets removed
-    #: (`Keyer.test_id`); `test_id` itself stays the key of the test's state
+    #: `test_id` as hashed, written and printed, secrets removed; `test_id` keys the test's state
     shown_test_id: str | None = None
     #: the matching rule the hash was made under (docs/design.md §14); None: the default
     rule: MatchRule | None = None
@@ -109,14 +109,13 @@ class Keyer:
         values it carried. Redacted by key and shape, then by those values (a key that also
         appears in the body or URL path leaves before hashing, so a recording made with one
         key replays with another); a body nested too deep is a `RequestTooDeep`. The user's
-        hooks and scrub patterns run first; the third value says why a hook failed."""
+        hooks and scrub patterns run first (docs/design.md §14): a failing one leaves the
+        request as it came, and the third value says why (its test fails with it)."""
         redactor = self.redactor
         method = incoming.method.upper()
         endpoint, url = self._url(incoming.url)
         raw_body, encoding = parse_checked_body(incoming, f"{method} {endpoint}")
         headers = incoming.headers
-        # docs/design.md §14: the user's hooks and scrub patterns, before keying; a hook that
-        # fails leaves the request as it came, and why (its test fails with it)
         failed = None
         try:
             changed = self.hooks.request_parts(method, incoming.url, headers, raw_body)
@@ -177,11 +176,10 @@ class Keyer:
         )
 
     def test_id(self, test_id: str | None, secrets: SecretValues = NO_SECRETS) -> str | None:
-        """A test id as it is hashed and written (docs/design.md §7, "Test ids"): the
-        request's own credential values and every secret shape removed
-        (`test_x[sk-…]` → `test_x[[secret removed]]`). The file name is the hash of this
-        id, so `hashreplay verify` recomputes it from the file, and replay, which removes
-        the same things from the same id, finds what record wrote."""
+        """A test id as it is hashed and written (docs/design.md §7, "Test ids"): the request's
+        own credential values and every secret shape removed (`test_x[sk-…]` →
+        `test_x[[secret removed]]`). The file name hashes this id, so `hashreplay verify`
+        recomputes it from the file, and replay, removing the same, finds what record wrote."""
         if test_id is None:
             return None
         return self._shown_id(secrets.text(test_id))
@@ -219,44 +217,34 @@ def check_name(
     """Warn when a file found by its name holds another request (edited by hand, or named by
     other rules): replay still uses it, and `hashreplay verify` lists every such file. Under
     a narrower matching `rule` only what it keys on has to agree."""
-    stored = recording.request
-    if rule is not None and recording.key_version == KEY_VERSION:
-        if (
-            rule.project(stored.method, stored.endpoint, stored.body)
-            == rule.project(prep.request.method, prep.request.endpoint, prep.request.body)
-            and recording.test_id == prep.shown_test_id
-        ):
+    stored, live = recording.request, prep.request
+    current = recording.key_version == KEY_VERSION
+    same_id = recording.test_id == prep.shown_test_id
+    if current and same_id and rule is not None:
+        keyed = rule.project(stored.method, stored.endpoint, stored.body)
+        if keyed == rule.project(live.method, live.endpoint, live.body):
             return
-    elif (
-        recording.key_version == KEY_VERSION
-        and recording.test_id == prep.shown_test_id
-        and stored.body == prep.request.body
-        and stored.endpoint == prep.request.endpoint
-        and stored.method == prep.request.method
-        and stored.conversation == prep.request.conversation
-    ):
+    elif current and same_id and _COMPARED(stored) == _COMPARED(live):
         return  # the common case, at C speed: no field-by-field walk
-    if recording.key_version != KEY_VERSION:
+    if not current:
         problem = (
             f"it was named by key_version {recording.key_version}, this hashreplay uses "
             f"{KEY_VERSION}; run `hashreplay rehash` to re-key the store"
         )
-    elif recording.test_id != prep.shown_test_id:
+    elif not same_id:
         problem = f"it stores test id {recording.test_id!r}, not {prep.shown_test_id!r}"
     else:
         from hashreplay.core.diff import request_difference  # only a mismatch needs it
 
-        diff = request_difference(stored, prep.request)
+        diff = request_difference(stored, live)
         if diff is None:
             return
         problem = f"its stored request differs ({diff.describe()}): was it edited by hand?"
-    warnings.warn(
-        HashReplayWarning(
-            f"recording {path} no longer matches its name: {problem}. It is still replayed; "
-            "`hashreplay verify` lists every such file"
-        ),
-        stacklevel=2,
+    msg = (
+        f"recording {path} no longer matches its name: {problem}. It is still replayed; "
+        "`hashreplay verify` lists every such file"
     )
+    warnings.warn(HashReplayWarning(msg), stacklevel=2)
 
 
 def model_list_path(store: Store, hash_hex: str, response: RecordedResponse) -> Path:
@@ -271,24 +259,21 @@ def merge_model_lists(responses: Sequence[RecordedResponse]) -> RecordedResponse
         return first
     body = dict(first.body)
     for key in MODEL_LIST_KEYS:
-        if not isinstance(body.get(key), list):
-            continue
-        seen: dict[str, Any] = {}
-        for response in responses:
-            items = response.body.get(key) if isinstance(response.body, dict) else None
-            for item in items or []:
-                ident = model_id(item)
-                if ident is not None and ident not in seen:
-                    seen[ident] = item
-        body[key] = list(seen.values())
+        if isinstance(body.get(key), list):
+            seen: dict[str, Any] = {}
+            for response in responses:
+                items = response.body.get(key) if isinstance(response.body, dict) else None
+                for item in items or []:
+                    if (ident := model_id(item)) is not None:
+                        seen.setdefault(ident, item)
+            body[key] = list(seen.values())
     return first.replace(body=body)
 
 
 def newest_model_list(files: Sequence[tuple[Path, RecordedResponse]]) -> int:
     """Which of a request's model-list files dates the list (docs/recordings.md, "Age"): the
-    one recorded last. A list is the union of every model set seen, its files differing only
-    in which models were listed; its newest day is when the endpoint last answered live, so
-    a refresh that renews one file makes the whole list fresh. Files without a day count only
-    when none has one (ISO days compare as text)."""
+    one recorded last, when the endpoint last answered live (the files of the union differ only
+    in the models listed), so renewing one file makes the whole list fresh. Files without a day
+    count only when none has one (ISO days compare as text)."""
     days = [response.recorded_on or "" for _, response in files]
     return max(range(len(days)), key=lambda i: (days[i], -i))
