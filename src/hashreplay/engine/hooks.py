@@ -1,19 +1,6 @@
 """The user's say over what is keyed and written (docs/design.md §14): request hooks, record
-hooks and `scrub` patterns.
-
-The engine never imports pytest: a front end hands it plain callables. `Hooks.request` and
-`Hooks.before_record` return the hook implementations to run, in order, as (label,
-function) pairs (the pytest plugin looks up the `pytest_hashreplay_request` and
-`pytest_hashreplay_before_record` implementations of the conftest files it has loaded).
-Each function gets the dict and may change it in place or return the changed dict; one
-that raises or returns anything but a dict or None is a `HookError` naming it.
-
-The request dict is `{"method", "endpoint", "query", "headers", "body"}` (the body parsed
-JSON where it is JSON), taken before redaction; what comes back is redacted, scrubbed and
-normalised as any request. What is written is the file's JSON dict after redaction: the
-hook runs on it, then the scrub patterns, then redaction again, so no hook writes a secret;
-the result must still be a valid recording.
-"""
+hooks and `scrub` patterns. The engine never imports pytest: a front end hands it plain
+callables (the dicts each hook gets: the hookspecs in `plugin/markers.py`)."""
 
 from __future__ import annotations
 
@@ -45,59 +32,32 @@ class HookError(HashReplayError):
     """A user hook raised, or returned something that is not the changed dict."""
 
 
-class Scrubber:
-    """The compiled `scrub` patterns: every match in a string value replaced, in order."""
-
-    __slots__ = ("rules",)
-
-    def __init__(self, rules: Sequence[tuple[str, str]] = ()) -> None:
-        self.rules = tuple((re.compile(pattern), replace) for pattern, replace in rules)
-
-    def __bool__(self) -> bool:
-        return bool(self.rules)
-
-    def text(self, text: str) -> str:
-        for pattern, replace in self.rules:
-            text = pattern.sub(replace, text)
-        return text
-
-    def value(self, value: Any) -> Any:
-        """`value` with every string in it scrubbed (keys stay as they are)."""
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, dict):
-            return {key: self.value(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [self.value(item) for item in value]
-        return value
-
-
 class Hooks:
-    """What a front end plugged in, and the project's `scrub` patterns."""
+    """What a front end plugged in, and the project's compiled `scrub` patterns (in order)."""
 
     def __init__(self, scrub: Sequence[tuple[str, str]] = ()) -> None:
-        self.scrub = Scrubber(scrub)
+        self.scrub = tuple((re.compile(pattern), replace) for pattern, replace in scrub)
         self.request: HookImpls = _none
         self.before_record: HookImpls = _none
 
     def run(self, name: str, impls: HookImpls, value: dict[str, Any]) -> dict[str, Any]:
-        """Every implementation of hook `name` on `value`, each seeing the last one's result."""
+        """Every implementation of hook `name` on `value`, each seeing the last one's result;
+        one that raises or returns neither a dict nor None is a `HookError` naming it."""
         for label, function in impls():
             try:
                 result = function(value)
             except Exception as exc:
                 msg = f"{name} ({label}) raised {type(exc).__name__}: {exc}"
                 raise HookError(msg) from exc
-            if result is None:
-                continue
-            if not isinstance(result, dict):
+            if isinstance(result, dict):
+                value = result
+            elif result is not None:
                 msg = (
                     f"{name} ({label}) returned {type(result).__name__} {_short(result)}; it "
                     "must change the dict it is given in place (and return None) or return "
                     "the changed dict"
                 )
                 raise HookError(msg)
-            value = result
         return value
 
     def request_parts(
@@ -107,7 +67,7 @@ class Hooks:
         body; None when there is nothing to do (no hook, no pattern)."""
         # the common case (no hook, no pattern) without a call: every request comes here
         impls = () if self.request is _none else self.request()
-        if not impls and not self.scrub.rules:
+        if not impls and not self.scrub:
             return None
         parts = urlsplit(url)
         request: dict[str, Any] = {
@@ -120,8 +80,9 @@ class Hooks:
         if impls:
             request = self.run(REQUEST_HOOK, lambda: impls, request)
             _check_request(request)
-        if self.scrub:
-            request = {**request, **self.scrub.value({k: request[k] for k in _SCRUBBED})}
+        if self.scrub:  # not the method: it is no value to scrub
+            scrubbed = ("endpoint", "query", "headers", "body")
+            request = {**request, **self._scrubbed({k: request[k] for k in scrubbed})}
         query = urlencode([(str(k), str(v)) for k, v in request["query"].items()])
         new_url = urlunsplit((parts.scheme, parts.netloc, request["endpoint"], query, ""))
         new_headers = [(str(k), str(v)) for k, v in request["headers"].items()]
@@ -140,7 +101,7 @@ class Hooks:
         if impls:
             data = redact(self.run(RECORD_HOOK, lambda: impls, data))
         if self.scrub:
-            data = self.scrub.value(data)
+            data = self._scrubbed(data)
         if impls:
             try:
                 Recording.model_validate(data)
@@ -154,9 +115,17 @@ class Hooks:
                 raise HookError(msg) from None
         return data
 
-
-#: The parts of a request the scrub patterns apply to (the method is no value to scrub).
-_SCRUBBED = ("endpoint", "query", "headers", "body")
+    def _scrubbed(self, value: Any) -> Any:
+        """`value` with every match of the scrub patterns in its strings replaced (keys stay)."""
+        if isinstance(value, str):
+            for pattern, replace in self.scrub:
+                value = pattern.sub(replace, value)
+            return value
+        if isinstance(value, dict):
+            return {key: self._scrubbed(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self._scrubbed(item) for item in value]
+        return value
 
 
 def _check_request(request: dict[str, Any]) -> None:

@@ -1,25 +1,15 @@
-"""Keying: a request as it is stored and hashed, and the file name it gets (docs/design.md §3).
-
-`Keyer.request` redacts a live request, normalises its body (mapping ids the test received
-earlier back to their stable form) and `Keyer.key_of` hashes it: the one place the naming
-rule is applied, to live requests here and to stored ones by `hashreplay verify`/`rehash`.
-
-Shared model lists (docs/design.md §3): one file per model set in the common
-directory, and on replay every matching file merged into one answer (union by model id).
-
-`first_difference(recorded, incoming)`: the first field where two requests differ.
-
-Walks dict keys in sorted order and lists by index; reports missing keys and type changes as
-such. The miss report is built on it.
-"""
+"""Keying (docs/design.md §3): a request as stored and hashed, and the file name it gets, by the
+one rule (`Keyer.key_of`) for live requests and, in `hashreplay verify`/`rehash`, stored ones.
+Shared model lists: one file per model set in the common directory, merged on replay."""
 
 from __future__ import annotations
 
 import functools
+import operator
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from hashreplay.core.config import Config
 from hashreplay.core.constants import (
@@ -55,24 +45,17 @@ from hashreplay.core.normalise import (
     normalise_request_body,
 )
 from hashreplay.core.redact import Redactor
-from hashreplay.core.secret_values import (
-    NO_SECRETS,
-    SecretValues,
-    request_secrets,
-    scrub_request,
-)
+from hashreplay.core.secret_values import NO_SECRETS, SecretValues, request_secrets, scrub_request
 from hashreplay.core.store import Store
 from hashreplay.core.typed import jsonable_arg
 from hashreplay.engine.hooks import HookError, Hooks, hook_problem
 from hashreplay.engine.http import IncomingRequest
 
-if TYPE_CHECKING:
-    from hashreplay.core.format import RecordedRequest
-
-
-#: Entries of each keying memo (URLs, credential sets): a suite uses a few dozen; a proxy
-#: may see unbounded ones.
+#: Entries of each keying memo: a suite uses a few dozen URLs or credential sets; a proxy, any.
 _MEMO_MAX = 1024
+
+#: What `check_name` compares under the default matching rule, besides the test id
+_COMPARED = operator.attrgetter("body", "endpoint", "method", "conversation")
 
 
 class Prepared(NamedTuple):
@@ -83,11 +66,9 @@ class Prepared(NamedTuple):
     hash: str
     shared: bool
     request: RecordedRequest
-    #: the credential values the live request carried: scrubbed from everything it writes
-    #: or prints (docs/design.md §7)
+    #: the request's credential values, scrubbed from all it writes or prints (docs/design.md §7)
     secrets: SecretValues = NO_SECRETS
-    #: the test id as hashed, written and printed: `test_id` with its secrets removed
-    #: (`Keyer.test_id`); `test_id` itself stays the key of the test's state
+    #: `test_id` as hashed, written and printed, secrets removed; `test_id` keys the test's state
     shown_test_id: str | None = None
     #: the matching rule the hash was made under (docs/design.md §14); None: the default
     rule: MatchRule | None = None
@@ -104,28 +85,22 @@ class Keyer:
             ignore_body_keys=config.ignore_body_keys,
             volatile=compile_patterns(config.volatile_patterns),
         )
-        #: the user's request hooks and scrub patterns (`engine/hooks.py`)
         self.hooks = Hooks(config.scrub)
         self.match_headers = tuple(config.match_headers)
-        rule = config.match_rule
         #: the project's matching rule (docs/design.md §14); None: the default
-        self.rule: MatchRule | None = None if rule.is_default else rule
+        self.rule: MatchRule | None = None if config.match_rule.is_default else config.match_rule
         self.model_list_suffixes = (*MODEL_LIST_SUFFIXES, *config.model_list_endpoints)
         # hashreplay's own headers are never stored (nor hashed through match_headers)
         self.kept_request_headers = (
             KEPT_REQUEST_HEADERS | frozenset(config.match_headers) | self.redactor.keys
-        ) - {
-            TEST_ID_HEADER.lower(),
-            RUN_HEADER.lower(),
-            CONVERSATION_HEADER.lower(),
-            FAULT_HEADER.lower(),
-        }
+        ) - {h.lower() for h in (TEST_ID_HEADER, RUN_HEADER, CONVERSATION_HEADER, FAULT_HEADER)}
         # memoised as the redactor memoises long texts: a suite calls a handful of URLs,
-        # with the same key on nearly every request
-        self._url = functools.lru_cache(maxsize=_MEMO_MAX)(self._url_forms)
-        self._secrets = functools.lru_cache(maxsize=_MEMO_MAX)(self._credentials)
-        #: a test id's secret shapes removed: once per test id, not once per request
-        self._shown_id = functools.lru_cache(maxsize=_MEMO_MAX)(self.redactor.text)
+        # with the same key on nearly every request; a test id's secret shapes are removed
+        # once per test id, not once per request
+        memo = functools.lru_cache(maxsize=_MEMO_MAX)
+        self._url = memo(self._url_forms)
+        self._secrets = memo(functools.partial(request_secrets, self.redactor))
+        self._shown_id = memo(self.redactor.text)
 
     def request(
         self, incoming: IncomingRequest, id_map: Mapping[str, str] | None
@@ -134,14 +109,13 @@ class Keyer:
         values it carried. Redacted by key and shape, then by those values (a key that also
         appears in the body or URL path leaves before hashing, so a recording made with one
         key replays with another); a body nested too deep is a `RequestTooDeep`. The user's
-        hooks and scrub patterns run first; the third value says why a hook failed."""
+        hooks and scrub patterns run first (docs/design.md §14): a failing one leaves the
+        request as it came, and the third value says why (its test fails with it)."""
         redactor = self.redactor
         method = incoming.method.upper()
         endpoint, url = self._url(incoming.url)
         raw_body, encoding = parse_checked_body(incoming, f"{method} {endpoint}")
         headers = incoming.headers
-        # docs/design.md §14: the user's hooks and scrub patterns, before keying; a hook that
-        # fails leaves the request as it came, and why (its test fails with it)
         failed = None
         try:
             changed = self.hooks.request_parts(method, incoming.url, headers, raw_body)
@@ -167,18 +141,17 @@ class Keyer:
         )
         secret_headers, other_headers = redactor.split_headers(incoming.headers)
         secrets = self._secrets(incoming.url, tuple(secret_headers))
-        if secrets and _mentioned(secrets, incoming, other_headers):
-            request = scrub_request(request, secrets)
+        if secrets:
+            # only a value found where redaction by key leaves it (the URL, the body, a header
+            # not itself secret) needs the scrub: most requests carry a key only in its header
+            others = [v.encode() for _, v in other_headers]
+            if secrets.mentioned_in(b"\n".join([incoming.url.encode(), incoming.content, *others])):
+                request = scrub_request(request, secrets)
         return request, secrets, failed
 
     def _url_forms(self, url: str) -> tuple[str, str]:
-        """A request URL's endpoint (hashed) and stored form (redacted, loopback host
-        generic)."""
+        """A URL's endpoint (hashed) and stored form (redacted, loopback host generic)."""
         return endpoint_of(url, self.redactor.is_query_secret), stored_url(self.redactor.url(url))
-
-    def _credentials(self, url: str, headers: tuple[tuple[str, str], ...]) -> SecretValues:
-        """The credential values of a request's URL and secret headers."""
-        return request_secrets(self.redactor, url, headers)
 
     def call(
         self,
@@ -188,9 +161,10 @@ class Keyer:
         id_map: Mapping[str, str] | None,
     ) -> RecordedRequest:
         """A call-layer call as a request: `CALL <name>` with its arguments (pydantic models
-        and dataclasses dumped, `self` already excluded) redacted and normalised like a body."""
+        and dataclasses dumped, `self` already excluded) redacted and normalised like a body
+        (the ids this test received earlier mapped to their stable form)."""
         raw = {"args": [jsonable_arg(a) for a in args], "kwargs": jsonable_arg(dict(kwargs))}
-        body = self.body(raw, id_map)
+        body = normalise_request_body(raw, self.rules, id_map, self.redactor)
         model = body["kwargs"].get("model")
         return RecordedRequest(
             method=CALL_METHOD,
@@ -201,17 +175,11 @@ class Keyer:
             conversation=current_conversation(),
         )
 
-    def body(self, raw: Any, id_map: Mapping[str, str] | None) -> Any:
-        """A body as hashed and stored: redacted, then normalised with the ids this test
-        received earlier mapped to their stable form."""
-        return normalise_request_body(raw, self.rules, id_map, self.redactor)
-
     def test_id(self, test_id: str | None, secrets: SecretValues = NO_SECRETS) -> str | None:
-        """A test id as it is hashed and written (docs/design.md §7, "Test ids"): the
-        request's own credential values and every secret shape removed
-        (`test_x[sk-…]` → `test_x[[secret removed]]`). The file name is the hash of this
-        id, so `hashreplay verify` recomputes it from the file, and replay, which removes
-        the same things from the same id, finds what record wrote."""
+        """A test id as it is hashed and written (docs/design.md §7, "Test ids"): the request's
+        own credential values and every secret shape removed (`test_x[sk-…]` →
+        `test_x[[secret removed]]`). The file name hashes this id, so `hashreplay verify`
+        recomputes it from the file, and replay, removing the same, finds what record wrote."""
         if test_id is None:
             return None
         return self._shown_id(secrets.text(test_id))
@@ -221,16 +189,12 @@ class Keyer:
     ) -> tuple[str, bool]:
         """The hash that names the file of `request` made by `test_id` under `rule` (None:
         the default), and whether it is a shared model list (never narrowed)."""
-        is_call = request.method == CALL_METHOD
-        shared = not is_call and is_model_list(
-            request.method, request.endpoint, self.model_list_suffixes
-        )
-        match = (
-            {name: request.headers.get(name) for name in self.match_headers}
-            if self.match_headers and not is_call
-            else None
-        )
         method, endpoint, body, narrowed = request.method, request.endpoint, request.body, None
+        is_call = method == CALL_METHOD
+        shared = not is_call and is_model_list(method, endpoint, self.model_list_suffixes)
+        match = None
+        if self.match_headers and not is_call:
+            match = {name: request.headers.get(name) for name in self.match_headers}
         if rule is not None and not shared and not rule.is_default:
             method, endpoint, body = rule.project(method, endpoint, body)
             narrowed = rule.as_json()
@@ -253,54 +217,34 @@ def check_name(
     """Warn when a file found by its name holds another request (edited by hand, or named by
     other rules): replay still uses it, and `hashreplay verify` lists every such file. Under
     a narrower matching `rule` only what it keys on has to agree."""
-    stored = recording.request
-    if rule is not None and recording.key_version == KEY_VERSION:
-        if (
-            rule.project(stored.method, stored.endpoint, stored.body)
-            == rule.project(prep.request.method, prep.request.endpoint, prep.request.body)
-            and recording.test_id == prep.shown_test_id
-        ):
+    stored, live = recording.request, prep.request
+    current = recording.key_version == KEY_VERSION
+    same_id = recording.test_id == prep.shown_test_id
+    if current and same_id and rule is not None:
+        keyed = rule.project(stored.method, stored.endpoint, stored.body)
+        if keyed == rule.project(live.method, live.endpoint, live.body):
             return
-    elif (
-        recording.key_version == KEY_VERSION
-        and recording.test_id == prep.shown_test_id
-        and stored.body == prep.request.body
-        and stored.endpoint == prep.request.endpoint
-        and stored.method == prep.request.method
-        and stored.conversation == prep.request.conversation
-    ):
+    elif current and same_id and _COMPARED(stored) == _COMPARED(live):
         return  # the common case, at C speed: no field-by-field walk
-    if recording.key_version != KEY_VERSION:
+    if not current:
         problem = (
             f"it was named by key_version {recording.key_version}, this hashreplay uses "
             f"{KEY_VERSION}; run `hashreplay rehash` to re-key the store"
         )
-    elif recording.test_id != prep.shown_test_id:
+    elif not same_id:
         problem = f"it stores test id {recording.test_id!r}, not {prep.shown_test_id!r}"
     else:
         from hashreplay.core.diff import request_difference  # only a mismatch needs it
 
-        diff = request_difference(stored, prep.request)
+        diff = request_difference(stored, live)
         if diff is None:
             return
         problem = f"its stored request differs ({diff.describe()}): was it edited by hand?"
-    warnings.warn(
-        HashReplayWarning(
-            f"recording {path} no longer matches its name: {problem}. It is still replayed; "
-            "`hashreplay verify` lists every such file"
-        ),
-        stacklevel=2,
+    msg = (
+        f"recording {path} no longer matches its name: {problem}. It is still replayed; "
+        "`hashreplay verify` lists every such file"
     )
-
-
-def _mentioned(
-    secrets: SecretValues, incoming: IncomingRequest, others: Sequence[tuple[str, str]]
-) -> bool:
-    """Whether a credential value travels where redaction by key does not remove it: in the
-    URL, the body or a header that is not itself secret (a key travels in its own header on
-    nearly every request; only a copy elsewhere needs the scrub)."""
-    probe = [incoming.url.encode(), incoming.content, *(v.encode() for _, v in others)]
-    return secrets.mentioned_in(b"\n".join(probe))
+    warnings.warn(HashReplayWarning(msg), stacklevel=2)
 
 
 def model_list_path(store: Store, hash_hex: str, response: RecordedResponse) -> Path:
@@ -315,24 +259,21 @@ def merge_model_lists(responses: Sequence[RecordedResponse]) -> RecordedResponse
         return first
     body = dict(first.body)
     for key in MODEL_LIST_KEYS:
-        if not isinstance(body.get(key), list):
-            continue
-        seen: dict[str, Any] = {}
-        for response in responses:
-            items = response.body.get(key) if isinstance(response.body, dict) else None
-            for item in items or []:
-                ident = model_id(item)
-                if ident is not None and ident not in seen:
-                    seen[ident] = item
-        body[key] = list(seen.values())
+        if isinstance(body.get(key), list):
+            seen: dict[str, Any] = {}
+            for response in responses:
+                items = response.body.get(key) if isinstance(response.body, dict) else None
+                for item in items or []:
+                    if (ident := model_id(item)) is not None:
+                        seen.setdefault(ident, item)
+            body[key] = list(seen.values())
     return first.replace(body=body)
 
 
 def newest_model_list(files: Sequence[tuple[Path, RecordedResponse]]) -> int:
     """Which of a request's model-list files dates the list (docs/recordings.md, "Age"): the
-    one recorded last. A list is the union of every model set seen, its files differing only
-    in which models were listed; its newest day is when the endpoint last answered live, so
-    a refresh that renews one file makes the whole list fresh. Files without a day count only
-    when none has one (ISO days compare as text)."""
+    one recorded last, when the endpoint last answered live (the files of the union differ only
+    in the models listed), so renewing one file makes the whole list fresh. Files without a day
+    count only when none has one (ISO days compare as text)."""
     days = [response.recorded_on or "" for _, response in files]
     return max(range(len(days)), key=lambda i: (days[i], -i))
