@@ -18,9 +18,8 @@ from hashreplay.core.modes import Mode, today
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.redact import Redactor
 from hashreplay.core.writer import Content
-from hashreplay.engine.hooks import Finish, HookError, Hooks, hook_problem
 from hashreplay.engine.http import IncomingRequest, LiveExchange, run_stopping
-from hashreplay.engine.keys import Prepared, model_list_path
+from hashreplay.engine.keys import Finish, HookError, Hooks, Prepared, hook_problem, model_list_path
 from hashreplay.engine.state import Call, RecordedSequence, StoreView, Tests, sequence_for
 from hashreplay.engine.stored import Outcome, content_of, model_list_content, stored_response
 

@@ -52,9 +52,8 @@ from hashreplay.core.store import Store
 from hashreplay.core.streams import parse_stream, stream_format_for
 from hashreplay.core.templates import escape
 from hashreplay.core.writer import Content, Stage
-from hashreplay.engine.hooks import Finish
 from hashreplay.engine.http import LiveExchange, header_value, timing_of
-from hashreplay.engine.keys import Prepared
+from hashreplay.engine.keys import Finish, Prepared
 
 
 def content_of(

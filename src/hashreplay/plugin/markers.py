@@ -10,7 +10,7 @@ The hooks a project implements in its `conftest.py` (docs/design.md §14; docs/u
 "Hooks"), and how the plugin hands them to the engine.
 
 The plugin registers these specifications (`pytest_addhooks`); the engine never imports
-pytest, so it gets plain callables (`engine/hooks.py`) that look the implementations up at
+pytest, so it gets plain callables (`engine/keys.py`) that look the implementations up at
 each request: conftest files load while tests are collected, after the run starts. Every
 implementation runs, the last-registered first as pytest orders hooks, each seeing what
 the one before it left; an implementation may change its argument in place (and return
@@ -36,7 +36,7 @@ from hashreplay.core.matching import DEFAULT_MATCH_ON, MatchRule, Repeat
 from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
 
 if TYPE_CHECKING:  # the engine loads when a project opts in, not with the plugin
-    from hashreplay.engine.hooks import HookImpls, Hooks
+    from hashreplay.engine.keys import HookImpls, Hooks
     from hashreplay.engine.session import Session
     from hashreplay.engine.state import Call
 
