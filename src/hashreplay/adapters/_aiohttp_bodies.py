@@ -1,12 +1,11 @@
-"""Response bodies for the aiohttp adapter: `aiohttp.StreamReader`s that override `_wait`, the
-one method every read waits in when the buffer is empty, to feed the buffer themselves, one
-piece per wait. Everything else (`read`, `readline`, `iter_*`, `at_eof`, exceptions after
-`release()`) is aiohttp's own code."""
+"""Response bodies for the aiohttp adapter: `StreamReader`s whose `_wait` (where every read
+waits on an empty buffer) feeds the buffer itself, one piece per wait. All else (`read`,
+`readline`, `iter_*`, `at_eof`, exceptions after `release()`) is aiohttp's own code."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+from asyncio import AbstractEventLoop
 from collections import deque
 from typing import Any
 
@@ -38,19 +37,17 @@ class _NoTransport:
 
 class ReplayReader(StreamReader):
     """A plan's chunks, one per wait after its pacing delay (never blocking the loop), then
-    `exc` or the end: `iter_any()` yields the recorded chunks one for one, `readline()` and
-    `iter_chunked(n)` split the same bytes their own way, and a recorded mid-stream failure is
-    raised only after the bytes before it (a live reader would raise it at once)."""
+    `exc` or the end: `iter_any()` yields the recorded chunks one for one, and a recorded
+    mid-stream failure comes after the bytes before it (a live reader would raise it at once)."""
 
     def __init__(
-        self, plan: ReplayPlan, exc: BaseException | None, loop: asyncio.AbstractEventLoop
+        self, plan: ReplayPlan, exc: BaseException | None, loop: AbstractEventLoop
     ) -> None:
         super().__init__(_NoTransport(), DEFAULT_LIMIT, loop=loop)  # type: ignore[arg-type]
-        delays = plan.delays[1:]  # `delays[0]` is the head's
         pending = 0.0  # the delay of an empty chunk is waited before the next one
         self._chunks: deque[tuple[bytes, float]] = deque()
-        for i, chunk in enumerate(plan.chunks):
-            pending += delays[i] if i < len(delays) else 0.0
+        for i, chunk in enumerate(plan.chunks, 1):  # `delays[0]` is the head's
+            pending += plan.delays[i] if i < len(plan.delays) else 0.0
             if chunk:
                 self._chunks.append((chunk, pending))
                 pending = 0.0
@@ -102,11 +99,10 @@ class Tee:
 
 
 class TeeReader(StreamReader):
-    """A live response's `content`: each wait reads the next piece of the live reader and hands
-    it to the caller and to the recording together. The recording is written at the end of
-    the body, at a failure, or when the caller releases the response early (`set_exception`)."""
+    """A live response's `content`: each wait hands the live reader's next piece to the caller
+    and the recording, written at the end, at a failure or at an early release (`set_exception`)."""
 
-    def __init__(self, inner: StreamReader, tee: Tee, *, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, inner: StreamReader, tee: Tee, *, loop: AbstractEventLoop) -> None:
         limit = DEFAULT_LIMIT
         with contextlib.suppress(AttributeError):  # the shared empty reader has no limits
             limit = inner.get_read_buffer_limits()[0] or DEFAULT_LIMIT

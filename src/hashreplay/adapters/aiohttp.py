@@ -45,8 +45,7 @@ def install(session: Session) -> None:
         _state.attach("aiohttp", session)
         if _saved:
             return
-        problem = seam_problem()
-        if problem is None:
+        if (problem := seam_problem()) is None:
             original = aiohttp.ClientSession._request
             _saved.append(original)
             aiohttp.ClientSession._request = _wrap(original)  # type: ignore[method-assign]
@@ -90,13 +89,11 @@ def seam_problem() -> str | None:
 
 
 def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
-    """`_request`, with our middleware appended to its effective list through the public
-    `middlewares=` keyword: sessions made before activation and inside SDKs are covered alike.
-    vcrpy and cassetter replace `_request` itself, rebuilding the request from its ~30
-    arguments: a copy of a private method that grows every release and drifts from what
-    aiohttp sends. A middleware gets the `ClientRequest` exactly as sent (final URL, default,
-    auth and cookie headers, body) and may answer without sending it; each redirect hop is one
-    request, and cookies, redirects, retries and timeouts stay aiohttp's code."""
+    """`_request`, our middleware appended, innermost, through its public `middlewares=`, so
+    sessions made before activation or inside SDKs are covered alike. A middleware gets the
+    `ClientRequest` exactly as sent (final URL, default, auth and cookie headers) and may answer
+    it unsent; vcrpy and cassetter instead copy `_request`, a private method that grows every
+    release. Each redirect hop is a request; cookies, retries and timeouts stay aiohttp's."""
 
     async def _request(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> Any:
         if _state.active_session() is None:
@@ -165,9 +162,8 @@ def _middleware(*, decompress: bool, read_timeout: float | None) -> Callable[...
 
 
 class _Canned:
-    """Stands in for the `Connection` a live response starts from: its protocol answers
-    with a message already parsed; releasing it only runs the callbacks aiohttp added
-    (the total timeout's cancel)."""
+    """Stands in for a response's `Connection`: its protocol answers with a parsed message;
+    releasing it only runs the callbacks aiohttp added (the total timeout's cancel)."""
 
     upgraded = False
     transport = None
@@ -176,9 +172,6 @@ class _Canned:
         self._answer = (message, payload)
         self._callbacks: list[Callable[[], None]] = []
         self.closed = False
-
-    def __bool__(self) -> bool:
-        return True
 
     @property
     def protocol(self) -> _Canned:
@@ -224,9 +217,8 @@ async def _replayed(
     req: aiohttp.ClientRequest, plan: ReplayPlan, read_timeout: float | None
 ) -> aiohttp.ClientResponse:
     """The request's own `response_class`, started by aiohttp's `ClientResponse.start()` from a
-    parsed message over a stand-in connection (so status, headers, cookies and
-    `raise_for_status()` are aiohttp's), its `content` fed from the recording. A hang awaits
-    the request's `sock_read` timeout (the total timeout and cancellation end it through
+    parsed message (so status, headers, cookies and `raise_for_status()` are aiohttp's). A hang
+    awaits the request's `sock_read` timeout (the total timeout and cancellation end it through
     aiohttp's own timer); pacing awaits `engine.scenarios.asleep` before the head."""
     if plan.hang is not None:
         await plan.hang.await_(read_timeout)
@@ -235,7 +227,6 @@ async def _replayed(
     if plan.delays:
         await pacing.asleep(plan.delays[0])
     exc = exception_for(plan, req, in_body=True) if plan.broken else None
-    reader = ReplayReader(plan, exc, req.loop)
     headers = CIMultiDictProxy(CIMultiDict(plan.headers))
     raw = tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in plan.headers)
     reason = responses.get(plan.status, "")
@@ -243,15 +234,14 @@ async def _replayed(
         HttpVersion11, plan.status, reason, headers, raw, False, None, False, plan.is_streaming
     )
     resp = _new_response(req)
-    await resp.start(_Canned(message, reader))  # type: ignore[arg-type]
+    await resp.start(_Canned(message, ReplayReader(plan, exc, req.loop)))  # type: ignore[arg-type]
     return resp
 
 
 def exception_for(plan: ReplayPlan, req: aiohttp.ClientRequest, *, in_body: bool) -> BaseException:
     """aiohttp's exception for a plan's `error_kind` (`kind_exception`), else for a recorded
-    failure: its own class when aiohttp has one of that name (a recording made with aiohttp),
-    else `ServerTimeoutError` for a timeout, `ClientConnectionError` before a response and
-    `ClientPayloadError` in the middle of a body."""
+    failure: aiohttp's class of its name, else `ServerTimeoutError` for a timeout,
+    `ClientConnectionError` before a response and `ClientPayloadError` within a body."""
     if plan.error_kind is not None:
         return kind_exception(plan, req, in_body=in_body)
     name = (plan.exception_type or "").rsplit(".", 1)[-1]
@@ -274,9 +264,8 @@ def exception_for(plan: ReplayPlan, req: aiohttp.ClientRequest, *, in_body: bool
 
 
 def kind_exception(plan: ReplayPlan, req: aiohttp.ClientRequest, *, in_body: bool) -> BaseException:
-    """aiohttp's own exception for a generic failure (a `BreakKind`): what aiohttp raises
-    for a read timeout, a refused connection, a server that closed the connection, and (a
-    recording cut where its client stopped reading) a body that ends early."""
+    """What aiohttp raises for a generic failure (a `BreakKind`): a read timeout, a refused
+    connection, a server that hung up, a body that ends early (cut where its client stopped)."""
     message = plan.exception_message
     kind = plan.error_kind
     if kind is None or kind is BreakKind.ABANDONED:
