@@ -1,37 +1,19 @@
-"""Response bodies for the aiohttp adapter: aiohttp's own `StreamReader`, fed on demand.
-
-Both readers subclass `aiohttp.StreamReader` and override the one method every read waits in
-when its buffer is empty, `_wait`: instead of waiting for the network to feed the buffer,
-they feed it themselves, one piece per wait.
-
-- `ReplayReader` feeds one recorded chunk per wait (after awaiting its pacing delay, never
-  blocking the loop), so `iter_any()` yields the recorded
-  chunks one for one, `readline()`, `iter_chunked(n)` and `async for line in content` see
-  the same bytes split their own way, and a recorded mid-stream failure is raised only after
-  the bytes that came before it (a live reader would raise it at once, losing buffered bytes).
-- `TeeReader` stands in for a live response's `content`: each wait reads the next piece of
-  the live body and hands it to the caller and to the recording together (no buffering
-  before the caller sees bytes). The recording is written at the end of the body, at a
-  failure, or when the caller releases the response early (what was read by then, marked
-  abandoned unless the live body had ended).
-
-Everything else (`read`, `readline`, `readchunk`, `iter_*`, `at_eof`, exceptions after
-`release()`) is aiohttp's own code.
-"""
+"""Response bodies for the aiohttp adapter: `StreamReader`s whose `_wait` (where every read
+waits on an empty buffer) feeds the buffer itself, one piece per wait. All else (`read`,
+`readline`, `iter_*`, `at_eof`, exceptions after `release()`) is aiohttp's own code."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+from asyncio import AbstractEventLoop
 from collections import deque
-from collections.abc import Iterable, Sequence
 from typing import Any
 
 from aiohttp import ClientPayloadError, StreamReader
 
 from hashreplay.core.errors import BodyTooLarge
 from hashreplay.engine import scenarios as pacing
-from hashreplay.engine.http import LiveBody, LiveExchange
+from hashreplay.engine.http import LiveBody, LiveExchange, ReplayPlan
 from hashreplay.engine.keys import Prepared
 from hashreplay.engine.session import Session
 
@@ -54,29 +36,24 @@ class _NoTransport:
 
 
 class ReplayReader(StreamReader):
-    """Recorded chunks, one per wait (each after its delay, `delays[i]` before chunk i),
-    then the recorded failure or the end."""
+    """A plan's chunks, one per wait after its pacing delay (never blocking the loop), then
+    `exc` or the end: `iter_any()` yields the recorded chunks one for one, and a recorded
+    mid-stream failure comes after the bytes before it (a live reader would raise it at once)."""
 
     def __init__(
-        self,
-        chunks: Iterable[bytes],
-        exc: BaseException | None,
-        *,
-        http_chunks: bool,
-        loop: asyncio.AbstractEventLoop,
-        delays: Sequence[float] = (),
+        self, plan: ReplayPlan, exc: BaseException | None, loop: AbstractEventLoop
     ) -> None:
         super().__init__(_NoTransport(), DEFAULT_LIMIT, loop=loop)  # type: ignore[arg-type]
         pending = 0.0  # the delay of an empty chunk is waited before the next one
         self._chunks: deque[tuple[bytes, float]] = deque()
-        for i, chunk in enumerate(chunks):
-            pending += delays[i] if i < len(delays) else 0.0
+        for i, chunk in enumerate(plan.chunks, 1):  # `delays[0]` is the head's
+            pending += plan.delays[i] if i < len(plan.delays) else 0.0
             if chunk:
                 self._chunks.append((chunk, pending))
                 pending = 0.0
         self._failure = exc
-        self._http_chunks = http_chunks
-        if http_chunks:  # `readchunk()` / `iter_chunks()` report each chunk's end, as live
+        self._http_chunks = plan.is_streaming
+        if self._http_chunks:  # `readchunk()` / `iter_chunks()` report each chunk's end, as live
             self.begin_http_chunk_receiving()
 
     async def _wait(self, func_name: str) -> None:
@@ -88,9 +65,8 @@ class ReplayReader(StreamReader):
                 self.end_http_chunk_receiving()
             return
         if self._failure is not None:
-            exc = self._failure
-            StreamReader.set_exception(self, exc)
-            raise exc
+            StreamReader.set_exception(self, self._failure)
+            raise self._failure
         self.feed_eof()
 
 
@@ -108,28 +84,25 @@ class Tee:
         except ValueError as exc:  # the bytes do not decode: as aiohttp itself would say
             raise ClientPayloadError(str(exc)) from exc
 
-    def exchange(
-        self, exc: BaseException | None, *, abandoned: bool = False
-    ) -> LiveExchange | None:
+    def exchange(self, exc: BaseException | None, abandoned: bool = False) -> LiveExchange | None:
         with contextlib.suppress(ValueError):  # a truncated compressed body: keep what decoded
             self.body.tail()
         return self.body.exchange(exc, abandoned=abandoned)
 
     async def finish(self, exc: BaseException | None) -> None:
-        exchange = self.exchange(exc)
-        if exchange is not None:
+        if (exchange := self.exchange(exc)) is not None:
             await self.session.arecord(self.prep, exchange)
 
     def finish_now(self, exc: BaseException | None, *, abandoned: bool = False) -> None:
-        exchange = self.exchange(exc, abandoned=abandoned)
-        if exchange is not None:
+        if (exchange := self.exchange(exc, abandoned)) is not None:
             self.session.record(self.prep, exchange)
 
 
 class TeeReader(StreamReader):
-    """A live response's `content`: reads the live reader as the caller reads this one."""
+    """A live response's `content`: each wait hands the live reader's next piece to the caller
+    and the recording, written at the end, at a failure or at an early release (`set_exception`)."""
 
-    def __init__(self, inner: StreamReader, tee: Tee, *, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, inner: StreamReader, tee: Tee, *, loop: AbstractEventLoop) -> None:
         limit = DEFAULT_LIMIT
         with contextlib.suppress(AttributeError):  # the shared empty reader has no limits
             limit = inner.get_read_buffer_limits()[0] or DEFAULT_LIMIT
@@ -162,22 +135,17 @@ class TeeReader(StreamReader):
                 return
 
     def set_exception(self, exc: BaseException, *args: Any) -> None:
-        """aiohttp calls this when the response is released or closed: record what the
-        caller read, plus whatever of the body had arrived already; abandoned unless that
-        was the whole body."""
+        """aiohttp calls this when the response is released or closed: record what the caller
+        read plus what of the body had arrived already, abandoned unless that was all of it."""
         if self._exception is None:
-            ended = self._take_buffered()
+            inner, ended = self._inner, False
+            if inner.exception() is None:
+                # BodyTooLarge: the test is failed with it already, and a release must not raise
+                with contextlib.suppress(
+                    RuntimeError, ValueError, ClientPayloadError, BodyTooLarge
+                ):
+                    if rest := inner.read_nowait():
+                        self._tee.feed(rest)
+                ended = inner.at_eof()
             self._tee.finish_now(None, abandoned=not ended)
         super().set_exception(exc, *args)
-
-    def _take_buffered(self) -> bool:
-        """Feed the recording what the live reader holds; whether the body had ended."""
-        inner = self._inner
-        if inner.exception() is not None:
-            return False
-        # BodyTooLarge: the test is failed with it already, and a release must not raise
-        with contextlib.suppress(RuntimeError, ValueError, ClientPayloadError, BodyTooLarge):
-            rest = inner.read_nowait()
-            if rest:
-                self._tee.feed(rest)
-        return inner.at_eof()

@@ -1,56 +1,20 @@
-"""The aiohttp adapter: every `ClientSession` request, answered with aiohttp's own response.
-
-The seam. vcrpy and cassetter replace the private `ClientSession._request` and rebuild the
-request from its ~30 arguments (params, json, data, auth, cookies, base_url, default
-headers ...), then hand back a response assembled field by field. That copies a 400-line
-private method that grows every release (3.12-3.14 added `middlewares`, `max_headers`,
-`upload_tracker`) and drifts from what aiohttp really sends. Since 3.12 aiohttp has public
-client middlewares: a middleware gets the `ClientRequest` exactly as it will be sent (final
-URL with params, default, auth and cookie headers, the body payload) and may answer it
-without sending it. So this adapter is a middleware, and each hop of a redirect is one
-request, as the httpx transport adapter sees them; cookies, redirects, `raise_for_status`,
-the retry of a dropped keep-alive connection and timeouts stay aiohttp's code. Middlewares
-are given per session, so the one patch is a thin wrapper on `ClientSession._request` that
-appends ours, innermost, to the effective list through the public `middlewares=` keyword:
-sessions made before activation and those that SDKs make inside are covered alike. An
-aiohttp older than 3.12.2 (no middlewares, or no `Payload.as_bytes()` to read a request body
-without using it up) gets a `HashReplayWarning` at install, not a patch.
-
-The response. A replayed answer is the request's own `response_class`, started by aiohttp's
-`ClientResponse.start()` from a parsed message (`aiohttp.http.RawResponseMessage`) over a
-stand-in connection, so status, reason, headers, cookies and `raise_for_status()` are
-aiohttp's. Its `content` is a `StreamReader` fed from the recording; a recorded response's
-`content` is one fed from the live reader as the caller reads (see `_aiohttp_bodies`).
-Recorded failures replay as aiohttp's exceptions: the recorded class when aiohttp has it,
-else `ServerTimeoutError` for a timeout, `ClientConnectionError` before a response and
-`ClientPayloadError` in the middle of a body.
-
-Scenarios (docs/design.md §11): a hang awaits (never blocking the loop) the request's
-`sock_read` timeout, then raises aiohttp's `SocketTimeoutError`; the total timeout and task
-cancellation end it through aiohttp's own timer. A plan's `error_kind` is
-`ServerTimeoutError` (a read timeout), `ClientConnectorError` (`ClientConnectionError` in
-a body), `ServerDisconnectedError`, or `ClientPayloadError` for a recording that ends where
-its client stopped reading; pacing awaits `engine.scenarios.asleep` before the head and each
-chunk. A live body released before its end is recorded as abandoned.
-
-Private members relied on, each checked at install where it can be: `ClientSession._request`
-(wrapped, only to add the keyword), `StreamReader._wait` (overridden by the body readers) and
-`ClientResponse.start()` (called with the stand-in connection). Not intercepted: WebSocket
-upgrades (`ws_connect`) go on untouched and unrecorded.
-"""
+"""The aiohttp adapter: a client middleware added innermost to every `ClientSession` request,
+answering with aiohttp's own response (docs/usage.md, "aiohttp"). Scenarios (docs/design.md
+§11): a plan's hang, pacing and failures, as aiohttp's own timeouts and exceptions. A live
+body released before its end is recorded as abandoned. WebSocket upgrades go on untouched."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
-import importlib.metadata
 import inspect
 import re
 import threading
 import time
 import warnings
 from collections.abc import Callable
-from http import HTTPStatus
+from http.client import responses
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -65,12 +29,7 @@ from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.errors import HashReplayWarning, assert_never
 from hashreplay.core.keys import adapter_io
 from hashreplay.engine import scenarios as pacing
-from hashreplay.engine.http import (
-    BreakKind,
-    IncomingRequest,
-    LiveExchange,
-    ReplayPlan,
-)
+from hashreplay.engine.http import BreakKind, IncomingRequest, LiveExchange, ReplayPlan
 from hashreplay.engine.replay import Miss, Passthrough, Record, Replay
 from hashreplay.engine.session import Session
 
@@ -86,15 +45,18 @@ def install(session: Session) -> None:
         _state.attach("aiohttp", session)
         if _saved:
             return
-        problem = seam_problem()
-        if problem is not None:
-            if problem not in _warned:
-                _warned.append(problem)
-                _warn(problem)
-            return
-        original = aiohttp.ClientSession._request
-        _saved.append(original)
-        aiohttp.ClientSession._request = _wrap(original)  # type: ignore[method-assign]
+        if (problem := seam_problem()) is None:
+            original = aiohttp.ClientSession._request
+            _saved.append(original)
+            aiohttp.ClientSession._request = _wrap(original)  # type: ignore[method-assign]
+        elif problem not in _warned:
+            _warned.append(problem)
+            msg = (
+                f"hashreplay cannot intercept aiohttp {aiohttp.__version__}: {problem}. Requests "
+                "made through aiohttp are not recorded or replayed; upgrade aiohttp to 3.12.2 or "
+                "later."
+            )
+            warnings.warn(HashReplayWarning(msg), stacklevel=2)
 
 
 def uninstall() -> None:
@@ -110,7 +72,9 @@ def is_installed() -> bool:
 
 
 def seam_problem() -> str | None:
-    """Why this aiohttp cannot be intercepted, or None when it can."""
+    """Why this aiohttp cannot be intercepted, or None. The private members relied on:
+    `ClientSession._request` (wrapped, only to add the keyword), `StreamReader._wait`
+    (overridden by the body readers) and `ClientResponse.start()` (given a stand-in connection)."""
     try:
         params = inspect.signature(aiohttp.ClientSession._request).parameters
     except (AttributeError, TypeError, ValueError):
@@ -124,19 +88,13 @@ def seam_problem() -> str | None:
     return None
 
 
-def _warn(problem: str) -> None:
-    try:
-        version = importlib.metadata.version("aiohttp")
-    except importlib.metadata.PackageNotFoundError:
-        version = getattr(aiohttp, "__version__", "unknown")
-    msg = (
-        f"hashreplay cannot intercept aiohttp {version}: {problem}. Requests made through "
-        "aiohttp are not recorded or replayed; upgrade aiohttp to 3.12.2 or later."
-    )
-    warnings.warn(HashReplayWarning(msg), stacklevel=3)
-
-
 def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`_request`, our middleware appended, innermost, through its public `middlewares=`, so
+    sessions made before activation or inside SDKs are covered alike. A middleware gets the
+    `ClientRequest` exactly as sent (final URL, default, auth and cookie headers) and may answer
+    it unsent; vcrpy and cassetter instead copy `_request`, a private method that grows every
+    release. Each redirect hop is a request; cookies, retries and timeouts stay aiohttp's."""
+
     async def _request(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> Any:
         if _state.active_session() is None:
             return await original(self, *args, **kwargs)
@@ -144,13 +102,11 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         if chain is None:
             chain = getattr(self, "_middlewares", ())
         decompress = kwargs.get("auto_decompress")
-        if decompress is None:
-            decompress = self.auto_decompress
-        read_timeout = _sock_read(kwargs.get("timeout", sentinel), self.timeout)
-        kwargs["middlewares"] = (
-            *chain,
-            _middleware(decompress=bool(decompress), read_timeout=read_timeout),
+        ours = _middleware(
+            decompress=bool(self.auto_decompress if decompress is None else decompress),
+            read_timeout=_sock_read(kwargs.get("timeout", sentinel), self.timeout),
         )
+        kwargs["middlewares"] = (*chain, ours)
         return await original(self, *args, **kwargs)
 
     _request.__wrapped__ = original  # type: ignore[attr-defined]
@@ -162,78 +118,52 @@ def _sock_read(timeout: Any, default: Any) -> float | None:
     its `timeout=` (a `ClientTimeout`, a number for the total, or the session's)."""
     if timeout is sentinel:
         timeout = default
-    if isinstance(timeout, aiohttp.ClientTimeout):
-        value = timeout.sock_read
-        return float(value) if isinstance(value, (int, float)) else None
-    return None
+    value = timeout.sock_read if isinstance(timeout, aiohttp.ClientTimeout) else None
+    return float(value) if isinstance(value, (int, float)) else None
 
 
-def _middleware(*, decompress: bool, read_timeout: float | None = None) -> Callable[..., Any]:
+def _middleware(*, decompress: bool, read_timeout: float | None) -> Callable[..., Any]:
     async def hashreplay(req: aiohttp.ClientRequest, handler: Callable[..., Any]) -> Any:
         session = _state.active_session()
         if session is None or "upgrade" in req.headers.get("connection", "").lower():
             return await handler(req)
-        return await _handle(session, req, handler, decompress, read_timeout)
+        content: Any = req.body  # a streamed body is read once, kept by `as_bytes()` to be sent
+        if not isinstance(content, (bytes, bytearray, memoryview)):
+            content = await content.as_bytes()
+        incoming = IncomingRequest(
+            req.method, str(req.url), list(req.headers.items()), bytes(content)
+        )
+        decision = session.decide(incoming)
+        if isinstance(decision, (Replay, Miss)):
+            return await _replayed(req, decision.plan(), read_timeout)
+        if isinstance(decision, Passthrough) and TEST_ID_HEADER not in req.headers:
+            for name, value in decision.headers:
+                req.headers[name] = value
+        if not isinstance(decision, Record):
+            with adapter_io():
+                passed = await handler(req)
+            session.live_status(decision, passed.status)
+            return passed
+        started = time.monotonic()
+        try:
+            with adapter_io():
+                resp = await handler(req)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            await session.arecord(decision.prep, LiveExchange(None, [], [], exception=exc))
+            raise
+        headers = list(resp.headers.items())
+        if decompress:  # aiohttp hands the caller decoded bytes already
+            headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
+        body = session.live_body(decision.prep, resp.status, headers, started=started)
+        resp.content = TeeReader(resp.content, Tee(session, decision.prep, body), loop=req.loop)
+        return resp
 
     return hashreplay
 
 
-async def _handle(
-    session: Session,
-    req: aiohttp.ClientRequest,
-    handler: Callable[..., Any],
-    decompress: bool,
-    read_timeout: float | None = None,
-) -> Any:
-    incoming = IncomingRequest(
-        method=req.method,
-        url=str(req.url),
-        headers=list(req.headers.items()),
-        content=await _content(req),
-    )
-    decision = session.decide(incoming)
-    if isinstance(decision, (Replay, Miss)):
-        return await _replayed(req, decision.plan(), read_timeout)
-    if isinstance(decision, Passthrough) and decision.headers and TEST_ID_HEADER not in req.headers:
-        for name, value in decision.headers:
-            req.headers[name] = value
-    if not isinstance(decision, Record):
-        with adapter_io():
-            passed = await handler(req)
-        session.live_status(decision, passed.status)
-        return passed
-    started = time.monotonic()
-    try:
-        with adapter_io():
-            resp = await handler(req)
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-        await session.arecord(decision.prep, LiveExchange(None, [], [], exception=exc))
-        raise
-    headers = list(resp.headers.items())
-    if decompress:  # aiohttp hands the caller decoded bytes already
-        headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
-    body = session.live_body(decision.prep, resp.status, headers, started=started)
-    tee = Tee(session, decision.prep, body)
-    resp.content = TeeReader(resp.content, tee, loop=req.loop)
-    return resp
-
-
-async def _content(req: aiohttp.ClientRequest) -> bytes:
-    """The request body's bytes; a streamed body is read once and kept by aiohttp's payload
-    (`as_bytes()` caches it), so it is still sent in full when the request goes out."""
-    body: Any = req.body
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        return bytes(body)
-    return bytes(await body.as_bytes())
-
-
-# --- replay ----------------------------------------------------------------------------------
-
-
 class _Canned:
-    """Stands in for the `Connection` a live response starts from: its protocol answers
-    with a message already parsed; releasing it only runs the callbacks aiohttp added
-    (the total timeout's cancel)."""
+    """Stands in for a response's `Connection`: its protocol answers with a parsed message;
+    releasing it only runs the callbacks aiohttp added (the total timeout's cancel)."""
 
     upgraded = False
     transport = None
@@ -242,9 +172,6 @@ class _Canned:
         self._answer = (message, payload)
         self._callbacks: list[Callable[[], None]] = []
         self.closed = False
-
-    def __bool__(self) -> bool:
-        return True
 
     @property
     def protocol(self) -> _Canned:
@@ -265,22 +192,11 @@ class _Canned:
     close = release
 
 
-class _Sent:
-    """What `ClientResponse` reads of the writer of a request already sent."""
-
-    def __init__(self, size: int) -> None:
-        self.output_size = size
-
-
 _response_params: dict[type, frozenset[str]] = {}
 
 
 def _new_response(req: aiohttp.ClientRequest) -> aiohttp.ClientResponse:
     cls: type[aiohttp.ClientResponse] = req.response_class or aiohttp.ClientResponse
-    params = _response_params.get(cls)
-    if params is None:
-        params = frozenset(inspect.signature(cls.__init__).parameters)
-        _response_params[cls] = params
     offered: dict[str, Any] = {
         "writer": None,
         "continue100": None,
@@ -289,15 +205,21 @@ def _new_response(req: aiohttp.ClientRequest) -> aiohttp.ClientResponse:
         "traces": [],
         "loop": req.loop,
         "session": getattr(req, "session", None),
-        "stream_writer": _Sent(0),
+        "stream_writer": SimpleNamespace(output_size=0),  # the writer of a request sent already
     }
-    kwargs = {k: v for k, v in offered.items() if k in params}
-    return cls(req.method, req.original_url, **kwargs)
+    params = _response_params.get(cls)
+    if params is None:
+        params = _response_params[cls] = frozenset(inspect.signature(cls.__init__).parameters)
+    return cls(req.method, req.original_url, **{k: v for k, v in offered.items() if k in params})
 
 
 async def _replayed(
-    req: aiohttp.ClientRequest, plan: ReplayPlan, read_timeout: float | None = None
+    req: aiohttp.ClientRequest, plan: ReplayPlan, read_timeout: float | None
 ) -> aiohttp.ClientResponse:
+    """The request's own `response_class`, started by aiohttp's `ClientResponse.start()` from a
+    parsed message (so status, headers, cookies and `raise_for_status()` are aiohttp's). A hang
+    awaits the request's `sock_read` timeout (the total timeout and cancellation end it through
+    aiohttp's own timer); pacing awaits `engine.scenarios.asleep` before the head."""
     if plan.hang is not None:
         await plan.hang.await_(read_timeout)
     if plan.status is None:
@@ -305,35 +227,21 @@ async def _replayed(
     if plan.delays:
         await pacing.asleep(plan.delays[0])
     exc = exception_for(plan, req, in_body=True) if plan.broken else None
-    reader = ReplayReader(
-        plan.chunks,
-        exc,
-        http_chunks=plan.is_streaming,
-        loop=req.loop,
-        delays=plan.delays[1:],
-    )
     headers = CIMultiDictProxy(CIMultiDict(plan.headers))
     raw = tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in plan.headers)
-    try:
-        reason = HTTPStatus(plan.status).phrase
-    except ValueError:
-        reason = ""
+    reason = responses.get(plan.status, "")
     message = RawResponseMessage(
         HttpVersion11, plan.status, reason, headers, raw, False, None, False, plan.is_streaming
     )
     resp = _new_response(req)
-    await resp.start(_Canned(message, reader))  # type: ignore[arg-type]
+    await resp.start(_Canned(message, ReplayReader(plan, exc, req.loop)))  # type: ignore[arg-type]
     return resp
 
 
-#: compiled on first use (an error path), not at import
-_BRACKETED = r"\[(.*)\]\s*$"
-
-
 def exception_for(plan: ReplayPlan, req: aiohttp.ClientRequest, *, in_body: bool) -> BaseException:
-    """aiohttp's exception for a plan's `error_kind` (`kind_exception`), else for a
-    recorded failure: its own class when aiohttp has one of that name (a recording made
-    with aiohttp), else the closest aiohttp class."""
+    """aiohttp's exception for a plan's `error_kind` (`kind_exception`), else for a recorded
+    failure: aiohttp's class of its name, else `ServerTimeoutError` for a timeout,
+    `ClientConnectionError` before a response and `ClientPayloadError` within a body."""
     if plan.error_kind is not None:
         return kind_exception(plan, req, in_body=in_body)
     name = (plan.exception_type or "").rsplit(".", 1)[-1]
@@ -342,7 +250,7 @@ def exception_for(plan: ReplayPlan, req: aiohttp.ClientRequest, *, in_body: bool
     if isinstance(cls, type) and issubclass(cls, aiohttp.ClientError):
         try:
             if issubclass(cls, aiohttp.ClientConnectorError):
-                found = re.search(_BRACKETED, message, re.DOTALL)
+                found = re.search(r"\[(.*)\]\s*$", message, re.DOTALL)
                 reason = found.group(1) if found else message
                 return cls(req.connection_key, OSError(None, reason))
             return cls(message)
@@ -356,17 +264,14 @@ def exception_for(plan: ReplayPlan, req: aiohttp.ClientRequest, *, in_body: bool
 
 
 def kind_exception(plan: ReplayPlan, req: aiohttp.ClientRequest, *, in_body: bool) -> BaseException:
-    """aiohttp's own exception for a generic failure (a `BreakKind`): what aiohttp raises
-    for a read timeout, a refused connection, a server that closed the connection, and (a
-    recording cut where its client stopped reading) a body that ends early."""
+    """What aiohttp raises for a generic failure (a `BreakKind`): a read timeout, a refused
+    connection, a server that hung up, a body that ends early (cut where its client stopped)."""
     message = plan.exception_message
     kind = plan.error_kind
     if kind is None or kind is BreakKind.ABANDONED:
         return aiohttp.ClientPayloadError(message)
     if kind is BreakKind.READ_TIMEOUT:
-        timeout_cls = getattr(aiohttp, "SocketTimeoutError", aiohttp.ServerTimeoutError)
-        exc: BaseException = timeout_cls(message)
-        return exc
+        return aiohttp.SocketTimeoutError(message)
     if kind is BreakKind.CONNECT_ERROR:
         if in_body:
             return aiohttp.ClientConnectionError(message)
