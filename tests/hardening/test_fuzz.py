@@ -24,7 +24,7 @@ from hashreplay.core.store import dump_recording, parse_recording
 from hashreplay.engine.http import IncomingRequest, LiveExchange, plan_for
 from hashreplay.engine.session import Session
 from hashreplay.server.app import ProxyApp
-from hashreplay.server.settings import ServeSettings
+from hashreplay.server.cli import ServeSettings
 
 json_scalars = (
     st.none()

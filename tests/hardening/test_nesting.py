@@ -16,7 +16,7 @@ from hashreplay.core.nesting import MAX_NESTING, RequestTooDeep, nesting_depth
 from hashreplay.engine.http import IncomingRequest
 from hashreplay.engine.session import Session
 from hashreplay.server.app import ProxyApp
-from hashreplay.server.settings import ServeSettings
+from hashreplay.server.cli import ServeSettings
 from tests.conftest import Recorder
 
 URL = "http://127.0.0.1:9/v1/chat/completions"

@@ -24,7 +24,7 @@ from hashreplay.core.secret_values import (
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session
 from hashreplay.engine.usage import RunUsage, TestUsage, write_usage
-from hashreplay.server.wire import install_log_filter
+from hashreplay.server.app import install_log_filter
 
 SECRET = SECRET_PLACEHOLDER
 

@@ -1,11 +1,11 @@
-"""The next step of a miss answered by `hashreplay serve` (`server/settings.py`)."""
+"""The next step of a miss answered by `hashreplay serve` (`server/cli.py`)."""
 
 from __future__ import annotations
 
 import shlex
 
 from hashreplay.core.errors import ReplayMiss
-from hashreplay.server.settings import (
+from hashreplay.server.cli import (
     ServeSettings,
     parse_upstream,
     record_command,

@@ -18,7 +18,7 @@ from hashreplay.core.config import load_config
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session
 from hashreplay.server.app import ProxyApp
-from hashreplay.server.settings import ServeSettings, parse_upstream
+from hashreplay.server.cli import ServeSettings, parse_upstream
 from tests.fakes.upstream import FakeUpstream, Scripted
 from tests.server.conftest import chat, load, recordings
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hashreplay.server import cli
-from hashreplay.server.settings import (
+from hashreplay.server.cli import (
     ServeSettings,
     SettingsError,
     UnknownUpstream,

@@ -22,8 +22,8 @@ from hashreplay.core.config import load_config
 from hashreplay.core.errors import ConfigError
 from hashreplay.engine.session import Session
 from hashreplay.server.app import ProxyApp
+from hashreplay.server.cli import ServeSettings, parse_upstream
 from hashreplay.server.forward import STALE_HINT
-from hashreplay.server.settings import ServeSettings, parse_upstream
 from tests.fakes.upstream import FakeUpstream
 from tests.server.conftest import chat, load, recordings
 

@@ -4,7 +4,8 @@ Plain ASGI (no framework): lifespan, the proxy's own `/__hashreplay/health` and
 `/__hashreplay/stats`, and for every other path: route to an upstream by prefix, read the
 body (bounded by `--max-body-bytes`), take the test id from `X-HashReplay-Test-Id` (and a
 new run from `X-HashReplay-Run`), and let the `Forwarder` replay or relay it. Every failure
-becomes a JSON error that says what happened and what to do; nothing stops the process.
+becomes a JSON error that says what happened and what to do; nothing stops the process. Its
+logs never carry a credential (docs/design.md §7).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import logging
 import os
 import sys
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 from hashreplay.core.config import load_config
@@ -23,9 +25,16 @@ from hashreplay.core.nesting import RequestTooDeep
 from hashreplay.core.secret_values import SecretValues
 from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.session import Session, touch_test
+from hashreplay.server.cli import ADMIN_PREFIX, SETTINGS_ENV, ServeSettings
 from hashreplay.server.forward import Counters, Forwarder, ProxyRequest
-from hashreplay.server.settings import ADMIN_PREFIX, SETTINGS_ENV, ServeSettings
-from hashreplay.server.wire import Receive, Responder, Scope, Send, end_to_end, install_log_filter
+from hashreplay.server.wire import (
+    JsonErrorH11Protocol,
+    Receive,
+    Responder,
+    Scope,
+    Send,
+    end_to_end,
+)
 from hashreplay.server_mode import test_and_run_ids
 
 __all__ = ["ProxyApp", "app_from_environment"]
@@ -298,10 +307,59 @@ def _configure_logging(level: str) -> None:
     logger.propagate = False
 
 
+#: Loggers whose records a `hashreplay serve` process scrubs.
+LOGGERS = ("hashreplay.serve", "hashreplay", "uvicorn.access", "uvicorn.error")
+
+
+class SecretLogFilter(logging.Filter):
+    """Rewrites each record's message and arguments: secret shapes and credential query
+    parameters (`?key=…`) by the session's redactor, and the exact credential values the
+    proxy has seen in requests."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__()
+        self.session = session
+
+    def scrub(self, text: str) -> str:
+        return self.session.seen_secrets.text(self.session.redactor.text(text))
+
+    def _arg(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.scrub(value)
+        if isinstance(value, (int, float, type(None))):
+            return value
+        return self.scrub(str(value))
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = self.scrub(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(self._arg(a) for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: self._arg(v) for k, v in record.args.items()}
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            record.exc_text = self.scrub(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        return True
+
+
+def install_log_filter(session: Session) -> SecretLogFilter:
+    """Put one filter for `session` on each of `LOGGERS` (replacing an earlier one)."""
+    new = SecretLogFilter(session)
+    for name in LOGGERS:
+        log = logging.getLogger(name)
+        for old in [f for f in log.filters if isinstance(f, SecretLogFilter)]:
+            log.removeFilter(old)
+        log.addFilter(new)
+    return new
+
+
 def app_from_environment() -> ProxyApp:
     """The app factory uvicorn calls in each worker (`hashreplay serve` sets the variable)."""
     text = os.environ.get(SETTINGS_ENV)
     if not text:
         msg = f"{SETTINGS_ENV} is not set: start the proxy with `hashreplay serve`"
         raise RuntimeError(msg)
-    return ProxyApp(ServeSettings.from_json(text))
+    settings = ServeSettings.from_json(text)
+    JsonErrorH11Protocol.header_seconds = settings.header_timeout  # the connections' limit
+    return ProxyApp(settings)

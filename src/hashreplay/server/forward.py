@@ -1,15 +1,15 @@
 """One proxied request: answered from a recording, or relayed live (and recorded).
 
-The proxy calls the engine directly (it never patches HTTP clients): `Session.decide` makes
-the decision for the request under its test id, replays and misses are answered from the
-decision's plan, and live answers are relayed to the client chunk by chunk *as they
-arrive* while a copy is collected for `arecord`. Bodies reach the client decoded (no
-`content-encoding`), exactly as replay hands them back, unless the encoding is one this
-process cannot decode: then the bytes and the header pass as they came, in both modes.
+The proxy calls the engine directly (it never patches HTTP clients): `Session.decide` makes the
+decision for the request under its test id, replays and misses are answered from the decision's
+plan, and live answers are relayed to the client chunk by chunk *as they arrive* while a copy is
+collected for `arecord`. Bodies reach the client decoded (no `content-encoding`), exactly as replay
+hands them back, unless the encoding is one this process cannot decode: then the bytes and the
+header pass as they came, in both modes.
 
-A recording is written before the client sees the end of its response, so a client that has
-read a whole response may rely on the file being there, and a graceful shutdown (which
-waits for in-flight responses) never loses a write.
+A recording is written before the client sees the end of its response, so a client that has read a
+whole response may rely on the file being there, and a graceful shutdown (which waits for in-flight
+responses) never loses a write.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from hashreplay.engine.http import BodyLimit, BreakKind, IncomingRequest, LiveBo
 from hashreplay.engine.keys import Prepared
 from hashreplay.engine.replay import Miss, Record, Replay
 from hashreplay.engine.session import Session
-from hashreplay.server.settings import ServeSettings, Upstream, with_serve_next_step
+from hashreplay.server.cli import ServeSettings, Upstream, with_serve_next_step
 from hashreplay.server.wire import Receive, Relay, Responder, end_to_end, record_exchange
 
 logger = logging.getLogger("hashreplay.serve")
@@ -259,19 +259,14 @@ class Forwarder:
         dropped = ("content-encoding", "content-length") if live.decodes else ()
         client_headers = end_to_end(raw_headers, dropped)
         # While recording, a content-length response is held until its file is written, so
-        # a failed write is a 5xx, never a 200 (see `server/wire.py`, relaying).
+        # a failed write is a 5xx, never a 200 (see `Relay` in server/wire.py).
         hold = prep is not None and any(k.lower() == "content-length" for k, _ in client_headers)
         # Memory stays bounded (docs/design.md §15): what a recording keeps of the body stops
         # at max_body_bytes, checked as it arrives, so a stream that never ends cannot grow
         # the proxy; such a response is not recorded.
         declared = _content_length(raw_headers)
         if limit is not None and declared is not None and declared > limit:
-            message = _too_large(
-                self.session.config.max_body_bytes,
-                request,
-                "response.body (its content-length)",
-                declared,
-            )
+            message = _too_large(limit, request, "response.body (its content-length)", declared)
             raise ProxyError(502, "response_too_large", message)
         relay = Relay(reply, hold, response.status_code, client_headers)
         await relay.begin()
@@ -283,9 +278,7 @@ class Forwarder:
             watcher.cancel()
         sent = relay.sent
         if limit is not None and kept > limit:
-            message = _too_large(
-                self.session.config.max_body_bytes, request, "response.body (so far)", kept
-            )
+            message = _too_large(limit, request, "response.body (so far)", kept)
             if not reply.started:  # held whole: the client gets the error instead
                 raise ProxyError(502, "response_too_large", message)
             self.counters.error("response_too_large")
@@ -391,9 +384,7 @@ def _ignore(_: BodyTooLarge) -> None:
 def _shown_url(request: ProxyRequest) -> str | None:
     """The upstream URL a request maps to, as messages may show it (no credentials)."""
     upstream = request.upstream
-    if upstream is None:
-        return None
-    return upstream.shown + request.url[len(upstream.url) :]
+    return None if upstream is None else upstream.shown + request.url[len(upstream.url) :]
 
 
 def _content_length(headers: list[tuple[str, str]]) -> int | None:

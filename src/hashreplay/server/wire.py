@@ -1,39 +1,12 @@
-"""How the proxy speaks HTTP: uvicorn's protocol with JSON errors for malformed requests, its
-answers, relaying a live response, and logs without credentials.
-
-uvicorn's HTTP/1.1 protocol, answering malformed requests with a JSON error.
-
-uvicorn answers a request it cannot parse with a plain-text 400; clients of the proxy (SDKs
-in any language) read JSON errors, so this one says the same in JSON and names the problem.
-It also bounds how long a client may take to send a request's head (`--header-timeout`):
-uvicorn has no such limit, so a client sending a byte every few seconds
-held its connection forever. The body has its own limit in the app (`--body-timeout`).
-
-The proxy's logs never carry a credential (docs/design.md §7).
-
-A filter on the proxy's own logger and on uvicorn's access and error loggers rewrites each
-record's message and arguments: secret shapes and credential query parameters (`?key=…`)
-by the session's redactor, and the exact credential values the proxy has seen in requests.
-
-How the proxy answers: an ASGI `send` that knows how far the response got, JSON errors,
-and the header rules of a proxy (hop-by-hop headers, RFC 9110 §7.6.1).
-
-Relaying a live response to the client while it is recorded.
-
-A response framed by `content-length` is held back whole while recording, so a recording
-that cannot be written (disk full, permission, a path too long) becomes a 5xx JSON error
-naming the problem instead of a 200 whose file is missing. A stream is relayed as it comes;
-when its recording fails, its connection is closed without the end of the stream, so the
-client sees an incomplete response (an error), never a clean end.
-"""
+"""How the proxy speaks HTTP: uvicorn's protocol with JSON errors for malformed requests, the
+proxy's answers (an ASGI `send` that knows how far the response got, JSON errors, the header
+rules of a proxy) and relaying a live response to the client while it is recorded."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-import logging
-import os
 import socket
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
@@ -45,24 +18,15 @@ from hashreplay.core.errors import BodyTooLarge, ProxyError, RecordingError, err
 from hashreplay.engine.http import LiveExchange
 from hashreplay.engine.keys import Prepared
 from hashreplay.engine.session import Session
-from hashreplay.server.settings import DEFAULT_HEADER_TIMEOUT, SETTINGS_ENV, ServeSettings
 
 BAD_REQUEST_MESSAGE = (
     "malformed HTTP request: hashreplay serve could not parse it as HTTP/1.1 ({detail}); "
     "check the client's request line, headers and body framing"
 )
-
-
 HEADER_TIMEOUT_MESSAGE = (
     "request head not received within {seconds:g} s: hashreplay serve closes connections "
     "whose request line and headers arrive this slowly; raise it with --header-timeout"
 )
-
-
-def header_timeout() -> float:
-    """`--header-timeout` of this server (its settings travel in the environment)."""
-    text = os.environ.get(SETTINGS_ENV)
-    return ServeSettings.from_json(text).header_timeout if text else DEFAULT_HEADER_TIMEOUT
 
 
 def bad_request_body(detail: str) -> bytes:
@@ -73,9 +37,16 @@ def bad_request_body(detail: str) -> bytes:
 class JsonErrorH11Protocol(H11Protocol):
     """H11Protocol whose 400 for an unparsable request has a JSON body, whose connections
     always have TCP_NODELAY, and which answers 408 to a request head that takes longer than
-    `--header-timeout` to arrive."""
+    `--header-timeout` to arrive.
 
-    _header_seconds: float | None = None
+    uvicorn answers a request it cannot parse with a plain-text 400; clients of the proxy (SDKs
+    in any language) read JSON errors, so this one says the same in JSON and names the problem.
+    uvicorn has no limit on the head, so a client sending a byte every few seconds held its
+    connection forever. The body has its own limit in the app (`--body-timeout`)."""
+
+    #: `--header-timeout`, set in each worker by the app factory (`app_from_environment`);
+    #: None (the protocol under another app): no limit
+    header_seconds: float | None = None
     _header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -93,12 +64,10 @@ class JsonErrorH11Protocol(H11Protocol):
     # --- the head of each request must arrive within --header-timeout ----------------------
 
     def _arm_header_timer(self) -> None:
-        if self._header_timer is None:
-            cls = type(self)
-            if cls._header_seconds is None:
-                cls._header_seconds = header_timeout()
+        seconds = self.header_seconds
+        if self._header_timer is None and seconds is not None:
             loop = asyncio.get_running_loop()
-            self._header_timer = loop.call_later(cls._header_seconds, self._header_timed_out)
+            self._header_timer = loop.call_later(seconds, self._header_timed_out)
 
     def _disarm_header_timer(self) -> None:
         if self._header_timer is not None:
@@ -124,7 +93,7 @@ class JsonErrorH11Protocol(H11Protocol):
         self._header_timer = None
         if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
             return
-        seconds = type(self)._header_seconds or DEFAULT_HEADER_TIMEOUT
+        seconds = self.header_seconds or 0.0  # set, or no timer would have fired
         self.logger.info("closing a connection whose request head took over %g s", seconds)
         self._send_error(
             408,
@@ -155,65 +124,13 @@ class JsonErrorH11Protocol(H11Protocol):
         self.transport.close()
 
 
-__all__ = ["LOGGERS", "SecretLogFilter", "install_log_filter"]
-
-
-#: Loggers whose records a `hashreplay serve` process scrubs.
-LOGGERS = ("hashreplay.serve", "hashreplay", "uvicorn.access", "uvicorn.error")
-
-
-class SecretLogFilter(logging.Filter):
-    def __init__(self, session: Session) -> None:
-        super().__init__()
-        self.session = session
-
-    def scrub(self, text: str) -> str:
-        return self.session.seen_secrets.text(self.session.redactor.text(text))
-
-    def _arg(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return self.scrub(value)
-        if isinstance(value, (int, float, type(None))):
-            return value
-        return self.scrub(str(value))
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.msg, str):
-            record.msg = self.scrub(record.msg)
-        if isinstance(record.args, tuple):
-            record.args = tuple(self._arg(a) for a in record.args)
-        elif isinstance(record.args, dict):
-            record.args = {k: self._arg(v) for k, v in record.args.items()}
-        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
-            record.exc_text = self.scrub(logging.Formatter().formatException(record.exc_info))
-            record.exc_info = None
-        return True
-
-
-def install_log_filter(session: Session) -> SecretLogFilter:
-    """Put one filter for `session` on each of `LOGGERS` (replacing an earlier one)."""
-    new = SecretLogFilter(session)
-    for name in LOGGERS:
-        log = logging.getLogger(name)
-        for old in [f for f in log.filters if isinstance(f, SecretLogFilter)]:
-            log.removeFilter(old)
-        log.addFilter(new)
-    return new
-
-
 Scope = MutableMapping[str, Any]
-
-
 Message = MutableMapping[str, Any]
-
-
 Receive = Callable[[], Awaitable[Message]]
-
-
 Send = Callable[[Message], Awaitable[None]]
 
 
-#: Headers that describe one connection, never forwarded by a proxy in either direction.
+#: Headers of one connection, never forwarded by a proxy in either direction (RFC 9110 §7.6.1).
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -288,9 +205,6 @@ class Responder:
         await self.whole(problem.status, headers, problem.body())
 
 
-__all__ = ["RecordingNotWritten", "Relay", "record_exchange"]
-
-
 class RecordingNotWritten(ProxyError):
     """The upstream answered, but its recording could not be written."""
 
@@ -321,7 +235,12 @@ async def record_exchange(
 
 class Relay:
     """Sends a live body to the client as it arrives, or, with `hold` (a `content-length`
-    response being recorded), all of it at `end()`, once it is recorded."""
+    response being recorded), all of it at `end()`, once it is recorded.
+
+    So a recording that cannot be written (disk full, permission, a path too long) becomes a
+    5xx JSON error naming the problem instead of a 200 whose file is missing. A stream is
+    relayed as it comes; when its recording fails, its connection is closed without the end of
+    the stream, so the client sees an incomplete response (an error), never a clean end."""
 
     def __init__(
         self, reply: Responder, hold: bool, status: int, headers: list[tuple[str, str]]
