@@ -20,14 +20,7 @@ from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import RecordedResponse, recording_from_json
 from hashreplay.core.keys import hash_of_name, is_model_list_name
 from hashreplay.core.modes import MaxAge, age_in_days, today
-from hashreplay.engine.files import (
-    Loaded,
-    Rules,
-    find_recordings,
-    load,
-    renormalised,
-    write_json,
-)
+from hashreplay.engine.files import Loaded, Rules, find_recordings, load, renormalised, write_json
 from hashreplay.engine.files import verify as verify_file
 from hashreplay.engine.keys import newest_model_list
 from hashreplay.engine.rehash import apply_rekeys, plan_rekey

@@ -1,10 +1,6 @@
 """Terminal output for the CLI: plain, greppable lines when piped; colour, aligned tables and a
-progress bar on a terminal. Plain ANSI, no dependency. `NO_COLOR` turns colour off.
-
-The progress bar of long work (`PROGRESS_MIN` files or more) goes to stderr, and only when
-stderr is a terminal: stdout stays exactly the command's output, piped or not.
-
-What every `hashreplay` command is handed (`Run`), and the exit codes they return.
+progress bar (on stderr, only when it is a terminal) otherwise; `NO_COLOR` turns colour off.
+Also what every command is handed (`Run`) and the exit codes they return.
 """
 
 from __future__ import annotations
@@ -37,17 +33,10 @@ __all__ = ["Console", "human_size", "printable"]
 
 T = TypeVar("T")
 
-
 #: Work on fewer items than this finishes before a progress bar would be worth drawing.
 PROGRESS_MIN = 1000
-
-
 _BAR_WIDTH = 30
-
-
 _CLEAR = "\r\x1b[K"
-
-
 _STYLES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
 
@@ -90,18 +79,16 @@ class Console:
 
     def error(self, text: str) -> None:
         """A problem, on stderr (stdout stays clean for pipes)."""
-        self._clear_bar()
-        self.out.flush()
-        prefix = "\x1b[31merror:\x1b[0m" if self.colour and _isatty(self.err) else "error:"
-        print(f"{prefix} {self.paths(text)}", file=self.err)
-        self.err.flush()
+        self._notice("error:", "31", text)
 
     def warning(self, text: str) -> None:
         """Something the user should look at, on stderr."""
+        self._notice("warning:", "33", text)
+
+    def _notice(self, label: str, colour: str, text: str) -> None:
         self._clear_bar()
         self.out.flush()
-        colour = self.colour and _isatty(self.err)
-        prefix = "\x1b[33mwarning:\x1b[0m" if colour else "warning:"
+        prefix = f"\x1b[{colour}m{label}\x1b[0m" if self.colour and _isatty(self.err) else label
         print(f"{prefix} {self.paths(text)}", file=self.err)
         self.err.flush()
 
@@ -114,22 +101,14 @@ class Console:
         widths = [len(h) for h in headers]
         for row in rows:
             widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
-        last = len(headers) - 1
-        self.line(
-            self.style(
-                "  ".join(
-                    h.ljust(w) if i < last else h
-                    for i, (h, w) in enumerate(zip(headers, widths, strict=True))
-                ),
-                "bold",
-            )
-        )
+
+        def aligned(cells: Sequence[str]) -> str:  # the last column is not padded
+            padded = [c.ljust(w) for c, w in zip(cells[:-1], widths, strict=False)]
+            return "  ".join([*padded, cells[-1]])
+
+        self.line(self.style(aligned(headers), "bold"))
         for row in rows:
-            cells = [
-                c.ljust(w) if i < last else c
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            ]
-            self.line("  ".join(cells).rstrip())
+            self.line(aligned(row).rstrip())
 
     # --- progress -------------------------------------------------------------------------
 
@@ -172,11 +151,7 @@ def human_size(size: int) -> str:
 
 
 EXIT_OK = 0
-
-
 EXIT_PROBLEMS = 1
-
-
 EXIT_USAGE = 2
 
 

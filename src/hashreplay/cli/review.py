@@ -1,18 +1,6 @@
-"""Setting a project up and reviewing its recordings in git: `init`, `git-setup`, `textconv` and
-`diff`.
-
-`hashreplay textconv FILE` is what git runs (through `diff.hashreplay.textconv`) to show a
-recording in `git diff`, `git log -p` and `git show`; it never fails, so git always shows a
-diff. `hashreplay git-setup` writes that configuration; `hashreplay diff A B` (or `--rev
-REV FILE`) compares two recordings the same way without git's help.
-
-`hashreplay init`: opt a project in to the pytest plugin (docs/design.md §16 Activation).
-
-It appends a `[tool.hashreplay]` table to the project's `pyproject.toml` as text, so every
-byte already there (comments, order, spacing, line endings) stays as it was, and creates
-the file when there is none. A file that already has the table is left alone, and one that
-is not valid TOML is refused, naming the file and line. Then it runs `git-setup`, so
-`git diff` shows re-recorded conversations.
+"""Setting a project up and reviewing its recordings in git: `init` (docs/design.md §16
+Activation), `git-setup`, `textconv` (what git runs to show a recording in `git diff`, `git log
+-p` and `git show`; it never fails, so git always shows a diff) and `diff` (the same without git).
 """
 
 from __future__ import annotations
@@ -22,7 +10,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,15 +109,6 @@ def diff(run: Run) -> int:
     return EXIT_PROBLEMS if lines else EXIT_OK
 
 
-@dataclass(frozen=True)
-class GitSetup:
-    """What `git-setup` wrote: the attribute lines added and the configuration set."""
-
-    attributes: Path
-    added: list[str]
-    command: str
-
-
 def textconv_command() -> str:
     """How git should call the textconv: `hashreplay textconv` when that command on PATH is
     this installation's, else this interpreter with `-m hashreplay textconv`."""
@@ -172,17 +150,8 @@ def attribute_pattern(directory: str) -> str:
     return pattern
 
 
-def in_git_repository(directory: Path) -> bool:
-    """Whether `directory` is inside a git repository (False too when git cannot run)."""
-    try:
-        _git(["rev-parse", "--git-dir"], cwd=directory)
-    except GitError:
-        return False
-    return True
-
-
-def setup_git(root: Path, common_dir: Path, command: str) -> GitSetup:
-    """Add the attribute lines that are missing to `<root>/.gitattributes` and set
+def setup_git(root: Path, common_dir: Path, command: str) -> list[str]:
+    """Add the attribute lines that are missing to `<root>/.gitattributes` (returned) and set
     `diff.hashreplay.textconv` in the repository's local configuration."""
     _git(["rev-parse", "--git-dir"], cwd=root)  # raises outside a repository
     attributes = root / ".gitattributes"
@@ -196,24 +165,24 @@ def setup_git(root: Path, common_dir: Path, command: str) -> GitSetup:
         lead = "" if not current or current.endswith("\n") else "\n"
         attributes.write_text(current + lead + "\n".join(added) + "\n", encoding="utf-8")
     _git(["config", "--local", f"diff.{GIT_DIFF_DRIVER}.textconv", command], cwd=root)
-    return GitSetup(attributes, added, command)
+    return added
 
 
 def git_setup(run: Run) -> int:
     config, console = run.config, run.console
     command = run.args.textconv or textconv_command()
     try:
-        done = setup_git(config.root, config.common_dir, command)
+        added = setup_git(config.root, config.common_dir, command)
     except GitError as exc:
         console.error(f"{exc}; run hashreplay git-setup inside the project's git repository")
         return EXIT_PROBLEMS
     except OSError as exc:
         console.error(f"cannot write {config.root / '.gitattributes'}: {exc.strerror or exc}")
         return EXIT_PROBLEMS
-    where = run.show_path(done.attributes)
-    for line in done.added:
+    where = run.show_path(config.root / ".gitattributes")
+    for line in added:
         console.line(f"{where}: added {line}")
-    if not done.added:
+    if not added:
         console.line(f"{where}: already sends recordings to the {GIT_DIFF_DRIVER} diff driver")
     console.line(f"git config --local diff.{GIT_DIFF_DRIVER}.textconv {shlex.quote(command)}")
     console.line(
@@ -358,11 +327,12 @@ def _shown(path: Path) -> str:
 def _git_setup(run: Run) -> int:
     """`git-setup`, as `hashreplay git-setup` runs it; without git or outside a repository
     there is nothing to set up yet, which a note says (the exit status stays 0)."""
-
     if shutil.which("git") is None:
         run.console.line("git is not installed: skipped git-setup")
         return EXIT_OK
-    if not in_git_repository(run.config.root):
+    try:
+        _git(["rev-parse", "--git-dir"], cwd=run.config.root)
+    except GitError:
         run.console.line(
             f"{run.show_path(run.config.root)} is not in a git repository: skipped git-setup "
             "(after `git init`, run `hashreplay git-setup` so git diff shows recordings as "

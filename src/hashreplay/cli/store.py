@@ -1,13 +1,6 @@
-"""The commands that take recordings into a store and out of it: `import` and `prune`,
-and `mv`, which moves a renamed test's recordings within it.
-
-`hashreplay import vcr|ogx PATH…`: other tools' recordings become hashreplay recordings.
-
-The readers live in `engine/import_vcr.py` / `engine/import_ogx.py`; the engine-driven
-import in `engine/importing.py`. This module parses the options and prints the report.
-
-What the usage logs say: `status`'s last-run line and `prune` (one log, or the merged
-logs of a suite split across CI machines with `--usage-log PATH`…).
+"""The commands that take recordings into a store and out of it: `import` (other tools'
+recordings; the readers are in `engine/`), `prune` (what the usage logs say, merged across CI
+shards with `--usage-log`), and `mv`, which moves a renamed test's recordings within it.
 """
 
 from __future__ import annotations
