@@ -45,7 +45,7 @@ def test_deactivate_before_the_import_patches_nothing(tmp_path: object) -> None:
     out = run(
         f"""
         from hashreplay.adapters import activate, deactivate
-        from hashreplay.adapters._runtime import waiting
+        from hashreplay.adapters._shared import waiting
         from hashreplay.core.config import load_config
         from hashreplay.engine.session import Session
         activate(Session(load_config({str(tmp_path)!r}, env={{}})))

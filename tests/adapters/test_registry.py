@@ -11,7 +11,7 @@ import pytest
 
 from hashreplay import adapters
 from hashreplay.adapters import ADAPTERS, activate, deactivate
-from hashreplay.adapters import _runtime as _state
+from hashreplay.adapters import _shared as _state
 from hashreplay.core.config import load_config
 from hashreplay.engine.http import BreakKind, ReplayPlan
 from hashreplay.engine.session import Session
@@ -88,7 +88,7 @@ async def test_every_adapter_raises_its_clients_own_exception_for_every_break_ki
     import aiohttp
     from yarl import URL
 
-    from hashreplay.adapters import _wire
+    from hashreplay.adapters import _shared as _wire
     from hashreplay.adapters import aiohttp as aiohttp_adapter
     from hashreplay.adapters import httpx as httpx_adapter
     from hashreplay.adapters import urllib3 as urllib3_adapter

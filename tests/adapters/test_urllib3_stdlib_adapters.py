@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from hashreplay import Mode, test_context
-from hashreplay.adapters import _runtime as _state
-from hashreplay.adapters import _wire, activate, deactivate
+from hashreplay.adapters import _shared as _state
+from hashreplay.adapters import _shared as _wire
+from hashreplay.adapters import activate, deactivate
 from hashreplay.adapters import stdlib as stdlib_adapter
 from hashreplay.core.config import load_config
 from hashreplay.core.errors import HashReplayWarning

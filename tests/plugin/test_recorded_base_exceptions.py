@@ -130,7 +130,7 @@ def test_a_recorded_base_exception_fails_only_its_test(
 )
 def test_no_adapter_lookup_ever_returns_a_base_exception(dotted: str) -> None:
     """The lookup every http.client-based adapter uses defers to the core's rule."""
-    from hashreplay.adapters._wire import find_exception_class
+    from hashreplay.adapters._shared import find_exception_class
 
     assert find_exception_class(dotted, [], ConnectionError) is ConnectionError
     # by its last name in a client's namespace too

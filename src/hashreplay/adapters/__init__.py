@@ -5,7 +5,7 @@ the one list of them. `activate(session)` turns every adapter on for a session (
 plugin and `hashreplay.install()` call it) and owns the session they route through;
 `deactivate()` restores everything. An adapter whose library is not installed is skipped, and
 one whose library is not imported yet is installed when the library is first imported
-(`_runtime`), so activation imports no client library. Adding a client is one module,
+(`_shared`), so activation imports no client library. Adding a client is one module,
 one line in `ADAPTERS` and its tests.
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
-from hashreplay.adapters import _runtime as _state
-from hashreplay.adapters._runtime import cancel_all, when_imported
+from hashreplay.adapters import _shared as _state
+from hashreplay.adapters._shared import cancel_all, when_imported
 
 if TYPE_CHECKING:
     from hashreplay.engine.session import Session

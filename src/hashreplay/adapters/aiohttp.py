@@ -31,7 +31,7 @@ from aiohttp.helpers import TimerNoop, sentinel
 from aiohttp.http import HttpVersion11, RawResponseMessage
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from hashreplay.adapters import _runtime as _state
+from hashreplay.adapters import _shared as _state
 from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.errors import BodyTooLarge, HashReplayWarning, assert_never
 from hashreplay.core.keys import adapter_io

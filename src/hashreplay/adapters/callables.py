@@ -17,7 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, NamedTuple, TypeVar
 
-from hashreplay.adapters import _runtime as _state
+from hashreplay.adapters import _shared as _state
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.format import RecordedException, RecordedResponse
 from hashreplay.core.keys import inside_call

@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from hashreplay.adapters import _runtime as _state
-from hashreplay.adapters._runtime import when_imported
+from hashreplay.adapters import _shared as _state
+from hashreplay.adapters._shared import when_imported
 from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.errors import assert_never
 from hashreplay.core.keys import adapter_io

@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hashreplay.adapters import _runtime as _state
-from hashreplay.adapters._wire import (
+from hashreplay.adapters import _shared as _state
+from hashreplay.adapters._shared import (
     body_bytes,
     find_exception_class,
     httplib_response,

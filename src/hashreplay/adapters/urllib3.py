@@ -45,8 +45,8 @@ from urllib3.response import HTTPResponse
 from urllib3.util.retry import Retry
 from urllib3.util.timeout import Timeout
 
-from hashreplay.adapters import _runtime as _state
-from hashreplay.adapters._wire import (
+from hashreplay.adapters import _shared as _state
+from hashreplay.adapters._shared import (
     AbandonedRead,
     body_bytes,
     caused_by,
