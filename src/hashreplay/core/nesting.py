@@ -5,8 +5,7 @@ limit sooner, so nothing deeper ever reaches the normaliser, the redactor or the
 request is refused with `RequestTooDeep` in every intercepting mode, in-process and through
 the proxy (live mode never looks at bodies); a response being stored (`deep_field`), a
 recording file being read (`deep_recording_field`: a `RecordingError` naming the file and
-field path) and the files `import vcr|ogx` read are held to the same limit.
-"""
+field path) and the files `import vcr|ogx` read are held to the same limit."""
 
 from __future__ import annotations
 
@@ -15,8 +14,10 @@ from typing import Any, Protocol
 from hashreplay.core.bodies import BodyEncoding, encode_request_body
 from hashreplay.core.errors import HashReplayError
 
-#: The deepest nesting of lists and objects a request body may have.
+#: The deepest nesting of lists and objects a body may have.
 MAX_NESTING = 128
+#: how many steps of a field path an error shows before `…`
+_SHOWN_STEPS = 6
 
 
 class RequestTooDeep(HashReplayError):
@@ -42,10 +43,6 @@ class TooDeep(HashReplayError):
 
 def too_deep_problem() -> str:
     return f"nested more than {MAX_NESTING} levels deep, deeper than hashreplay stores or reads"
-
-
-#: how many steps of a field path an error shows before `…`
-_SHOWN_STEPS = 6
 
 
 def deep_field(value: Any, where: str, limit: int = MAX_NESTING) -> str | None:
