@@ -1,18 +1,13 @@
-"""HTTP bodies to and from their stored form: JSON when JSON, text when text, else base64.
-
-Request bodies are also parsed when they are forms or multipart uploads, so that the random
-multipart boundary of a client never reaches the hash.
-
-Incremental decoding of `content-encoding` (gzip, deflate, br, zstd) for recordings.
-
-Files store decoded bodies so they stay readable; replayed headers then carry no
-`content-encoding`. An encoding this process cannot decode is kept as it came (the header
-too), so replay still hands the client exactly what it can decode.
-"""
+"""HTTP bodies to and from their stored form: JSON when JSON, text when text, else base64
+(docs/design.md §4). Request forms and multipart uploads are parsed too, so a client's random
+multipart boundary never reaches the hash. Files store bodies decoded from their
+`content-encoding` (gzip, deflate, br, zstd), so they stay readable and replayed headers carry
+none; an encoding this process cannot decode is kept as it came, header too."""
 
 from __future__ import annotations
 
 import base64
+import io
 import re
 import zlib
 from collections.abc import Iterator
@@ -44,21 +39,15 @@ _BINARY_TYPES = (
     "application/pdf",
     "application/zip",
 )
-
-
 #: compiled on first use (multipart bodies only), not at import
 _BOUNDARY = r'boundary="?([^";]+)"?'
+#: Every digit byte → "1", every other byte → "0": a run of 20 ones marks a long number.
+_DIGIT_RUNS = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
+_TWENTY_DIGITS = b"1" * 20
 
 
 def _media(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
-
-
-#: Every digit byte → "1", every other byte → "0": a run of 20 ones marks a long number.
-_DIGIT_RUNS = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
-
-
-_TWENTY_DIGITS = b"1" * 20
 
 
 def _loads_json(content: bytes) -> Any:
@@ -130,16 +119,10 @@ def encode_request_body(content: bytes, content_type: str | None) -> tuple[Any, 
         except (UnicodeDecodeError, ValueError):
             pass
         else:
-            form: dict[str, Any] = {}
+            form: dict[str, list[str]] = {}
             for key, value in pairs:
-                prior = form.get(key)
-                if prior is None:
-                    form[key] = value
-                elif isinstance(prior, list):
-                    prior.append(value)
-                else:
-                    form[key] = [prior, value]
-            return form, BodyEncoding.FORM
+                form.setdefault(key, []).append(value)
+            return {k: v[0] if len(v) == 1 else v for k, v in form.items()}, BodyEncoding.FORM
     if content and media == "multipart/form-data":
         parts = _parse_multipart(content, content_type or "")
         if parts is not None:
@@ -152,9 +135,8 @@ def _parse_multipart(content: bytes, content_type: str) -> list[dict[str, Any]] 
     if match is None:
         return None
     delimiter = b"--" + match.group(1).encode("latin-1")
-    sections = content.split(delimiter)
     parts: list[dict[str, Any]] = []
-    for section in sections[1:]:
+    for section in content.split(delimiter)[1:]:
         if section.startswith(b"--"):
             break
         head, sep, body = section.removeprefix(b"\r\n").partition(b"\r\n\r\n")
@@ -172,8 +154,7 @@ def _parse_multipart(content: bytes, content_type: str) -> list[dict[str, Any]] 
                         part[key] = found.group(1)
             elif name == "content-type":
                 part["content_type"] = value
-        data, encoding = encode_body(body, part.get("content_type", "text/plain"))
-        part["data"] = data
+        part["data"], encoding = encode_body(body, part.get("content_type", "text/plain"))
         if encoding is BodyEncoding.BASE64:
             part["data_encoding"] = "base64"
         parts.append(part)
@@ -187,42 +168,25 @@ _ZSTD_STEP = 32
 
 
 class Decoder(Protocol):
-    def decode(self, data: bytes) -> bytes: ...
-
     def pieces(self, data: bytes, size: int) -> Iterator[bytes]:
         """`data` decoded as pieces of about `size` bytes at most, each inflated only when
         asked for: a caller that stops at a limit never holds a bomb's whole output."""
         ...
 
-    def flush(self) -> bytes: ...
-
-
-class _Identity:
-    def decode(self, data: bytes) -> bytes:
-        return data
-
-    def pieces(self, data: bytes, size: int) -> Iterator[bytes]:
-        yield data
-
     def flush(self) -> bytes:
+        """What the decoder still holds at the end of the body."""
         return b""
 
 
-class _Zlib:
+class _Identity(Decoder):
+    def pieces(self, data: bytes, size: int) -> Iterator[bytes]:
+        yield data
+
+
+class _Zlib(Decoder):
     def __init__(self, wbits: int) -> None:
         self._obj = zlib.decompressobj(wbits)
         self._first = wbits == zlib.MAX_WBITS
-
-    def decode(self, data: bytes) -> bytes:
-        try:
-            return self._obj.decompress(data)
-        except zlib.error:
-            if not self._first:
-                raise
-            # "deflate" is sent both zlib-wrapped (per the RFC) and raw, as browsers accept.
-            self._first = False
-            self._obj = zlib.decompressobj(-zlib.MAX_WBITS)
-            return self._obj.decompress(data)
 
     def pieces(self, data: bytes, size: int) -> Iterator[bytes]:
         try:
@@ -230,7 +194,8 @@ class _Zlib:
         except zlib.error:
             if not self._first:
                 raise
-            self._first = False  # raw deflate, as in `decode`
+            # "deflate" is sent both zlib-wrapped (per the RFC) and raw, as browsers accept.
+            self._first = False
             self._obj = zlib.decompressobj(-zlib.MAX_WBITS)
             piece = self._obj.decompress(data, size)
         yield piece
@@ -245,17 +210,9 @@ class _Zlib:
         return self._obj.flush()
 
 
-class _Brotli:
+class _Brotli(Decoder):
     def __init__(self, module: Any) -> None:
         self._obj = module.Decompressor()
-
-    def decode(self, data: bytes) -> bytes:
-        out: bytes = (
-            self._obj.process(data)
-            if hasattr(self._obj, "process")
-            else (self._obj.decompress(data))
-        )
-        return out
 
     def pieces(self, data: bytes, size: int) -> Iterator[bytes]:
         obj = self._obj
@@ -264,37 +221,20 @@ class _Brotli:
             while not obj.can_accept_more_data():
                 yield obj.process(b"", output_buffer_limit=size)
             return
+        step = obj.process if hasattr(obj, "process") else obj.decompress
         for at in range(0, len(data), _STEP):  # older: small steps bound each call
-            yield self.decode(data[at : at + _STEP])
-
-    def flush(self) -> bytes:
-        return b""
+            yield step(data[at : at + _STEP])
 
 
-class _Zstd:
+class _Zstd(Decoder):
     def __init__(self, module: Any) -> None:
+        self.module = module
         self._obj = module.ZstdDecompressor().decompressobj()
-
-    def decode(self, data: bytes) -> bytes:
-        out: bytes = self._obj.decompress(data)
-        return out
 
     def pieces(self, data: bytes, size: int) -> Iterator[bytes]:
         # zstandard's decompressobj cannot bound its output: small steps bound each call
         for at in range(0, len(data), _ZSTD_STEP):
-            yield self.decode(data[at : at + _ZSTD_STEP])
-
-    def flush(self) -> bytes:
-        return b""
-
-
-def _brotli_module() -> Any:
-    for name in ("brotli", "brotlicffi"):
-        try:
-            return __import__(name)
-        except ImportError:
-            continue
-    return None
+            yield self._obj.decompress(data[at : at + _ZSTD_STEP])
 
 
 def decoder_for(content_encoding: str | None) -> Decoder | None:
@@ -311,8 +251,12 @@ def decoder_for(content_encoding: str | None) -> Decoder | None:
     if coding == "deflate":
         return _Zlib(zlib.MAX_WBITS)
     if coding == "br":
-        module = _brotli_module()
-        return _Brotli(module) if module is not None else None
+        for name in ("brotli", "brotlicffi"):
+            try:
+                return _Brotli(__import__(name))
+            except ImportError:
+                continue
+        return None
     if coding == "zstd":
         try:
             import zstandard  # type: ignore[import-not-found,unused-ignore]
@@ -346,39 +290,12 @@ def decode_limited(content_encoding: str | None, data: bytes, limit: int) -> byt
         if len(out) > limit:
             raise DecodedTooLarge(coding, limit)
 
-    if isinstance(decoder, _Identity):
-        take(data)
-    elif isinstance(decoder, _Zlib):
-        _zlib_limited(decoder, data, limit, take)
-    elif isinstance(decoder, _Brotli) and hasattr(decoder._obj, "can_accept_more_data"):
-        obj = decoder._obj
-        take(obj.process(data, output_buffer_limit=limit + 1))
-        while not obj.can_accept_more_data():
-            take(obj.process(b"", output_buffer_limit=limit + 1))
-    elif isinstance(decoder, _Zstd):
-        import io
-
-        import zstandard  # type: ignore[import-not-found,unused-ignore]
-
-        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
+    if isinstance(decoder, _Zstd):  # a stream reader bounds each read; decompressobj cannot
+        with decoder.module.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
             while piece := reader.read(min(limit + 1, 1 << 20)):
                 take(piece)
-    else:  # an older brotli: small steps bound what one call can produce
-        for at in range(0, len(data), _STEP):
-            take(decoder.decode(data[at : at + _STEP]))
+    else:
+        for piece in decoder.pieces(data, limit + 1):
+            take(piece)
         take(decoder.flush())
     return bytes(out)
-
-
-def _zlib_limited(decoder: _Zlib, data: bytes, limit: int, take: Any) -> None:
-    try:
-        obj, tail = decoder._obj, data
-        take(obj.decompress(tail, limit + 1))
-    except zlib.error:
-        if not decoder._first:
-            raise
-        obj = zlib.decompressobj(-zlib.MAX_WBITS)  # raw deflate, as in `_Zlib.decode`
-        take(obj.decompress(data, limit + 1))
-    while obj.unconsumed_tail:
-        take(obj.decompress(obj.unconsumed_tail, limit + 1))
-    take(obj.flush())

@@ -1,19 +1,11 @@
 """How deep a body may nest: `MAX_NESTING` levels (docs/design.md §13).
 
-The normaliser, the redactor and the canonical JSON of the hash all walk a body; orjson
-refuses to serialise beyond 255 levels and Python's recursion limit is reached sooner on a
-server's deeper stack. So a request nested deeper than `MAX_NESTING` is refused up front
-with `RequestTooDeep`, the same in every intercepting mode, in-process and through the
-proxy (live mode never looks at bodies). The check is nearly free for ordinary requests: a
-body with fewer brackets than the limit cannot nest deeper, and only larger bodies are
-walked (level by level, containers only, no recursion).
-
-The same limit holds for every body hashreplay stores or reads: a response on its way to
-a file (`deep_field`, in staging: a live answer, an import), a recording file when it is
-read (`deep_recording_field`, so replay, `verify`, `rehash`, `normalize`, `list` and the
-review commands all see a `RecordingError` naming the file and the field path), and the
-files `import vcr|ogx` read. Nothing deeper ever reaches a recursive walk.
-"""
+orjson serialises at most 255 levels and a server's deeper stack reaches Python's recursion
+limit sooner, so nothing deeper ever reaches the normaliser, the redactor or the hash. A
+request is refused with `RequestTooDeep` in every intercepting mode, in-process and through
+the proxy (live mode never looks at bodies); a response being stored (`deep_field`), a
+recording file being read (`deep_recording_field`: a `RecordingError` naming the file and
+field path) and the files `import vcr|ogx` read are held to the same limit."""
 
 from __future__ import annotations
 
@@ -22,19 +14,10 @@ from typing import Any, Protocol
 from hashreplay.core.bodies import BodyEncoding, encode_request_body
 from hashreplay.core.errors import HashReplayError
 
-__all__ = [
-    "MAX_NESTING",
-    "RequestTooDeep",
-    "TooDeep",
-    "check_nesting",
-    "deep_field",
-    "deep_recording_field",
-    "nesting_depth",
-    "parse_checked_body",
-]
-
-#: The deepest nesting of lists and objects a request body may have.
+#: The deepest nesting of lists and objects a body may have.
 MAX_NESTING = 128
+#: how many steps of a field path an error shows before `…`
+_SHOWN_STEPS = 6
 
 
 class RequestTooDeep(HashReplayError):
@@ -51,8 +34,7 @@ class RequestTooDeep(HashReplayError):
 
 
 class TooDeep(HashReplayError):
-    """A value to be stored (a response, an imported body) nested deeper than
-    `MAX_NESTING` levels; `where` is its field path."""
+    """A value to store (a response, an imported body) nested too deep at field path `where`."""
 
     def __init__(self, where: str, next_step: str) -> None:
         self.where = where
@@ -63,13 +45,9 @@ def too_deep_problem() -> str:
     return f"nested more than {MAX_NESTING} levels deep, deeper than hashreplay stores or reads"
 
 
-#: how many steps of a field path an error shows before `…`
-_SHOWN_STEPS = 6
-
-
 def deep_field(value: Any, where: str, limit: int = MAX_NESTING) -> str | None:
-    """The field path (starting at `where`) of the first place `value` nests deeper than
-    `limit` levels, or None when it does not. Walked with a stack, never recursively."""
+    """The field path (from `where`) where `value` first nests deeper than `limit` levels,
+    or None. Walked with a stack, never recursively."""
     if not isinstance(value, (dict, list, tuple)):
         return None
     if nesting_depth(value, stop_after=limit) <= limit:
@@ -91,9 +69,8 @@ def deep_field(value: Any, where: str, limit: int = MAX_NESTING) -> str | None:
 
 
 def deep_recording_field(data: dict[str, Any]) -> str | None:
-    """The field path of a recording file's JSON (`data`) that nests too deep: any body or
-    exception's arguments deeper than `MAX_NESTING` levels, or anything else in the file
-    deeper than that plus the file's own few levels. None when nothing does."""
+    """The field path in a recording file's JSON that nests too deep (None when none does):
+    a body or exception's args past `MAX_NESTING`, else past that plus the file's own levels."""
     fields: list[tuple[Any, str]] = []
     request = data.get("request")
     if isinstance(request, dict):
@@ -117,8 +94,7 @@ def deep_recording_field(data: dict[str, Any]) -> str | None:
 
 
 def nesting_depth(value: Any, stop_after: int | None = None) -> int:
-    """The nesting depth of lists and dicts in `value` (a scalar is 0); stops counting once
-    it exceeds `stop_after`."""
+    """How deep lists and dicts nest in `value` (a scalar: 0), counted to `stop_after` + 1."""
     level = [value] if isinstance(value, (dict, list, tuple)) else []
     depth = 0
     while level:
@@ -133,18 +109,6 @@ def nesting_depth(value: Any, stop_after: int | None = None) -> int:
     return depth
 
 
-def check_nesting(content: bytes, parsed: Any, what: str) -> None:
-    """Raise `RequestTooDeep` when `parsed` (the body parsed from `content`) nests deeper
-    than `MAX_NESTING`."""
-    if not isinstance(parsed, (dict, list)):
-        return
-    if content.count(b"[") + content.count(b"{") <= MAX_NESTING:
-        return  # not enough brackets to nest that deep
-    depth = nesting_depth(parsed, stop_after=MAX_NESTING)
-    if depth > MAX_NESTING:
-        raise RequestTooDeep(what, depth)
-
-
 class _Request(Protocol):
     @property
     def content(self) -> bytes: ...
@@ -154,10 +118,15 @@ class _Request(Protocol):
 
 def parse_checked_body(request: _Request, what: str) -> tuple[Any, BodyEncoding]:
     """The stored form of a request body (`encode_request_body`), refused with
-    `RequestTooDeep` when it nests deeper than `MAX_NESTING`."""
+    `RequestTooDeep` when it nests deeper than `MAX_NESTING`; nearly free for ordinary
+    requests, as only a body with more brackets than the limit is walked."""
+    content = request.content
     try:
-        parsed, encoding = encode_request_body(request.content, request.header("content-type"))
+        parsed, encoding = encode_request_body(content, request.header("content-type"))
     except RecursionError:  # the pure-Python JSON fallback, past ~1,000 levels
         raise RequestTooDeep(what) from None
-    check_nesting(request.content, parsed, what)
+    if isinstance(parsed, (dict, list)) and content.count(b"[") + content.count(b"{") > MAX_NESTING:
+        depth = nesting_depth(parsed, stop_after=MAX_NESTING)
+        if depth > MAX_NESTING:
+            raise RequestTooDeep(what, depth)
     return parsed, encoding
