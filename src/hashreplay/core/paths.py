@@ -1,30 +1,6 @@
-"""Where things live: the project root (docs/design.md §9), a test's recordings directories, and
-what does not belong in a store.
-
-The project root outside pytest (docs/design.md §9): found from any directory of the project.
-
-In order: `HASHREPLAY_ROOT`; else the nearest ancestor of the working directory holding a
-`pyproject.toml` with `[tool.hashreplay]`; else the nearest with one of pytest's rootdir
-markers (`pytest.ini`, `.pytest.ini`, `pyproject.toml` with `[tool.pytest.ini_options]`,
-`tox.ini` with `[pytest]`, `setup.cfg` with `[tool:pytest]`); else the nearest with `.git`;
-else the working directory. `Found.reason` says which file decided (`hashreplay status`).
-
-Where a test's recordings may live, and reading a file that must stay in the project.
-
-A test id can come from a header (`X-HashReplay-Test-Id`), so it is untrusted: its file part
-may only name a place inside the project root, never a hidden directory (`.git/hooks`), a
-home directory (`~/…`), a percent-encoded `..` or a drive. Anything else goes to the common
-directory. A recordings directory or a recording file that is a symlink resolving outside
-the project root is refused with a `RecordingError` naming it (docs/design.md §4):
-recordings are only read and written inside the project.
-
-What does not belong in a store: symlinks and temp files (in recordings directories and
-their `blobs/`).
-
-`hashreplay verify` and `status` report both. Replay refuses a symlink that leads outside the
-project root; a temp file is what a killed writer left behind (`.<name>.json.<random>.tmp`,
-the pattern `write_bytes_atomic` uses) and is swept at the next start.
-"""
+"""Where things live (docs/design.md §9): the project root, a test's recordings directories,
+what does not belong in a store. Recordings are only read and written inside the project root:
+a symlink leading outside it is refused with a `RecordingError` naming it (docs/design.md §4)."""
 
 from __future__ import annotations
 
@@ -32,7 +8,7 @@ import errno
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import NamedTuple
 
@@ -55,25 +31,21 @@ def find_root(
     env: Mapping[str, str] | None = None,
     start: Path | None = None,
 ) -> Found:
-    """The project root: `explicit`, else `HASHREPLAY_ROOT`, else found upward from `start`
-    (the working directory)."""
+    """The project root: `explicit`, else `HASHREPLAY_ROOT`, else the nearest ancestor of
+    `start` (the working directory) with a `pyproject.toml` holding `[tool.hashreplay]`, else
+    with a pytest rootdir marker, else with `.git`, else `start`. `Found.reason` says which
+    file decided (`hashreplay status`)."""
     if explicit is not None:
         return Found(Path(explicit).resolve(), "given")
-    value = (os.environ if env is None else env).get(ROOT_ENV)
-    if value:
+    if value := (os.environ if env is None else env).get(ROOT_ENV):
         return Found(Path(value).resolve(), ROOT_ENV)
     here = (start if start is not None else Path.cwd()).resolve()
     for test, label in _RULES:
-        for directory in _upward(here):
+        for directory in (here, *here.parents):
             marker = test(directory)
             if marker is not None:
                 return Found(directory, f"{marker} ({label})")
     return Found(here, "the working directory (no project marker above it)")
-
-
-def _upward(start: Path) -> Iterator[Path]:
-    yield start
-    yield from start.parents
 
 
 def _toml_tables(path: Path) -> dict[str, object]:
@@ -121,8 +93,7 @@ def _pytest_marker(directory: Path) -> Path | None:
             return directory / name
     pyproject = directory / PYPROJECT
     if pyproject.is_file():
-        tool = _toml_tables(pyproject)
-        pytest_table = tool.get("pytest")
+        pytest_table = _toml_tables(pyproject).get("pytest")
         if isinstance(pytest_table, dict) and "ini_options" in pytest_table:
             return pyproject
     for name, section in (("tox.ini", "pytest"), ("setup.cfg", "tool:pytest")):
@@ -133,8 +104,7 @@ def _pytest_marker(directory: Path) -> Path | None:
 
 
 def _git(directory: Path) -> Path | None:
-    marker = directory / ".git"
-    return marker if marker.exists() else None
+    return directory / ".git" if (directory / ".git").exists() else None
 
 
 _RULES: tuple[tuple[Callable[[Path], Path | None], str], ...] = (
@@ -144,34 +114,15 @@ _RULES: tuple[tuple[Callable[[Path], Path | None], str], ...] = (
 )
 
 
-__all__ = ["RecordingsDirOutside", "outside_root", "read_contained", "recordings_dir_for"]
-
-
-#: compiled on first use (the `re` module's cache), not at import: start-up time
 #: Directories never searched for recordings.
 SKIP_DIRS: frozenset[str] = frozenset(
-    {
-        ".venv",
-        ".git",
-        "node_modules",
-        STATE_DIRNAME,
-        "site-packages",
-        "__pycache__",
-        ".tox",
-        ".nox",
-        ".pytest_cache",
-        ".mypy_cache",
-        ".ruff_cache",
-        ".hypothesis",
-    }
+    {".venv", ".git", "node_modules", STATE_DIRNAME, "site-packages", "__pycache__", ".tox"}
+    | {".nox", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis"}
 )
-
-
 _SEPARATORS = r"[\\/]"
-
-
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _BINARY = getattr(os, "O_BINARY", 0)
+_LEFT_BEHIND = "temp file left by an interrupted write; safe to delete"
 
 
 class RecordingsDirOutside(RecordingError):
@@ -193,21 +144,18 @@ def _safe_parts(file_part: str) -> list[str] | None:
         return None
     if PurePosixPath(file_part).is_absolute() or PureWindowsPath(file_part).is_absolute():
         return None
-    parts = re.split(_SEPARATORS, file_part)
-    for part in parts:
-        if part in ("", ".", ".."):
-            continue
-        if part.startswith((".", "~")) or "%" in part or ":" in part:
-            return None  # `.git`, `~user`, `%2e%2e`, `C:`
-    return [p for p in parts if p not in ("", ".")]
+    parts = [p for p in re.split(_SEPARATORS, file_part) if p not in ("", ".")]
+    if any(p != ".." and (p.startswith((".", "~")) or "%" in p or ":" in p) for p in parts):
+        return None  # `.git`, `~user`, `%2e%2e`, `C:`
+    return parts
 
 
 def recordings_dir_for(root: Path, common_dir: Path, test_id: str | None) -> Path:
     """`tests/a/b/test_x.py::test_y[p]` → `<root>/tests/a/b/recordings`; the common
-    directory for no test id and for any id that would lead elsewhere. `root` is resolved."""
-    if not test_id:
-        return common_dir
-    parts = _safe_parts(test_id.split("::", 1)[0])
+    directory for no test id and for any id that would lead elsewhere: a test id can come
+    from a header (`X-HashReplay-Test-Id`), so it is untrusted. `root` is resolved."""
+    file_part = (test_id or "").split("::", 1)[0]
+    parts = _safe_parts(file_part)
     if parts is None:
         return common_dir
     candidate = Path(os.path.normpath(root.joinpath(*parts))).parent / RECORDINGS_DIRNAME
@@ -219,7 +167,7 @@ def recordings_dir_for(root: Path, common_dir: Path, test_id: str | None) -> Pat
         return common_dir
     if outside_root(resolved, root):
         msg = (
-            f"the recordings directory {candidate} of {test_id.split('::', 1)[0]} resolves "
+            f"the recordings directory {candidate} of {file_part} resolves "
             f"to {resolved}, outside the project root {root}{_via_link(candidate, root)}: "
             "recordings are only read and written inside the project; replace the link with "
             "a directory holding the recordings (move them into the project)"
@@ -245,32 +193,32 @@ def read_contained(path: Path, root: Path) -> bytes:
     """The bytes of a recording file, refusing a symlink that leads outside `root`. Costs
     no extra system call on the usual path (the open itself refuses to follow a link)."""
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        try:
+            fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            target = path.resolve()
+            if outside_root(target, root):
+                msg = (
+                    f"is a symlink to {target}, outside the project root {root}: recordings "
+                    "are only read inside the project; replace the link with the file"
+                )
+                raise RecordingError(path, msg) from None
+            return read_bytes(path)  # a symlink inside the project
+        try:
+            return _read_fd(fd)
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         raise
     except OSError as exc:
-        if exc.errno != errno.ELOOP:
-            raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
-        target = path.resolve()
-        if outside_root(target, root):
-            msg = (
-                f"is a symlink to {target}, outside the project root {root}: recordings are "
-                "only read inside the project; replace the link with the file"
-            )
-            raise RecordingError(path, msg) from None
-        return _read_followed(path)
-    try:
-        return _read_fd(fd)
-    except OSError as exc:
         raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
 
 
 def read_bytes(path: Path | str) -> bytes:
-    """A file's bytes, links followed, like `Path.read_bytes` without its buffered file
-    object: one `open`, one `fstat`, one `read` (a store's file index reads every file of a
-    directory through it). OSError passes through."""
+    """A file's bytes, links followed, like `Path.read_bytes` but with one `open`, `fstat` and
+    `read` (a store's file index reads every file through it). OSError passes through."""
     fd = os.open(path, os.O_RDONLY | _BINARY)
     try:
         return _read_fd(fd)
@@ -279,8 +227,7 @@ def read_bytes(path: Path | str) -> bytes:
 
 
 def _read_fd(fd: int) -> bytes:
-    """Everything from an open file: one `read` of the size `fstat` gives (and one that
-    returns nothing past it), no buffered file object in between."""
+    """Everything from an open file: one `read` of the size `fstat` gives, no buffering."""
     size = os.fstat(fd).st_size
     data = os.read(fd, size + 1)
     if len(data) <= size:
@@ -291,18 +238,6 @@ def _read_fd(fd: int) -> bytes:
     return b"".join(parts)
 
 
-def _read_followed(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
-
-
-__all__ = ["Stray", "find_strays"]
-
-
 class Stray(NamedTuple):
     """A file that does not belong in a store, and why."""
 
@@ -310,27 +245,21 @@ class Stray(NamedTuple):
     problem: str
 
 
-def _walk(top: Path) -> Iterator[tuple[Path, list[str], list[str]]]:
-    for current, dirs, files in os.walk(top):  # never follows a symlinked directory
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-        yield Path(current), dirs, files
-
-
 def _symlink(path: Path, root: Path) -> Stray:
     target = path.resolve()
-    where = "outside the project root: replay refuses it" if outside_root(target, root) else ""
-    problem = f"symlink to {target}" + (f" ({where})" if where else "")
-    return Stray(path, problem + "; replace it with the real file or directory")
+    where = " (outside the project root: replay refuses it)" if outside_root(target, root) else ""
+    return Stray(path, f"symlink to {target}{where}; replace it with the real file or directory")
 
 
 def find_strays(tops: Iterable[Path], root: Path) -> list[Stray]:
-    """Symlinked recordings directories and files, and temp files, under `tops`."""
+    """Symlinked recordings directories and files, and temp files (what a killed writer left;
+    swept at the next start), under `tops`: `hashreplay verify` and `status` report them."""
     root = root.resolve()
     found: dict[Path, Stray] = {}
     for top in tops:
-        if not top.is_dir():
-            continue
-        for here, dirs, files in _walk(top):
+        for current, dirs, files in os.walk(top):  # never follows a symlinked directory
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+            here = Path(current)
             in_recordings = here.name == RECORDINGS_DIRNAME
             for name in list(dirs):
                 path = here / name
@@ -342,10 +271,7 @@ def find_strays(tops: Iterable[Path], root: Path) -> list[Stray]:
             for name in files:
                 path = here / name
                 if is_temp_name(name):
-                    found.setdefault(
-                        path,
-                        Stray(path, "temp file left by an interrupted write; safe to delete"),
-                    )
+                    found.setdefault(path, Stray(path, _LEFT_BEHIND))
                 elif (in_blobs or name.endswith(".json")) and path.is_symlink():
                     found.setdefault(path, _symlink(path, root))
     return [found[p] for p in sorted(found)]
