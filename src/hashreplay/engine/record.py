@@ -6,56 +6,45 @@ decides what is never written (a call that got no answer). What is written is
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable
 from pathlib import Path
 
 from hashreplay.core.errors import BodyTooLarge, RecordingError, ReplayFailure
-from hashreplay.core.format import (
-    RecordedResponse,
-)
+from hashreplay.core.format import RecordedResponse
 from hashreplay.core.modes import Mode, today
+from hashreplay.core.normalise import new_id_registry
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.redact import Redactor
 from hashreplay.core.writer import Content
 from hashreplay.engine.http import IncomingRequest, LiveExchange, run_stopping
 from hashreplay.engine.keys import Finish, HookError, Hooks, Prepared, hook_problem, model_list_path
 from hashreplay.engine.state import Call, RecordedSequence, StoreView, Tests, sequence_for
-from hashreplay.engine.stored import Outcome, content_of, model_list_content, stored_response
+from hashreplay.engine.stored import Outcome, content_of, stored_response
 
 
+@dataclasses.dataclass(eq=False)
 class Recorder:
     """Turns outcomes into file contents under the session's per-test state."""
 
-    def __init__(
-        self,
-        tests: Tests,
-        view: StoreView,
-        redactor: Redactor,
-        kept_headers: frozenset[str],
-        *,
-        record_timing: bool = False,
-        answers_only: bool = True,
-        today: Callable[[], datetime.date | None] = today,
-        hooks: Hooks | None = None,
-    ) -> None:
-        #: the UTC day new responses are stamped with (injectable: no test reads the clock;
-        #: imports stamp none but the source's own)
-        self.today = today
-        self.record_timing = record_timing
-        #: the user's record hooks and scrub patterns (docs/design.md §14)
-        self.hooks = hooks or Hooks()
-        #: `record_failures = "responses"`: a call that got no response is never written
-        self.answers_only = answers_only
-        self.tests = tests
-        self.view = view
-        self.redactor = redactor
-        self.kept_headers = kept_headers
+    tests: Tests
+    view: StoreView
+    redactor: Redactor
+    kept_headers: frozenset[str]
+    _: dataclasses.KW_ONLY
+    record_timing: bool = False
+    #: `record_failures = "responses"`: a call that got no response is never written
+    answers_only: bool = True
+    #: the UTC day new responses are stamped with (injectable: no test reads the clock;
+    #: imports stamp none but the source's own)
+    today: Callable[[], datetime.date | None] = today
+    #: the user's record hooks and scrub patterns (docs/design.md §14)
+    hooks: Hooks = dataclasses.field(default_factory=Hooks)
 
     def stage(self, prep: Prepared, outcome: Outcome) -> tuple[Path, Content | None]:
         """The file this outcome goes to and its new content (None: nothing to write): the
-        bytes, or on a write-behind session the stage that serialises them on the writer
-        thread (`content_of`)."""
+        bytes, or on a write-behind session the stage that makes them (`content_of`)."""
         tests = self.tests
         finish = self.hooks.finish(self.redactor.value)
         # a record hook runs now, in the test's thread, never later on the writer's
@@ -87,21 +76,13 @@ class Recorder:
                     del seq.ids.facts[stable]
             # the test's next request is hashed with the ids this registers: in call order
             normalised = normalise_response(response, seq.ids, where=where, known_ids=state.id_map)
-            normalised = self._dated(prep, seq, index, normalised, day, renew=replaces)
-            responses = list(seq.responses)
-            if replaces:
-                responses[index] = normalised
-            else:
-                responses.append(normalised)
+            normalised = self._dated(prep, seq, index, normalised, day)
+            # in place of the one it replaces, or appended
+            responses = [*seq.responses[:index], normalised, *seq.responses[index + 1 :]]
             # a body over max_body_bytes raises BodyTooLarge here, the sequence unchanged
+            facts, store = dict(seq.ids.facts), self.view.store
             content = content_of(
-                self.view.store,
-                prep,
-                responses,
-                dict(seq.ids.facts),
-                later=later,
-                match=seq.match,
-                finish=finish,
+                store, prep, responses, facts, later=later, match=seq.match, finish=finish
             )
             seq.responses[:] = responses
             req = prep.request
@@ -115,25 +96,18 @@ class Recorder:
             return seq.path, content
 
     def _dated(
-        self,
-        prep: Prepared,
-        seq: RecordedSequence,
-        index: int,
-        new: RecordedResponse,
-        day: str | None,
-        *,
-        renew: bool,
+        self, prep: Prepared, seq: RecordedSequence, at: int, new: RecordedResponse, day: str | None
     ) -> RecordedResponse:
         """`new` with its day (docs/recordings.md, "Age"): in record mode the old one's when
-        the normalised content is the same (the zero diff), else `day` (`renew`: always)."""
-        if not renew and prep.mode is Mode.RECORD:
+        the normalised content is the same (the zero diff), else `day`."""
+        if prep.mode is Mode.RECORD:
             if seq.previous is None:
                 try:
                     found = self.view.read_previous(prep.test_id, prep.hash)
                 except RecordingError:  # unreadable: overwritten, nothing to keep
                     found = None
                 seq.previous = [] if found is None else found.recording.responses
-            old = seq.previous[index] if index < len(seq.previous) else None
+            old = seq.previous[at] if at < len(seq.previous) else None
             if old is not None and old.recorded_on is not None:
                 fresh = new.model_dump(mode="json", exclude={"recorded_on"})
                 if prep.secrets:  # the file holds them scrubbed
@@ -151,9 +125,10 @@ class Recorder:
             self.tests.use(prep.test_id, path)
         if self.view.exists(path) and prep.mode is not Mode.RECORD_IF_MISSING:
             return path, None  # the same model set is stored already, with its day
-        # record-if-missing records a stored list only to refresh it (`stale = "refresh"`):
-        # the same set is written again with today's day, the one intended change
-        return path, model_list_content(self.view.store, prep, response, later=later, finish=finish)
+        # record-if-missing records a stored list only to refresh it (`stale = "refresh"`): the
+        # same set again with today's day, the one intended change (normalised alone: no test)
+        normalised = normalise_response(response, new_id_registry(prep.hash), model_list=True)
+        return path, content_of(self.view.store, prep, [normalised], {}, later=later, finish=finish)
 
     def _today(self) -> str | None:
         day = self.today()
@@ -162,13 +137,8 @@ class Recorder:
     def record(self, prep: Prepared, outcome: Outcome) -> Path | None:
         """Stage (redact, normalise) and write one outcome; returns its file, or None for an
         outcome that is no answer and is not recorded (`unanswered`, `stopped`)."""
-        if self.stopped(outcome) or self.unanswered(prep, outcome):
-            return None
-        staged = self._staged(prep, outcome)
-        if staged is None:
-            return None
-        path, content = staged
-        if content is not None:
+        path, content = self._staged(prep, outcome)
+        if path is not None and content is not None:
             try:
                 self.view.write(path, content)
             except BaseException:
@@ -178,13 +148,8 @@ class Recorder:
 
     async def arecord(self, prep: Prepared, outcome: Outcome) -> Path | None:
         """`record` for event loops: the write never blocks the loop."""
-        if self.stopped(outcome) or self.unanswered(prep, outcome):
-            return None
-        staged = self._staged(prep, outcome)
-        if staged is None:
-            return None
-        path, content = staged
-        if content is not None:
+        path, content = self._staged(prep, outcome)
+        if path is not None and content is not None:
             try:
                 await self.view.awrite(path, content)
             except BaseException:
@@ -192,8 +157,11 @@ class Recorder:
                 raise
         return path
 
-    def _staged(self, prep: Prepared, outcome: Outcome) -> tuple[Path, Content | None] | None:
-        """`stage`; None when a record hook failed: nothing is written, the test fails."""
+    def _staged(self, prep: Prepared, outcome: Outcome) -> tuple[Path | None, Content | None]:
+        """`stage`; no file for an outcome that is no answer (`unanswered`, `stopped`), or
+        when a record hook failed: nothing is written, the test fails."""
+        if self.stopped(outcome) or self.unanswered(prep, outcome):
+            return None, None
         try:
             return self.stage(prep, outcome)
         except HookError as exc:
@@ -201,7 +169,7 @@ class Recorder:
             with self.tests.lock:
                 failure = ReplayFailure(problem, test_id=prep.test_id)
                 self.tests.state(prep.test_id).misses.append(failure)
-            return None
+            return None, None
 
     def _not_written(self) -> None:
         """The stats count files written: a staged recording whose write failed is not."""
@@ -242,9 +210,8 @@ class Recorder:
             with self.tests.lock:
                 state = self.tests.get(prep.test_id)
                 seq = state.sequences.get(prep.hash) if state is not None else None
-            path = (
-                seq.path if seq is not None else self.view.store.path_for(prep.test_id, prep.hash)
-            )
+            store = self.view.store
+            path = seq.path if seq is not None else store.path_for(prep.test_id, prep.hash)
             kept = [path] if self.view.exists(path) else []
         with self.tests.lock:
             self.tests.stats.not_recorded += 1
