@@ -42,13 +42,10 @@ from hashreplay.engine.session import Session
 
 logger = logging.getLogger("hashreplay")
 
-
 _lock = threading.Lock()
-
 
 #: The session `install()` created (and `uninstall()` removes), or None.
 _installed: list[Session | None] = [None]
-
 
 _placeholders: list[Placeholders | None] = [None]
 
@@ -171,24 +168,17 @@ def conversation_context(name: str | None) -> Iterator[None]:
 
 Scope = MutableMapping[str, Any]
 
-
 Message = MutableMapping[str, Any]
-
 
 Receive = Callable[[], Awaitable[Message]]
 
-
 Send = Callable[[Message], Awaitable[None]]
-
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-
 _TEST_ID_KEY = TEST_ID_HEADER.lower().encode("ascii")
 
-
 _RUN_KEY = RUN_HEADER.lower().encode("ascii")
-
 
 _CONVERSATION_KEY = CONVERSATION_HEADER.lower().encode("ascii")
 
@@ -246,18 +236,13 @@ class ASGITestIdMiddleware:
 
 StartResponse = Callable[..., Any]
 
-
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
-
 
 _TEST_ID_ENVIRON = "HTTP_" + TEST_ID_HEADER.upper().replace("-", "_")
 
-
 _RUN_ENVIRON = "HTTP_" + RUN_HEADER.upper().replace("-", "_")
 
-
 _CONVERSATION_ENVIRON = "HTTP_" + CONVERSATION_HEADER.upper().replace("-", "_")
-
 
 _T = TypeVar("_T")
 

@@ -14,8 +14,8 @@ import pytest
 
 from hashreplay import Mode, test_context
 from hashreplay.adapters import httpx as httpx_adapter
+from hashreplay.core.bodies import MAX_NESTING
 from hashreplay.core.errors import ReplayMiss
-from hashreplay.core.nesting import MAX_NESTING
 from tests.cli.conftest import CHAT, Cli, Project
 from tests.conftest import Recorder
 

@@ -11,8 +11,8 @@ import httpx2
 import pytest
 
 from hashreplay import Mode, test_context
+from hashreplay.core.bodies import MAX_NESTING, RequestTooDeep, nesting_depth
 from hashreplay.core.config import load_config
-from hashreplay.core.nesting import MAX_NESTING, RequestTooDeep, nesting_depth
 from hashreplay.engine.http import IncomingRequest
 from hashreplay.engine.session import Session
 from hashreplay.server.app import ProxyApp

@@ -15,9 +15,8 @@ import pytest
 
 from hashreplay.core.config import load_config
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.files import is_temp_name, sweep_temp_files, write_bytes_atomic
 from hashreplay.core.format import Recording
-from hashreplay.core.paths import find_strays
+from hashreplay.core.paths import find_strays, is_temp_name, sweep_temp_files, write_bytes_atomic
 from hashreplay.core.store import Store, read_recording
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session
@@ -123,7 +122,7 @@ KILLED_WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from hashreplay.core.files import write_bytes_atomic
+    from hashreplay.core.paths import write_bytes_atomic
     from hashreplay.core.store import Store
     from tests.unit.test_store import make_recording
 

@@ -16,8 +16,8 @@ import brotli
 import pytest
 import yaml
 
+from hashreplay.core.bodies import MAX_NESTING
 from hashreplay.core.constants import DEFAULT_MAX_BODY_BYTES
-from hashreplay.core.nesting import MAX_NESTING
 from tests.imports.test_import_ogx import CHAT as OGX_CHAT
 from tests.imports.test_import_ogx import ogx, run_cli
 from tests.imports.test_import_vcr import cassette, interaction, recordings

@@ -30,7 +30,7 @@ NOT_AT_START_UP = (
     "hashreplay.core.diff",
     # the record path, built on the first recording
     "hashreplay.engine.record",
-    "hashreplay.engine.stored",
+    "hashreplay.engine.record",
     "hashreplay.core.normalise_response",
     "aiofiles",
     "httpx",

@@ -19,7 +19,6 @@ import hashreplay.core.store as store_module
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import KEY_VERSION
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.files import awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.format import (
     RecordedException,
     RecordedRequest,
@@ -27,6 +26,7 @@ from hashreplay.core.format import (
     Recording,
     new_recording,
 )
+from hashreplay.core.paths import awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.store import (
     Store,
     dump_recording,
@@ -491,7 +491,7 @@ CHILD = textwrap.dedent(
 
     Path.replace = slow_replace
 
-    from hashreplay.core.files import write_bytes_atomic
+    from hashreplay.core.paths import write_bytes_atomic
 
     write_bytes_atomic(Path(sys.argv[1]), b'{"big": "' + b"x" * 5_000_000 + b'"}\\n')
     print("DONE", flush=True)

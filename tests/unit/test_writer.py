@@ -16,7 +16,7 @@ import pytest
 
 from hashreplay.core import writer as durable_writes
 from hashreplay.core.errors import BodyTooLarge, RecordingError, RecordingWriteError
-from hashreplay.core.files import create_temp, is_temp_name
+from hashreplay.core.paths import create_temp, is_temp_name
 from hashreplay.core.writer import BackgroundWriter, DurableWrites
 
 

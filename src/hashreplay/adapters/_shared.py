@@ -47,9 +47,7 @@ if TYPE_CHECKING:
 
 _session_lock = threading.Lock()
 
-
 _active: list[Session | None] = [None]
-
 
 _holders: set[str] = set()
 
@@ -81,9 +79,7 @@ def detach_all() -> None:
 
 Callback = Callable[[ModuleType], None]
 
-
 _lock = threading.RLock()
-
 
 _waiting: dict[str, list[Callback]] = {}
 
@@ -158,7 +154,6 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 _FINDER = _Finder()
-
 
 #: Framing headers the replayed bytes set themselves.
 _FRAMING = frozenset({"content-length", "transfer-encoding", "connection"})

@@ -177,9 +177,7 @@ class TeeReader(StreamReader):
 
 _lock = threading.Lock()
 
-
 _saved: list[Callable[..., Any]] = []  # the original `ClientSession._request`, while patched
-
 
 _warned: list[str] = []  # the seam problem already warned about (once per process)
 

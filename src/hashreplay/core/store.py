@@ -26,6 +26,7 @@ from hashreplay.core.blobs import (
     read_blob_text,
     split_blobs,
 )
+from hashreplay.core.bodies import MAX_NESTING, deep_recording_field, too_deep_problem
 from hashreplay.core.constants import (
     BLOB_REF_KEY,
     BLOBS_DIRNAME,
@@ -35,16 +36,17 @@ from hashreplay.core.constants import (
     STATE_DIRNAME,
 )
 from hashreplay.core.errors import BodyTooLarge, RecordingError
-from hashreplay.core.files import (
+from hashreplay.core.format import FormatError, Recording, check_bodies, recording_from_json
+from hashreplay.core.keys import model_list_glob, recording_name
+from hashreplay.core.paths import (
     TEMP_DIRNAME,
+    read_bytes,
+    read_contained,
+    recordings_dir_for,
     state_temp_dir,
     sweep_temp_files,
     write_bytes_atomic,
 )
-from hashreplay.core.format import FormatError, Recording, check_bodies, recording_from_json
-from hashreplay.core.keys import model_list_glob, recording_name
-from hashreplay.core.nesting import MAX_NESTING, deep_recording_field, too_deep_problem
-from hashreplay.core.paths import read_bytes, read_contained, recordings_dir_for
 
 if TYPE_CHECKING:
     from hashreplay.core.config import Config

@@ -22,10 +22,10 @@ import orjson
 from hashreplay.core.constants import STATE_DIRNAME
 from hashreplay.core.diff import compare, shape_of
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.files import write_bytes_atomic
 from hashreplay.core.format import EndState, RecordedResponse
 from hashreplay.core.modes import Mode
 from hashreplay.core.network import placeholder_keys
+from hashreplay.core.paths import write_bytes_atomic
 from hashreplay.engine.scenarios import FileIndex, unused
 from hashreplay.engine.state import Call, StoreView, Tests, TestState, sequence_for
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from hashreplay.core.config import Config
     from hashreplay.core.redact import Redactor
     from hashreplay.engine.keys import Prepared
-    from hashreplay.engine.stored import Outcome
+    from hashreplay.engine.record import Outcome
 
 
 class Host(Protocol):
@@ -202,7 +202,7 @@ class DriftCheck:
         compared with the next response recorded for the call, in call order (as replay
         would have answered it); nothing is written."""
         from hashreplay.core.normalise_response import normalise_response
-        from hashreplay.engine.stored import stored_response  # drift runs only
+        from hashreplay.engine.record import stored_response  # drift runs only
 
         session = self.session
         live = stored_response(outcome, session.redactor, _ALL_HEADERS, secrets=prep.secrets)

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
+from hashreplay.core.bodies import MAX_NESTING, deep_field, too_deep_problem
 from hashreplay.core.format import RecordedResponse
 from hashreplay.core.keys import MODEL_LIST_SUFFIXES
-from hashreplay.core.nesting import MAX_NESTING, deep_field, too_deep_problem
 from hashreplay.core.typed import refused_exception
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.importing import CallEntry, Entry, Read, UnreadableSource

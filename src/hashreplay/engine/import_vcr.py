@@ -29,11 +29,16 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from hashreplay.core.bodies import DecodedTooLarge, decode_limited
+from hashreplay.core.bodies import (
+    MAX_NESTING,
+    DecodedTooLarge,
+    decode_limited,
+    deep_field,
+    too_deep_problem,
+)
 from hashreplay.core.constants import DEFAULT_MAX_BODY_BYTES
 from hashreplay.core.matching import parse_match_on
 from hashreplay.core.modes import recorded_day
-from hashreplay.core.nesting import MAX_NESTING, deep_field, too_deep_problem
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.importing import (
     Entry,

@@ -23,12 +23,11 @@ import orjson
 from hashreplay.core.config import Config
 from hashreplay.core.constants import BLOBS_DIRNAME, RECORDINGS_DIRNAME, STATE_DIRNAME
 from hashreplay.core.errors import ConfigError, HashReplayError
-from hashreplay.core.files import write_bytes_atomic
 from hashreplay.core.format import RecordedResponse
 from hashreplay.core.keys import test_context
 from hashreplay.core.matching import MatchRule
 from hashreplay.core.modes import Mode
-from hashreplay.core.paths import SKIP_DIRS
+from hashreplay.core.paths import SKIP_DIRS, write_bytes_atomic
 from hashreplay.core.store import Store
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session

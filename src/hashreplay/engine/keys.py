@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import ValidationError
 
+from hashreplay.core.bodies import parse_checked_body
 from hashreplay.core.config import Config
 from hashreplay.core.constants import (
     CALL_METHOD,
@@ -48,7 +49,6 @@ from hashreplay.core.keys import (
 )
 from hashreplay.core.matching import MatchRule
 from hashreplay.core.modes import Mode
-from hashreplay.core.nesting import parse_checked_body
 from hashreplay.core.normalise import (
     KEPT_REQUEST_HEADERS,
     RequestRules,
@@ -64,7 +64,6 @@ from hashreplay.engine.http import IncomingRequest
 
 #: What a front end hands the engine: the implementations to run now, as (label, function).
 HookImpls = Callable[[], Sequence[tuple[str, Callable[..., object]]]]
-
 
 #: What turns a file's redacted JSON dict into what is written (`Hooks.written`).
 Finish = Callable[[dict[str, Any]], dict[str, Any]]
@@ -204,7 +203,6 @@ def _short(value: Any) -> str:
 
 #: Entries of each keying memo: a suite uses a few dozen URLs or credential sets; a proxy, any.
 _MEMO_MAX = 1024
-
 
 #: What `check_name` compares under the default matching rule, besides the test id
 _COMPARED = operator.attrgetter("body", "endpoint", "method", "conversation")

@@ -63,8 +63,7 @@ from hashreplay.engine.state import Stats, StoreView, Tests
 
 if TYPE_CHECKING:
     from hashreplay.engine.drift import DriftCheck
-    from hashreplay.engine.record import Recorder
-    from hashreplay.engine.stored import Outcome
+    from hashreplay.engine.record import Outcome, Recorder
 
 
 __all__ = ["Prepared", "Session", "Stats"]

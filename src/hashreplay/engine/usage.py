@@ -30,8 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_fie
 
 from hashreplay.core.constants import STATE_DIRNAME
 from hashreplay.core.errors import UsageError
-from hashreplay.core.files import write_bytes_atomic
 from hashreplay.core.modes import Mode
+from hashreplay.core.paths import write_bytes_atomic
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues
 from hashreplay.core.store import dumps
 
