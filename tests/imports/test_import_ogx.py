@@ -16,8 +16,7 @@ import pytest
 from hashreplay import Mode, test_context
 from hashreplay.adapters import httpx as httpx_adapter
 from hashreplay.cli import main
-from hashreplay.engine.import_ogx import read_ogx, untyped
-from hashreplay.engine.importing import UnreadableSource
+from hashreplay.engine.importing import UnreadableSource, read_ogx, untyped
 from tests.conftest import Recorder
 
 FIXTURES = Path(__file__).parent / "ogx_recordings"

@@ -24,7 +24,6 @@ NOT_AT_START_UP = (
     "hashreplay.engine.rehash",
     "hashreplay.engine.importing",
     "hashreplay.engine.import_vcr",
-    "hashreplay.engine.import_ogx",
     # the miss report and the request diff, loaded on the first miss or mismatch
     "hashreplay.engine.miss",
     "hashreplay.core.diff",

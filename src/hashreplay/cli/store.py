@@ -89,7 +89,7 @@ def configure(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
 def _reader(run: Run) -> Reader:
     args = run.args
     if args.format == "ogx":
-        from hashreplay.engine.import_ogx import read_ogx
+        from hashreplay.engine.importing import read_ogx
 
         return read_ogx
     from hashreplay.core.matching import parse_match_on

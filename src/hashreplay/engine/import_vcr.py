@@ -1,19 +1,11 @@
 """Reading vcrpy / pytest-recording cassettes for `hashreplay import vcr`.
 
-A cassette (format version 1, YAML or JSON) holds `interactions`, each a `request`
-(`method`, `uri`, `headers` as lists of values, `body`) and a `response` (`status.code`,
-`headers`, `body.string`; the older httpx layout has `status_code` and `content`). Bodies
-vcrpy kept compressed (gzip, deflate, br) are decoded, as a live response is before it is
-recorded. The test id is the collected test whose pytest-recording cassette name
-(`cassette_names`) the cassette has, in its module's `cassettes/<module>/` directory;
-without the collected ids it is guessed from the layout,
-`<dir>/cassettes/<module>/[<Class>.]<test>.yaml` → `<dir>/<module>.py::[<Class>::]<test>`;
-or it is given for one cassette. Interactions keep their order, so identical requests of a
-test become one recorded sequence. One unreadable interaction skips its whole cassette:
-an import never writes part of a test's exchanges.
-
-YAML needs PyYAML (`pip install 'hashreplay[import]'`), imported only when a YAML cassette
-is read (`engine/importing.py`).
+A cassette (format version 1, YAML, which needs PyYAML, or JSON) holds `interactions`, each a
+`request` (`method`, `uri`, `headers` as lists of values, `body`) and a `response` (`status.code`,
+`headers`, `body.string`; the older httpx layout: `status_code`, `content`). Bodies vcrpy kept
+compressed are decoded, as live ones are. Interactions keep their order (identical requests of a
+test become one recorded sequence); one unreadable interaction skips its whole cassette: an
+import never writes part of a test's exchanges.
 """
 
 from __future__ import annotations
@@ -21,21 +13,13 @@ from __future__ import annotations
 import ast
 import hashlib
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import orjson
-
-from hashreplay.core.bodies import (
-    MAX_NESTING,
-    DecodedTooLarge,
-    decode_limited,
-    deep_field,
-    too_deep_problem,
-)
+from hashreplay.core.bodies import MAX_NESTING, DecodedTooLarge, decode_limited, too_deep_problem
 from hashreplay.core.constants import DEFAULT_MAX_BODY_BYTES
 from hashreplay.core.matching import parse_match_on
 from hashreplay.core.modes import recorded_day
@@ -46,14 +30,11 @@ from hashreplay.engine.importing import (
     Reader,
     Skipped,
     UnreadableSource,
-    check_expansion,
-    yaml_loader,
+    check_depth,
+    load_json,
 )
 
 CASSETTES_DIRNAME = "cassettes"
-
-
-_YAML_SUFFIXES = (".yaml", ".yml")
 
 
 def vcr_reader(
@@ -65,13 +46,11 @@ def vcr_reader(
     match_on: tuple[str, ...] | None = None,
     collected: CollectedTests | None = None,
 ) -> Reader:
-    """A reader of cassettes under project `root`: every cassette under `test_id` when given,
-    else under the `collected` test it is the cassette of, else under the id its place in
-    pytest-recording's layout gives; only requests to `hosts` when any are given. A test id
-    met twice is a duplicate, skipped. `max_bytes`
-    (`max_body_bytes`) bounds what a cassette may grow to in memory: its YAML aliases
-    expanded, and each compressed body decoded. Each cassette is keyed as vcrpy matched it
-    (its `vcr_config`'s `match_on`, else vcrpy's default), unless `match_on` is given."""
+    """A reader of cassettes under project `root`: each under `test_id` if given, else under the
+    `collected` test it is the cassette of, else the id its place in pytest-recording's layout
+    gives (a test id met twice is a duplicate, skipped); only requests to `hosts` if any. Each
+    cassette may grow to `max_bytes` in memory (YAML aliases expanded, compressed bodies
+    decoded) and is keyed as vcrpy matched it (`cassette_match_on`) unless `match_on` is given."""
     seen: dict[str, Path] = {}
 
     def read(path: Path) -> Read:
@@ -82,44 +61,47 @@ def vcr_reader(
             test = collected.test_of(path, root, notes)
         else:
             test = layout_test_id(path, root)
-        earlier = seen.get(test)
-        if earlier is not None and earlier != path.resolve():
+        if (earlier := seen.get(test)) not in (None, path.resolve()):
             reason = f"duplicate: test {test} was imported from {earlier} already"
             return Read(skipped=[Skipped(str(path), reason)])
-        read_ = read_cassette(path, test, hosts, max_bytes)
+        found = read_cassette(path, test, hosts, max_bytes)
         seen[test] = path.resolve()
         matched = match_on if match_on is not None else cassette_match_on(path, root)
-        read_.entries[:] = [replace(e, match_on=matched) for e in read_.entries]
-        read_.notes.extend(notes)
-        return read_
+        found.entries[:] = [replace(e, match_on=matched) for e in found.entries]
+        found.notes.extend(notes)
+        return found
 
     return read
+
+
+def _layout_dir(path: Path) -> Path | None:
+    """`<dir>` of a cassette at `<dir>/cassettes/<module>/<name>`; None when it is elsewhere."""
+    parts = path.resolve().parts
+    in_layout = len(parts) >= 3 and parts[-3] == CASSETTES_DIRNAME
+    return Path(*parts[:-3]) if in_layout else None
 
 
 def layout_test_id(path: Path, root: Path) -> str:
     """`<dir>/cassettes/<module>/<Class>.<test>.yaml` → `<dir>/<module>.py::<Class>::<test>`,
     `<dir>` relative to the project root."""
-    parts = path.resolve().parts
-    if len(parts) < 3 or parts[-3] != CASSETTES_DIRNAME:
+    directory = _layout_dir(path)
+    if directory is None:
         msg = (
             "not in pytest-recording's layout (<dir>/cassettes/<module>/<test>.yaml): "
             "give its test with --test-id"
         )
         raise UnreadableSource(msg)
-    directory = Path(*parts[:-3])
     try:
         where = directory.relative_to(root.resolve()).as_posix()
     except ValueError:
         msg = f"outside the project root {root}: give its test with --test-id"
         raise UnreadableSource(msg) from None
-    module = parts[-2]
-    stem = _stem(path)
-    name = stem
-    head, dot, tail = stem.partition(".")
+    name = _stem(path)
+    head, dot, tail = name.partition(".")
     if dot and head[:1].isupper() and "[" not in head:
         name = f"{head}::{tail}"  # a test method: `<Class>.<test>`
     prefix = f"{where}/" if where not in ("", ".") else ""
-    return f"{prefix}{module}.py::{name}"
+    return f"{prefix}{path.resolve().parent.name}.py::{name}"
 
 
 #: What pytest-recording replaces with `-` in a cassette name (file names cannot hold them).
@@ -177,9 +159,8 @@ class CollectedTests:
                 self.by_name.setdefault(name, []).append(nodeid)
 
     def test_of(self, path: Path, root: Path, notes: list[str]) -> str:
-        """The one collected test `path` is the cassette of; the layout's guess (with a note
-        in `notes`) when its module collected no tests; UnreadableSource when none or
-        several are."""
+        """The one collected test `path` is the cassette of; the layout's guess (with a note in
+        `notes`) when its module collected no tests; UnreadableSource when none or several are."""
         stem = _stem(path)
         place = path.resolve().parent
         in_layout = place.parent.name == CASSETTES_DIRNAME
@@ -196,21 +177,21 @@ class CollectedTests:
             )
             raise UnreadableSource(msg)
         module = place.parent.parent / f"{place.name}.py"
+        shown = _shown(module, root)
         if in_layout and place not in self.modules:
             if not module.is_file():
                 msg = (
-                    f"its test module {_shown(module, root)} does not exist (removed or "
-                    f"renamed?): delete the cassette, or import it with --test-id ({retry})"
+                    f"its test module {shown} does not exist (removed or renamed?): delete the "
+                    f"cassette, or import it with --test-id ({retry})"
                 )
                 raise UnreadableSource(msg)
             guess = layout_test_id(path, root)
             notes.append(
-                f"{path}: pytest collected no tests of {_shown(module, root)} (does it import? "
-                f"pytest --collect-only {_shown(module, root)}); imported under the layout's "
-                f"guess {guess}"
+                f"{path}: pytest collected no tests of {shown} (does it import? pytest "
+                f"--collect-only {shown}); imported under the layout's guess {guess}"
             )
             return guess
-        where = f"of {_shown(module, root)} " if in_layout else ""
+        where = f"of {shown} " if in_layout else ""
         msg = (
             f"no collected test {where}has the cassette name {stem!r} (renamed or removed, "
             "or named by @pytest.mark.default_cassette?): import it with --test-id "
@@ -220,15 +201,14 @@ class CollectedTests:
 
 
 def collected_from_lines(lines: Iterable[str], rootdir: Path, source: str) -> CollectedTests:
-    """The node ids among `lines` (as `pytest --collect-only -q` prints them, one a line;
-    other lines are left out)."""
+    """The node ids among `lines` as `pytest --collect-only -q` prints them, one a line."""
     ids = [line.strip() for line in lines if "::" in line and not line.startswith(" ")]
     return CollectedTests(tuple(ids), rootdir, source)
 
 
 def _stem(path: Path) -> str:
     stem = path.name
-    for suffix in (*_YAML_SUFFIXES, ".json"):
+    for suffix in (".yaml", ".yml", ".json"):
         stem = stem.removesuffix(suffix)
     return stem
 
@@ -242,40 +222,26 @@ def _shown(path: Path, root: Path) -> str:
 
 #: vcrpy's default `match_on`
 VCR_DEFAULT_MATCH_ON = ("method", "scheme", "host", "port", "path", "query")
-
 #: vcrpy's matchers as hashreplay's parts; the host is never part of a key, and headers or
 #: custom matchers have no equivalent (they are left out, so matching is looser, never stricter)
-_VCR_PARTS = {
-    "method": "method",
-    "uri": "endpoint",
-    "path": "path",
-    "query": "query",
-    "body": "body",
-    "raw_body": "body",
-}
-
-
-def vcr_match_on(matchers: tuple[str, ...]) -> tuple[str, ...]:
-    """vcrpy's `match_on` as hashreplay's: `("method", "uri")` → `("method", "endpoint")`."""
-    parts = tuple(_VCR_PARTS[m] for m in matchers if m in _VCR_PARTS)
-    return parse_match_on(parts or ("method", "endpoint"), source="vcr_config match_on")
+_VCR_PARTS = {"method": "method", "uri": "endpoint", "path": "path", "query": "query"}
+_VCR_PARTS |= {"body": "body", "raw_body": "body"}
 
 
 def cassette_match_on(path: Path, root: Path) -> tuple[str, ...]:
-    """How vcrpy matched a cassette's requests: the `match_on` of the nearest `conftest.py`
-    `vcr_config` fixture that returns a dict literal (read with `ast`, never imported),
-    from the test's directory up to the project root; else vcrpy's default."""
-    parts = path.resolve().parts
-    in_layout = len(parts) >= 3 and parts[-3] == CASSETTES_DIRNAME
-    directory = Path(*parts[:-3]) if in_layout else Path(*parts[:-1])
+    """How vcrpy matched a cassette's requests, as hashreplay's parts (`("method", "uri")` →
+    `("method", "endpoint")`): the `match_on` of the nearest `conftest.py` `vcr_config` fixture
+    that returns a dict literal (read with `ast`, never imported), from the test's directory up
+    to the project root; else vcrpy's default."""
+    directory = _layout_dir(path) or path.resolve().parent
     top = root.resolve()
-    while True:
-        found = _conftest_match_on(directory / "conftest.py")
-        if found is not None:
-            return vcr_match_on(found)
+    while (found := _conftest_match_on(directory / "conftest.py")) is None:
         if directory in (top, directory.parent) or top not in directory.parents:
-            return vcr_match_on(VCR_DEFAULT_MATCH_ON)
+            found = VCR_DEFAULT_MATCH_ON
+            break
         directory = directory.parent
+    parts = tuple(_VCR_PARTS[m] for m in found if m in _VCR_PARTS)
+    return parse_match_on(parts or ("method", "endpoint"), source="vcr_config match_on")
 
 
 def _conftest_match_on(conftest: Path) -> tuple[str, ...] | None:
@@ -285,23 +251,20 @@ def _conftest_match_on(conftest: Path) -> tuple[str, ...] | None:
         tree = ast.parse(conftest.read_bytes())
     except (OSError, SyntaxError, ValueError):
         return None
-    for node in ast.walk(tree):
-        if (
-            not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            or node.name != "vcr_config"
-        ):
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+    fixtures = [n for n in ast.walk(tree) if isinstance(n, functions) and n.name == "vcr_config"]
+    for inner in (node for fixture in fixtures for node in ast.walk(fixture)):
+        if not isinstance(inner, ast.Return) or not isinstance(inner.value, ast.Dict):
             continue
-        for inner in ast.walk(node):
-            if isinstance(inner, ast.Return) and isinstance(inner.value, ast.Dict):
-                for key, value in zip(inner.value.keys, inner.value.values, strict=True):
-                    if isinstance(key, ast.Constant) and key.value == "match_on":
-                        try:
-                            given = ast.literal_eval(value)
-                        except ValueError:
-                            return VCR_DEFAULT_MATCH_ON
-                        if isinstance(given, (list, tuple)):
-                            return tuple(str(m) for m in given)
-                return VCR_DEFAULT_MATCH_ON
+        for key, value in zip(inner.value.keys, inner.value.values, strict=True):
+            if isinstance(key, ast.Constant) and key.value == "match_on":
+                try:
+                    given = ast.literal_eval(value)
+                except ValueError:
+                    return VCR_DEFAULT_MATCH_ON
+                if isinstance(given, (list, tuple)):
+                    return tuple(str(m) for m in given)
+        return VCR_DEFAULT_MATCH_ON
     return None
 
 
@@ -310,14 +273,10 @@ def read_cassette(
 ) -> Read:
     data = _load(path, max_bytes)
     if not isinstance(data, dict) or not isinstance(data.get("interactions"), list):
-        msg = "unknown shape: no `interactions` list (not a vcrpy cassette?)"
-        raise UnreadableSource(msg)
-    version = data.get("version", 1)
-    if version != 1:
-        msg = f"cassette format version {version!r}; only version 1 is known"
-        raise UnreadableSource(msg)
-    entries: list[Entry] = []
-    skipped: list[Skipped] = []
+        raise UnreadableSource("unknown shape: no `interactions` list (not a vcrpy cassette?)")
+    if (version := data.get("version", 1)) != 1:
+        raise UnreadableSource(f"cassette format version {version!r}; only version 1 is known")
+    found = Read()
     for index, interaction in enumerate(data["interactions"], start=1):
         source = f"{path}#{index}"
         try:
@@ -335,99 +294,146 @@ def read_cassette(
         host = urlsplit(incoming.url).hostname or ""
         if hosts and host not in hosts:
             reason = f"host {host} is not one of --host {', '.join(hosts)}"
-            skipped.append(Skipped(source, reason, fatal=False))
-            continue
-        entries.append(Entry(test_id, source, incoming, exchange))
-    return Read(entries, skipped)
+            found.skipped.append(Skipped(source, reason, fatal=False))
+        else:
+            found.entries.append(Entry(test_id, source, incoming, exchange))
+    return found
 
 
 def _load(path: Path, max_bytes: int) -> Any:
     content = path.read_bytes()
     if path.suffix.lower() == ".json":
-        try:
-            data = orjson.loads(content)
-        except orjson.JSONDecodeError as exc:
-            if "depth" in exc.msg:  # orjson stops at 1,024 levels
-                raise UnreadableSource(f"{too_deep_problem()}; not imported") from None
-            msg = f"not JSON: {exc}"
-            raise UnreadableSource(msg) from None
+        data = load_json(content)
     else:
         loads = yaml_loader()
         try:
             data = loads(content)
-        except RecursionError:
-            raise UnreadableSource(f"{too_deep_problem()}; not imported") from None
-        except Exception as exc:  # yaml.YAMLError and constructor errors for unsafe tags
-            if "nesting depth" in str(exc):  # libyaml stops at 1,000 levels
+        except Exception as exc:  # yaml.YAMLError, constructor errors for unsafe tags, too deep
+            if isinstance(exc, RecursionError) or "nesting depth" in str(exc):  # libyaml: 1,000
                 raise UnreadableSource(f"{too_deep_problem()}; not imported") from None
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            msg = f"not readable YAML: {first}"
-            raise UnreadableSource(msg) from None
+            raise UnreadableSource(f"not readable YAML: {first}") from None
         check_expansion(data, len(content), max_bytes)
-    deep = deep_field(data, "(cassette)", MAX_NESTING + 8)  # a body, and the cassette's own
-    if deep is not None:
-        raise UnreadableSource(f"{deep}: {too_deep_problem()}; not imported")
+    check_depth(data, "(cassette)", MAX_NESTING + 8)  # a body, and the cassette's own levels
     return data
 
 
 def _headers(raw: Any) -> list[tuple[str, str]]:
     """vcrpy's `{name: [values]}` (or `{name: value}`) as header pairs."""
-    if not raw:
-        return []
-    pairs: list[tuple[str, str]] = []
-    for name, values in dict(raw).items():
-        for value in values if isinstance(values, (list, tuple)) else [values]:
-            pairs.append((str(name), str(value)))
-    return pairs
+    return [
+        (str(name), str(value))
+        for name, values in dict(raw or {}).items()
+        for value in (values if isinstance(values, (list, tuple)) else [values])
+    ]
 
 
 def _bytes(value: Any) -> bytes:
-    if value is None:
-        return b""
-    if isinstance(value, bytes):
-        return value
+    if value is None or isinstance(value, bytes):
+        return value or b""
     if isinstance(value, str):
         return value.encode("utf-8")
-    msg = f"a body of type {type(value).__name__}"
-    raise TypeError(msg)
+    raise TypeError(f"a body of type {type(value).__name__}")
 
 
-def _interaction(
-    interaction: dict[str, Any], max_bytes: int
-) -> tuple[IncomingRequest, LiveExchange]:
-    request, response = interaction["request"], interaction["response"]
+def _interaction(item: dict[str, Any], max_bytes: int) -> tuple[IncomingRequest, LiveExchange]:
+    request, response = item["request"], item["response"]
     body = request.get("body")
     if isinstance(body, dict):  # some serialisers wrap request bodies like responses
         body = body.get("string")
-    incoming = IncomingRequest(
-        str(request["method"]).upper(),
-        str(request["uri"]),
-        _headers(request.get("headers")),
-        _bytes(body),
-    )
+    method, uri = str(request["method"]).upper(), str(request["uri"])
+    incoming = IncomingRequest(method, uri, _headers(request.get("headers")), _bytes(body))
     if "status_code" in response:  # the old httpx layout
         status, content = int(response["status_code"]), response.get("content")
     else:
-        status, content = (
-            int(response["status"]["code"]),
-            (response.get("body") or {}).get("string"),
-        )
+        status = int(response["status"]["code"])
+        content = (response.get("body") or {}).get("string")
     headers = _headers(response.get("headers"))
     raw = _bytes(content)
     coding = next((v for k, v in headers if k.lower() == "content-encoding"), None)
+    dropped = {"content-length"}
     if coding is not None:
         try:
             decoded = decode_limited(coding, raw, max_bytes)
         except DecodedTooLarge:
             raise
         except Exception as exc:  # zlib.error, brotli.error
-            msg = f"the {coding} body does not decode: {exc}"
-            raise ValueError(msg) from exc
+            raise ValueError(f"the {coding} body does not decode: {exc}") from exc
         if decoded is not None:
             raw = decoded
-            headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
-    headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+            dropped.add("content-encoding")
+    headers = [(k, v) for k, v in headers if k.lower() not in dropped]
     chunked = any(k.lower() == "transfer-encoding" for k, _ in headers)
-    day = recorded_day(interaction.get("recorded_at"))
-    exchange = LiveExchange(status, headers, [raw] if raw else [], chunked, recorded_on=day)
-    return incoming, exchange
+    day = recorded_day(item.get("recorded_at"))
+    return incoming, LiveExchange(status, headers, [raw] if raw else [], chunked, recorded_on=day)
+
+
+def check_expansion(data: Any, size: int, max_bytes: int) -> None:
+    """Refuse a cassette whose YAML aliases (`&a`, `*a`) expand it more than `max_bytes` past the
+    file's size (a "billion laughs" document), or make it contain itself. The loader shares one
+    object per anchor, so the size is counted over those, once each, never building the whole."""
+    limit = size + max_bytes
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        value, done = stack.pop()
+        key = id(value)
+        children = [*value.keys(), *value.values()] if isinstance(value, dict) else list(value)
+        if done:
+            on_path.discard(key)
+            total = 1 + sum(_leaf_size(c) if _is_leaf(c) else sizes[id(c)] for c in children)
+            if total > limit:
+                msg = (
+                    f"its YAML aliases expand it to more than max_body_bytes ({max_bytes}) "
+                    f'beyond the file\'s own {size} bytes (a "billion laughs" cassette?); '
+                    "not imported: raise max_body_bytes in [tool.hashreplay] if it is genuine"
+                )
+                raise UnreadableSource(msg)
+            sizes[key] = total
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise UnreadableSource("a YAML alias makes the cassette contain itself; not imported")
+        on_path.add(key)
+        stack.append((value, True))
+        stack.extend((c, False) for c in children if not _is_leaf(c) and id(c) not in sizes)
+
+
+def _is_leaf(value: Any) -> bool:
+    return not isinstance(value, (dict, list, tuple))
+
+
+def _leaf_size(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes)) else 8
+
+
+def yaml_loader() -> Callable[[bytes], Any]:
+    try:
+        import yaml
+    except ImportError:
+        msg = (
+            "reading YAML cassettes needs PyYAML: pip install 'hashreplay[import]' "
+            "(JSON cassettes need nothing more)"
+        )
+        raise UnreadableSource(msg) from None
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Loader(base):  # type: ignore[valid-type,misc]
+        """Safe, plus the harmless Python tags old cassettes carry (str, tuple)."""
+
+    def scalar(loader: Any, node: Any) -> Any:
+        return loader.construct_scalar(node)
+
+    def sequence(loader: Any, node: Any) -> Any:
+        return tuple(loader.construct_sequence(node))
+
+    Loader.add_constructor("tag:yaml.org,2002:python/str", scalar)
+    Loader.add_constructor("tag:yaml.org,2002:python/unicode", scalar)
+    Loader.add_constructor("tag:yaml.org,2002:python/tuple", sequence)
+
+    def loads(content: bytes) -> Any:
+        return yaml.load(content, Loader=Loader)
+
+    return loads
