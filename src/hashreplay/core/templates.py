@@ -1,16 +1,13 @@
-"""Response templates: `{{request:<path>}}` in a recorded body, filled from the live request
-at replay (docs/scenarios.md), so an answer can echo what the application sent this time.
-
-Paths use the stored request layout: `body.messages[-1].content`, `body.metadata.trace_id`,
-`endpoint`, `method`, `url`, `headers.<lower-case name>`. A string that is one marker and
-nothing else takes the value's own JSON type; inside longer text the value is written as
-text (JSON for objects and arrays). `{{{{` is a literal `{{`. Pure: no I/O, no HTTP client.
-"""
+"""Response templates: `{{request:<path>}}` in a recorded body, filled from the live request at
+replay (docs/scenarios.md). Paths use the stored request layout (`headers.<lower-case name>`).
+A string that is one marker takes the value's JSON type; in longer text the value is written
+as text (JSON for objects and arrays). `{{{{` is a literal `{{`. Pure: no I/O, no HTTP client."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import orjson
@@ -25,6 +22,7 @@ PATH_FORMS = (
 #: compiled on first use (only scenarios fill templates), not at import
 _STEP = r"\.([A-Za-z0-9_\-]+)|\[(-?\d+)\]"
 _ROOT = r"[A-Za-z_]+"
+_MISSING = object()
 
 
 class TemplateError(ValueError):
@@ -53,51 +51,43 @@ def parse_path(path: str) -> tuple[str, list[str | int]]:
     return root.group(), steps
 
 
-_MISSING = object()
-
-
 def resolve(path: str, request: Mapping[str, Any]) -> Any:
     """The value at `path` in the request layout; a TemplateError naming the path if none."""
     root, steps = parse_path(path)
     value: Any = request.get(root, _MISSING)
     for step in steps:
-        value = _step(value, step)
-        if value is _MISSING:
-            break
+        if isinstance(step, int):
+            found = isinstance(value, list) and -len(value) <= step < len(value)
+        else:
+            found = isinstance(value, dict) and step in value
+        value = value[step] if found else _MISSING
     if value is _MISSING or (value is None and root != "body"):
         msg = f"template {{{{request:{path}}}}}: this request has nothing at {path!r}"
         raise TemplateError(msg, syntax=False)
     return value
 
 
-def _step(value: Any, step: str | int) -> Any:
-    if isinstance(step, int):
-        if isinstance(value, list) and -len(value) <= step < len(value):
-            return value[step]
-        return _MISSING
-    if isinstance(value, dict) and step in value:
-        return value[step]
-    return _MISSING
-
-
 def has_markers(value: Any) -> bool:
     """Whether any string in `value` holds `{{request:` (or an escape to undo)."""
     if isinstance(value, str):
         return "{{" in value
-    if isinstance(value, (dict, list)):
-        return b"{{" in orjson.dumps(value)
-    return False
+    return isinstance(value, (dict, list)) and b"{{" in orjson.dumps(value)
+
+
+def _map_strings(value: Any, text: Callable[[str], Any], *, dicts: bool = True) -> Any:
+    """`value` with `text` applied to each string in it, inside lists (and dict values)."""
+    if isinstance(value, str):
+        return text(value) if "{{" in value else value
+    if dicts and isinstance(value, dict):
+        return {k: _map_strings(v, text) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_map_strings(v, text, dicts=dicts) for v in value]
+    return value
 
 
 def fill(value: Any, request: Mapping[str, Any]) -> Any:
     """`value` with every marker filled from `request` (strings inside dicts and lists)."""
-    if isinstance(value, str):
-        return fill_text(value, request) if "{{" in value else value
-    if isinstance(value, dict):
-        return {k: fill(v, request) for k, v in value.items()}
-    if isinstance(value, list):
-        return [fill(v, request) for v in value]
-    return value
+    return _map_strings(value, lambda text: fill_text(text, request))
 
 
 def fill_text(text: str, request: Mapping[str, Any], *, framing: str = "", where: str = "") -> Any:
@@ -114,11 +104,7 @@ def fill_text(text: str, request: Mapping[str, Any], *, framing: str = "", where
         return value
     out: list[str] = []
     at = 0
-    while True:
-        start = text.find("{{", at)
-        if start < 0:
-            out.append(text[at:])
-            return "".join(out)
+    while (start := text.find("{{", at)) >= 0:
         out.append(text[at:start])
         if text.startswith("{{{{", start):
             out.append("{{")
@@ -138,9 +124,7 @@ def fill_text(text: str, request: Mapping[str, Any], *, framing: str = "", where
         else:
             out.append("{{")
             at = start + 2
-
-
-# --- live text is never a template ----------------------------------------------------------
+    return "".join(out) + text[at:]
 
 
 def escape(value: Any) -> Any:
@@ -148,13 +132,7 @@ def escape(value: Any) -> Any:
     upstream (a model asked to print `{{request:body.model}}`) is never a template on replay;
     `fill` turns each `{{{{` back into `{{`, giving the exact original text (docs/scenarios.md,
     "Templates"). Dict keys are never templates and are left as they are."""
-    if isinstance(value, str):
-        return value.replace("{{", "{{{{") if "{{" in value else value
-    if isinstance(value, dict):
-        return {k: escape(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [escape(v) for v in value]
-    return value
+    return _map_strings(value, lambda text: text.replace("{{", "{{{{"))
 
 
 # --- templates inside streams ----------------------------------------------------------------
@@ -168,8 +146,7 @@ _SSE_LINES = ("event", "id", "retry")
 
 
 def _check_framing(path: str, value: str, framing: str, where: str) -> None:
-    found = [repr(c) for c in framing if c in value]
-    if found:
+    if found := [repr(c) for c in framing if c in value]:
         msg = (
             f"template {{{{request:{path}}}}} in {where} is refused: its value holds "
             f"{' and '.join(found)}, which would break the stream's framing (a new field, line "
@@ -194,30 +171,17 @@ def fill_stream(fmt: str | None, items: Any, request: Mapping[str, Any]) -> Any:
         if fmt == "ndjson" and isinstance(item, str):
             out.append(fill_text(item, request, framing=LINE_BREAKS, where=f"{where} (a line)"))
         elif fmt == "sse" and isinstance(item, dict):
-            out.append(_fill_event(item, request, where))
+            out.append({key: _fill_field(key, v, request, where) for key, v in item.items()})
         else:
             out.append(fill(item, request))
     return out
 
 
-def _fill_event(event: dict[str, Any], request: Mapping[str, Any], where: str) -> dict[str, Any]:
-    filled: dict[str, Any] = {}
-    for key, value in event.items():
-        at = f"{where}, field {key!r}"
-        if key == "data" and isinstance(value, str):
-            filled[key] = fill_text(value, request, framing=CARRIAGE_RETURN, where=at)
-        elif key in _SSE_LINES and isinstance(value, str):
-            filled[key] = fill_text(value, request, framing=LINE_BREAKS, where=at)
-        elif key in ("comments", "fields"):
-            filled[key] = _fill_lines(value, request, at)
-        else:
-            filled[key] = fill(value, request)
-    return filled
-
-
-def _fill_lines(value: Any, request: Mapping[str, Any], where: str) -> Any:
-    if isinstance(value, str):
-        return fill_text(value, request, framing=LINE_BREAKS, where=where)
-    if isinstance(value, list):
-        return [_fill_lines(v, request, where) for v in value]
-    return value
+def _fill_field(key: str, value: Any, request: Mapping[str, Any], where: str) -> Any:
+    at = f"{where}, field {key!r}"
+    if key == "data" and isinstance(value, str):
+        return fill_text(value, request, framing=CARRIAGE_RETURN, where=at)
+    if key in ("comments", "fields") or (key in _SSE_LINES and isinstance(value, str)):
+        line = partial(fill_text, request=request, framing=LINE_BREAKS, where=at)
+        return _map_strings(value, line, dicts=False)
+    return fill(value, request)
