@@ -8,6 +8,7 @@ import base64
 import struct
 import zlib
 from collections.abc import Iterable
+from contextlib import suppress
 from enum import Enum
 from typing import Any
 
@@ -38,9 +39,8 @@ BINARY_STREAM_TYPES = ("application/vnd.amazon.eventstream",)
 
 
 def stream_format_for(content_type: str | None, *, chunked: bool) -> StreamFormat | None:
-    """The stream format of a response, or None when it is an ordinary body: SSE and NDJSON by
-    content type, binary event streams (Bedrock's) as raw chunks, and so is any other body that
-    arrived with chunked transfer encoding and is not JSON."""
+    """A response's stream format, or None for an ordinary body: SSE and NDJSON by content type;
+    raw chunks for binary event streams (Bedrock's) and any other chunked body that is not JSON."""
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if media in SSE_TYPES:
         return StreamFormat.SSE
@@ -51,43 +51,87 @@ def stream_format_for(content_type: str | None, *, chunked: bool) -> StreamForma
     return None
 
 
+def parse_stream(fmt: StreamFormat, chunks: Iterable[bytes]) -> list[Any]:
+    if fmt is StreamFormat.SSE:
+        return parse_sse(b"".join(chunks))
+    if fmt is StreamFormat.NDJSON:
+        return parse_ndjson(b"".join(chunks))
+    return [encode_chunk(c) for c in chunks if c]
+
+
+def render_stream(fmt: StreamFormat, items: Iterable[Any]) -> list[bytes]:
+    if fmt is StreamFormat.SSE:
+        return [render_sse_event(e) for e in items]
+    if fmt is StreamFormat.NDJSON:
+        return [render_ndjson_line(v) for v in items]
+    return [decode_chunk(c) for c in items]
+
+
+def data_values(fmt: StreamFormat, items: list[Any]) -> list[Any]:
+    """The JSON payloads of a stream, in order (what the response normaliser rewrites)."""
+    if fmt is StreamFormat.SSE:
+        return [e.get("data") for e in items]
+    if fmt in (StreamFormat.NDJSON, StreamFormat.VALUES):
+        return list(items)
+    return []
+
+
+def with_data_values(fmt: StreamFormat, items: list[Any], values: list[Any]) -> list[Any]:
+    """`items` with their payloads replaced by `values` (inverse of `data_values`)."""
+    if fmt is StreamFormat.SSE:
+        pairs = zip(items, values, strict=True)
+        return [{**e, "data": v} if "data" in e else dict(e) for e, v in pairs]
+    if fmt in (StreamFormat.NDJSON, StreamFormat.VALUES):
+        return list(values)
+    return items
+
+
+#: Events and types that end an LLM stream (OpenAI, Anthropic, Ollama): a client that closes
+#: right after one has read the whole stream, not abandoned it.
+TERMINAL_EVENTS = frozenset(
+    {"[DONE]", "message_stop", "response.completed", "response.failed", "response.incomplete"}
+)
+
+
+def stream_finished(fmt: StreamFormat, chunks: list[bytes]) -> bool:
+    """Whether a stream's bytes end with its API's own last event (`[DONE]`, `"done": true`)."""
+    data = b"".join(chunks)
+    if fmt is StreamFormat.SSE:
+        events = parse_sse(data)
+        if not events or events[-1].get("partial"):
+            return False
+        payload = events[-1].get("data")
+        kind = payload.get("type") if isinstance(payload, dict) else payload
+        return events[-1].get("event") in TERMINAL_EVENTS or kind in TERMINAL_EVENTS
+    if fmt is StreamFormat.NDJSON and data.endswith(b"\n"):
+        lines = parse_ndjson(data)
+        return bool(lines) and isinstance(lines[-1], dict) and lines[-1].get("done") is True
+    return False
+
+
 def _maybe_json(text: str) -> Any:
     """Objects and arrays are stored parsed (readable, normalisable); anything else as text."""
     if text.lstrip()[:1] in ("{", "["):
-        try:
+        with suppress(orjson.JSONDecodeError):
             return orjson.loads(text)  # an object or array: it starts with { or [
-        except orjson.JSONDecodeError:
-            pass
     return text
 
 
-def _render_json_or_text(value: Any) -> str:
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
-
-
-# --- SSE -----------------------------------------------------------------------------------
-
-
 def parse_sse(data: bytes) -> list[dict[str, Any]]:
-    """Split an SSE body into events: `{"event", "id", "retry", "data", "comments"}`, each field
-    kept only when present, `data` parsed when it is a JSON object or array. A trailing event
-    without its terminating blank line (a broken stream) gets `"partial": true` so replay can
-    reproduce exactly what arrived."""
-    text = data.decode("utf-8", errors="surrogateescape")
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    if lines[-1] == "":
-        lines.pop()  # what follows the final newline is not a line
+    """Split an SSE body into events: `{"event", "id", "retry", "data", "comments"}` as present,
+    `data` parsed when it is a JSON object or array. A trailing event without its blank line (a
+    broken stream) gets `"partial": true`, so replay can reproduce exactly what arrived."""
+    text = data.decode("utf-8", errors="surrogateescape").replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.removesuffix("\n").split("\n")  # what follows the final newline is not a line
     events: list[dict[str, Any]] = []
     current: dict[str, Any] = {}
     data_lines: list[str] = []
-    for line in [*lines, None]:  # None: the end, which ends an event only a broken stream has
+    for line in [*lines, None]:  # None: the end; an event still open there was cut off
         if not line:
             if data_lines:
                 current["data"] = _maybe_json("\n".join(data_lines))
-            if current and line is None:
-                current["partial"] = True
             if current:
-                events.append(current)
+                events.append(current if line is not None else {**current, "partial": True})
             current, data_lines = {}, []
         elif line.startswith(":"):
             current.setdefault("comments", []).append(line[1:])
@@ -117,12 +161,10 @@ def render_sse_event(event: dict[str, Any]) -> bytes:
     lines.extend(f"{key}: {event[key]}" for key in ("event", "id", "retry") if key in event)
     lines.extend(f"{name}: {value}" for name, value in event.get("fields", ()))
     if "data" in event:
-        lines.extend(f"data: {line}" for line in _render_json_or_text(event["data"]).split("\n"))
+        text = data if isinstance(data, str) else orjson.dumps(data).decode()
+        lines.extend(f"data: {line}" for line in text.split("\n"))
     end = "\n" if event.get("partial") else "\n\n"
     return ("\n".join(lines) + end).encode("utf-8", errors="surrogateescape")
-
-
-# --- NDJSON and raw chunks -----------------------------------------------------------------
 
 
 def parse_ndjson(data: bytes) -> list[Any]:
@@ -131,7 +173,8 @@ def parse_ndjson(data: bytes) -> list[Any]:
 
 
 def render_ndjson_line(value: Any) -> bytes:
-    return (_render_json_or_text(value) + "\n").encode("utf-8", errors="surrogateescape")
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    return (text + "\n").encode("utf-8", errors="surrogateescape")
 
 
 def encode_chunk(chunk: bytes) -> Any:
@@ -142,9 +185,7 @@ def encode_chunk(chunk: bytes) -> Any:
 
 
 def decode_chunk(chunk: Any) -> bytes:
-    if isinstance(chunk, dict):
-        return base64.b64decode(chunk["base64"])
-    return str(chunk).encode("utf-8")
+    return base64.b64decode(chunk["base64"]) if isinstance(chunk, dict) else str(chunk).encode()
 
 
 # --- AWS event stream frames --------------------------------------------------------------
@@ -159,20 +200,10 @@ def is_eventstream(content_type: str | None) -> bool:
     return (content_type or "").split(";", 1)[0].strip().lower() in BINARY_STREAM_TYPES
 
 
-def eventstream_frame(headers: bytes, payload: bytes) -> bytes:
-    """One AWS event stream message around already encoded `headers` and `payload`, with
-    its lengths and both CRC32 checksums (prelude, whole message) computed afresh."""
-    total = _FRAME_OVERHEAD + len(headers) + len(payload)
-    prelude = struct.pack(">II", total, len(headers))
-    message = prelude + struct.pack(">I", zlib.crc32(prelude)) + headers + payload
-    return message + struct.pack(">I", zlib.crc32(message))
-
-
 class EventStreamFrames:
-    """A raw-chunk body read as AWS event stream frames (Bedrock's `converse_stream`): `frames`
-    are the (encoded headers, payload) of every whole, valid frame from the start; `rest` is
-    what follows, kept byte for byte so a client sees there what it saw live: the part of a
-    frame a broken stream cut off, or everything from a frame whose lengths or CRCs fail."""
+    """A raw-chunk body as AWS event stream frames (Bedrock's `converse_stream`): `frames`, the
+    (encoded headers, payload) of each whole, valid frame from the start; `rest`, byte for byte as
+    the client saw it: a cut-off frame of a broken stream, or all from one with bad lengths/CRCs."""
 
     __slots__ = ("frames", "rest")
 
@@ -213,75 +244,14 @@ class EventStreamFrames:
         return values
 
     def items_with(self, values: list[Any]) -> list[Any]:
-        """The stored chunks, one per frame (and one for `rest`), with each JSON payload
-        replaced by its value in `values` (None: the payload as it was) and every frame's
-        lengths and CRCs computed afresh, so a client's checksum check still holds."""
+        """The stored chunks, one per frame and one for `rest`, each JSON payload replaced by its
+        value in `values` (None: as it was), lengths and CRCs computed afresh for the client."""
         items: list[Any] = []
         for (headers, payload), value in zip(self.frames, values, strict=True):
             new = payload if value is None else orjson.dumps(value)
-            items.append(encode_chunk(eventstream_frame(headers, new)))
+            prelude = struct.pack(">II", _FRAME_OVERHEAD + len(headers) + len(new), len(headers))
+            message = prelude + struct.pack(">I", zlib.crc32(prelude)) + headers + new
+            items.append(encode_chunk(message + struct.pack(">I", zlib.crc32(message))))
         if self.rest:
             items.append(encode_chunk(self.rest))
         return items
-
-
-def parse_stream(fmt: StreamFormat, chunks: Iterable[bytes]) -> list[Any]:
-    chunks = list(chunks)
-    if fmt is StreamFormat.SSE:
-        return parse_sse(b"".join(chunks))
-    if fmt is StreamFormat.NDJSON:
-        return parse_ndjson(b"".join(chunks))
-    return [encode_chunk(c) for c in chunks if c]
-
-
-def render_stream(fmt: StreamFormat, items: Iterable[Any]) -> list[bytes]:
-    if fmt is StreamFormat.SSE:
-        return [render_sse_event(e) for e in items]
-    if fmt is StreamFormat.NDJSON:
-        return [render_ndjson_line(v) for v in items]
-    return [decode_chunk(c) for c in items]
-
-
-def data_values(fmt: StreamFormat, items: list[Any]) -> list[Any]:
-    """The JSON payloads of a stream, in order (what the response normaliser rewrites)."""
-    if fmt is StreamFormat.SSE:
-        return [e.get("data") for e in items]
-    if fmt in (StreamFormat.NDJSON, StreamFormat.VALUES):
-        return list(items)
-    return []
-
-
-def with_data_values(fmt: StreamFormat, items: list[Any], values: list[Any]) -> list[Any]:
-    """`items` with their payloads replaced by `values` (inverse of `data_values`)."""
-    if fmt is StreamFormat.SSE:
-        pairs = zip(items, values, strict=True)
-        return [
-            {**event, "data": value} if "data" in event else dict(event) for event, value in pairs
-        ]
-    if fmt in (StreamFormat.NDJSON, StreamFormat.VALUES):
-        return list(values)
-    return items
-
-
-#: Events and types that end an LLM stream (OpenAI, Anthropic, Ollama): a client that closes
-#: right after one has read the whole stream, not abandoned it.
-TERMINAL_EVENTS = frozenset(
-    {"[DONE]", "message_stop", "response.completed", "response.failed", "response.incomplete"}
-)
-
-
-def stream_finished(fmt: StreamFormat, chunks: list[bytes]) -> bool:
-    """Whether a stream's bytes end with its API's own last event (`data: [DONE]`,
-    `message_stop`, `response.completed`, NDJSON `"done": true`)."""
-    data = b"".join(chunks)
-    if fmt is StreamFormat.SSE:
-        events = parse_sse(data)
-        if not events or events[-1].get("partial"):
-            return False
-        payload = events[-1].get("data")
-        kind = payload.get("type") if isinstance(payload, dict) else payload
-        return events[-1].get("event") in TERMINAL_EVENTS or kind in TERMINAL_EVENTS
-    if fmt is StreamFormat.NDJSON and data.endswith(b"\n"):
-        lines = parse_ndjson(data)
-        return bool(lines) and isinstance(lines[-1], dict) and lines[-1].get("done") is True
-    return False

@@ -42,8 +42,7 @@ def parse_path(path: str) -> tuple[str, list[str | int]]:
     steps: list[str | int] = []
     at = root.end()
     while at < len(path):
-        step = re.compile(_STEP).match(path, at)
-        if step is None:
+        if (step := re.compile(_STEP).match(path, at)) is None:
             msg = f"template path {path!r} does not parse at {path[at:]!r}; {PATH_FORMS}"
             raise TemplateError(msg, syntax=True)
         steps.append(step.group(1) if step.group(1) is not None else int(step.group(2)))
@@ -75,7 +74,6 @@ def has_markers(value: Any) -> bool:
 
 
 def _map_strings(value: Any, text: Callable[[str], Any], *, dicts: bool = True) -> Any:
-    """`value` with `text` applied to each string in it, inside lists (and dict values)."""
     if isinstance(value, str):
         return text(value) if "{{" in value else value
     if dicts and isinstance(value, dict):
@@ -91,9 +89,8 @@ def fill(value: Any, request: Mapping[str, Any]) -> Any:
 
 
 def fill_text(text: str, request: Mapping[str, Any], *, framing: str = "", where: str = "") -> Any:
-    """`text` with its markers filled. With `framing` (the characters a stream's format
-    uses to frame it: CR, LF), a value that holds one of them is refused, naming the
-    template and `where` it is."""
+    """`text` with its markers filled. With `framing` (the characters that frame a stream: CR,
+    LF), a value holding one of them is refused, naming the template and `where` it is."""
     if "{{" not in text:
         return text
     if text.startswith(TEMPLATE_OPEN) and text.endswith("}}") and text.count("{{") == 1:
@@ -106,32 +103,27 @@ def fill_text(text: str, request: Mapping[str, Any], *, framing: str = "", where
     at = 0
     while (start := text.find("{{", at)) >= 0:
         out.append(text[at:start])
-        if text.startswith("{{{{", start):
+        if not text.startswith(TEMPLATE_OPEN, start):  # `{{{{` is `{{`, and so is any other `{{`
             out.append("{{")
-            at = start + 4
-        elif text.startswith(TEMPLATE_OPEN, start):
-            end = text.find("}}", start)
-            if end < 0:
-                msg = f"template {text[start : start + 60]!r} is not closed with }}}}; {PATH_FORMS}"
-                raise TemplateError(msg, syntax=True)
-            path = text[start + len(TEMPLATE_OPEN) : end]
-            value = resolve(path, request)
-            filled = value if isinstance(value, str) else orjson.dumps(value).decode()
-            if framing:
-                _check_framing(path, filled, framing, where)
-            out.append(filled)
-            at = end + 2
-        else:
-            out.append("{{")
-            at = start + 2
+            at = start + (4 if text.startswith("{{{{", start) else 2)
+            continue
+        if (end := text.find("}}", start)) < 0:
+            msg = f"template {text[start : start + 60]!r} is not closed with }}}}; {PATH_FORMS}"
+            raise TemplateError(msg, syntax=True)
+        path = text[start + len(TEMPLATE_OPEN) : end]
+        value = resolve(path, request)
+        filled = value if isinstance(value, str) else orjson.dumps(value).decode()
+        if framing:
+            _check_framing(path, filled, framing, where)
+        out.append(filled)
+        at = end + 2
     return "".join(out) + text[at:]
 
 
 def escape(value: Any) -> Any:
-    """`value` with every `{{` in its strings written `{{{{`, so text that came from a live
-    upstream (a model asked to print `{{request:body.model}}`) is never a template on replay;
-    `fill` turns each `{{{{` back into `{{`, giving the exact original text (docs/scenarios.md,
-    "Templates"). Dict keys are never templates and are left as they are."""
+    """`value` with every `{{` in its strings (not dict keys) written `{{{{`, so text from a live
+    upstream (a model asked to print `{{request:body.model}}`) is never a template on replay:
+    `fill` gives back the exact original text (docs/scenarios.md, "Templates")."""
     return _map_strings(value, lambda text: text.replace("{{", "{{{{"))
 
 
@@ -159,10 +151,9 @@ def _check_framing(path: str, value: str, framing: str, where: str) -> None:
 
 
 def fill_stream(fmt: str | None, items: Any, request: Mapping[str, Any]) -> Any:
-    """A recorded stream (`fmt` its format: `sse`, `ndjson`, `chunks`, `values`) with its
-    markers filled, where no value can add framing: values inside JSON data are encoded by
-    JSON; a value that would put a line break into a text line of the stream is a
-    TemplateError naming the template and the field."""
+    """A recorded stream (`fmt`: `sse`, `ndjson`, `chunks`, `values`) with its markers filled,
+    where no value can add framing: values inside JSON data are JSON-encoded; one that would put
+    a line break into a text line of the stream is a TemplateError naming template and field."""
     if fmt not in ("sse", "ndjson") or not isinstance(items, list):
         return fill(items, request)
     out: list[Any] = []
