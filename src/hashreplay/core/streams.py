@@ -1,8 +1,6 @@
 """Streamed bodies as ordered, readable records: SSE events, NDJSON lines, raw chunks.
-
 Parsing happens once, when a recording is written; rendering happens on replay and yields
-one chunk per event (or line), so an SDK's stream parser sees a real stream.
-"""
+one chunk per event (or line), so an SDK's stream parser sees a real stream."""
 
 from __future__ import annotations
 
@@ -10,6 +8,7 @@ import base64
 import struct
 import zlib
 from collections.abc import Iterable
+from contextlib import suppress
 from enum import Enum
 from typing import Any
 
@@ -40,247 +39,19 @@ BINARY_STREAM_TYPES = ("application/vnd.amazon.eventstream",)
 
 
 def stream_format_for(content_type: str | None, *, chunked: bool) -> StreamFormat | None:
-    """The stream format of a response, or None when it is an ordinary body.
-
-    SSE and NDJSON are streams by content type, and binary event streams (Bedrock's
-    `application/vnd.amazon.eventstream`) raw chunks; any other body that arrived with chunked
-    transfer encoding and is not JSON is kept as ordered raw chunks.
-    """
+    """A response's stream format, or None for an ordinary body: SSE and NDJSON by content type;
+    raw chunks for binary event streams (Bedrock's) and any other chunked body that is not JSON."""
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if media in SSE_TYPES:
         return StreamFormat.SSE
     if media in NDJSON_TYPES:
         return StreamFormat.NDJSON
-    if media in BINARY_STREAM_TYPES:
-        return StreamFormat.CHUNKS
-    if chunked and media and "json" not in media:
+    if media in BINARY_STREAM_TYPES or (chunked and media and "json" not in media):
         return StreamFormat.CHUNKS
     return None
 
 
-def _maybe_json(text: str) -> Any:
-    """Objects and arrays are stored parsed (readable, normalisable); anything else as text."""
-    stripped = text.lstrip()
-    if stripped[:1] in ("{", "["):
-        try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            return text
-        if isinstance(value, (dict, list)):
-            return value
-    return text
-
-
-def _render_json_or_text(value: Any) -> str:
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
-
-
-# --- SSE -----------------------------------------------------------------------------------
-
-
-def parse_sse(data: bytes) -> list[dict[str, Any]]:
-    """Split an SSE body into events: `{"event", "id", "retry", "data", "comments"}`.
-
-    Fields are kept only when present. `data` is parsed when it is a JSON object or array.
-    A trailing event without its terminating blank line (a broken stream) gets
-    `"partial": true` so replay can reproduce exactly what arrived.
-    """
-    text = data.decode("utf-8", errors="surrogateescape")
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    if lines[-1] == "":
-        lines.pop()  # what follows the final newline is not a line
-    complete = text.endswith(("\n\n", "\r\n\r\n", "\r\r"))
-    events: list[dict[str, Any]] = []
-    current: dict[str, Any] = {}
-    data_lines: list[str] = []
-
-    def flush() -> None:
-        nonlocal current, data_lines
-        if data_lines:
-            current["data"] = _maybe_json("\n".join(data_lines))
-        if current:
-            events.append(current)
-        current, data_lines = {}, []
-
-    for line in lines:
-        if line == "":
-            flush()
-            continue
-        if line.startswith(":"):
-            current.setdefault("comments", []).append(line[1:])
-            continue
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "data":
-            data_lines.append(value)
-        elif name in ("event", "id", "retry"):
-            current[name] = value
-        else:
-            current.setdefault("fields", []).append([name, value])
-    if current or data_lines:
-        flush()
-        if not complete and events:
-            events[-1]["partial"] = True
-    return events
-
-
-def render_sse_event(event: dict[str, Any]) -> bytes:
-    if "data" in event and len(event) <= 2:
-        fast = _render_plain_event(event)
-        if fast is not None:
-            return fast
-    lines = [f":{c}" for c in event.get("comments", ())]
-    for key in ("event", "id", "retry"):
-        if key in event:
-            lines.append(f"{key}: {event[key]}")
-    lines.extend(f"{name}: {value}" for name, value in event.get("fields", ()))
-    if "data" in event:
-        lines.extend(f"data: {line}" for line in _render_json_or_text(event["data"]).split("\n"))
-    end = "\n" if event.get("partial") else "\n\n"
-    return ("\n".join(lines) + end).encode("utf-8", errors="surrogateescape")
-
-
-def _render_plain_event(event: dict[str, Any]) -> bytes | None:
-    """The bytes of the usual event, `{"data": {…}}` or `{"event": "x", "data": {…}}`,
-    without the general line-by-line rendering (a long stream replays hundreds of them);
-    None for any other shape. Equal to what the general path gives: compact JSON has no
-    line breaks."""
-    data = event["data"]
-    if type(data) is not dict and type(data) is not list:
-        return None
-    if len(event) == 1:
-        return b"data: " + orjson.dumps(data) + b"\n\n"
-    name = event.get("event")
-    if type(name) is not str:
-        return None
-    head = f"event: {name}\n".encode("utf-8", errors="surrogateescape")
-    return head + b"data: " + orjson.dumps(data) + b"\n\n"
-
-
-# --- NDJSON --------------------------------------------------------------------------------
-
-
-def parse_ndjson(data: bytes) -> list[Any]:
-    text = data.decode("utf-8", errors="surrogateescape")
-    out: list[Any] = []
-    for raw in text.split("\n"):
-        line = raw.removesuffix("\r")
-        if not line.strip():
-            continue
-        out.append(_maybe_json(line))
-    return out
-
-
-def render_ndjson_line(value: Any) -> bytes:
-    text = value if isinstance(value, str) else orjson.dumps(value).decode()
-    return (text + "\n").encode("utf-8", errors="surrogateescape")
-
-
-# --- raw chunks ----------------------------------------------------------------------------
-
-
-def encode_chunk(chunk: bytes) -> Any:
-    try:
-        return chunk.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"base64": base64.b64encode(chunk).decode("ascii")}
-
-
-def decode_chunk(chunk: Any) -> bytes:
-    if isinstance(chunk, dict):
-        return base64.b64decode(chunk["base64"])
-    return str(chunk).encode("utf-8")
-
-
-# --- AWS event stream frames --------------------------------------------------------------
-
-#: prelude (total length, headers length, prelude CRC) and the trailing message CRC
-_PRELUDE = 12
-_FRAME_OVERHEAD = _PRELUDE + 4
-
-
-def is_eventstream(content_type: str | None) -> bool:
-    """Whether a response is an AWS event stream (`application/vnd.amazon.eventstream`)."""
-    return (content_type or "").split(";", 1)[0].strip().lower() in BINARY_STREAM_TYPES
-
-
-def eventstream_frame(headers: bytes, payload: bytes) -> bytes:
-    """One AWS event stream message around already encoded `headers` and `payload`, with
-    its lengths and both CRC32 checksums (prelude, whole message) computed afresh."""
-    total = _FRAME_OVERHEAD + len(headers) + len(payload)
-    prelude = struct.pack(">II", total, len(headers))
-    message = prelude + struct.pack(">I", zlib.crc32(prelude)) + headers + payload
-    return message + struct.pack(">I", zlib.crc32(message))
-
-
-class EventStreamFrames:
-    """A raw-chunk body read as AWS event stream frames (Bedrock's `converse_stream`).
-
-    `frames` are the (encoded headers, payload) of every whole, valid frame from the start;
-    `rest` is whatever follows the last of them: the part of a frame a broken stream cut
-    off, or everything from a frame whose lengths or checksums do not hold. `rest` is kept
-    byte for byte, so a client sees there what it saw live."""
-
-    __slots__ = ("frames", "rest")
-
-    def __init__(self, frames: list[tuple[bytes, bytes]], rest: bytes) -> None:
-        self.frames = frames
-        self.rest = rest
-
-    @classmethod
-    def parse(cls, items: Iterable[Any]) -> EventStreamFrames:
-        """Split stored raw chunks (`encode_chunk` values) into frames, wherever the chunk
-        boundaries fell."""
-        data = b"".join(decode_chunk(item) for item in items)
-        frames: list[tuple[bytes, bytes]] = []
-        at, size = 0, len(data)
-        while size - at >= _FRAME_OVERHEAD:
-            total, headers_len, prelude_crc = struct.unpack_from(">III", data, at)
-            end = at + total
-            if (
-                total < _FRAME_OVERHEAD
-                or end > size
-                or headers_len > total - _FRAME_OVERHEAD
-                or zlib.crc32(data[at : at + 8]) != prelude_crc
-                or zlib.crc32(data[at : end - 4]) != struct.unpack_from(">I", data, end - 4)[0]
-            ):
-                break
-            start = at + _PRELUDE
-            frames.append((data[start : start + headers_len], data[start + headers_len : end - 4]))
-            at = end
-        return cls(frames, data[at:])
-
-    def payload_values(self) -> list[Any]:
-        """Each frame's payload parsed when it is a JSON object or array, else None."""
-        values: list[Any] = []
-        for _, payload in self.frames:
-            value: Any = None
-            if payload[:1] in (b"{", b"["):
-                try:
-                    value = orjson.loads(payload)
-                except orjson.JSONDecodeError:
-                    value = None
-            values.append(value if isinstance(value, (dict, list)) else None)
-        return values
-
-    def items_with(self, values: list[Any]) -> list[Any]:
-        """The stored chunks, one per frame (and one for `rest`), with each JSON payload
-        replaced by its value in `values` (None: the payload as it was) and every frame's
-        lengths and CRCs computed afresh, so a client's checksum check still holds."""
-        items: list[Any] = []
-        for (headers, payload), value in zip(self.frames, values, strict=True):
-            new = payload if value is None else orjson.dumps(value)
-            items.append(encode_chunk(eventstream_frame(headers, new)))
-        if self.rest:
-            items.append(encode_chunk(self.rest))
-        return items
-
-
-# --- dispatch ------------------------------------------------------------------------------
-
-
 def parse_stream(fmt: StreamFormat, chunks: Iterable[bytes]) -> list[Any]:
-    chunks = list(chunks)
     if fmt is StreamFormat.SSE:
         return parse_sse(b"".join(chunks))
     if fmt is StreamFormat.NDJSON:
@@ -308,13 +79,8 @@ def data_values(fmt: StreamFormat, items: list[Any]) -> list[Any]:
 def with_data_values(fmt: StreamFormat, items: list[Any], values: list[Any]) -> list[Any]:
     """`items` with their payloads replaced by `values` (inverse of `data_values`)."""
     if fmt is StreamFormat.SSE:
-        out = []
-        for event, value in zip(items, values, strict=True):
-            new = dict(event)
-            if "data" in event:
-                new["data"] = value
-            out.append(new)
-        return out
+        pairs = zip(items, values, strict=True)
+        return [{**e, "data": v} if "data" in e else dict(e) for e, v in pairs]
     if fmt in (StreamFormat.NDJSON, StreamFormat.VALUES):
         return list(values)
     return items
@@ -328,23 +94,164 @@ TERMINAL_EVENTS = frozenset(
 
 
 def stream_finished(fmt: StreamFormat, chunks: list[bytes]) -> bool:
-    """Whether a stream's bytes end with its API's own last event (`data: [DONE]`,
-    `message_stop`, `response.completed`, NDJSON `"done": true`)."""
+    """Whether a stream's bytes end with its API's own last event (`[DONE]`, `"done": true`)."""
     data = b"".join(chunks)
     if fmt is StreamFormat.SSE:
         events = parse_sse(data)
         if not events or events[-1].get("partial"):
             return False
-        last = events[-1]
-        payload = last.get("data")
+        payload = events[-1].get("data")
         kind = payload.get("type") if isinstance(payload, dict) else payload
-        return last.get("event") in TERMINAL_EVENTS or kind in TERMINAL_EVENTS
-    if fmt is StreamFormat.NDJSON:
+        return events[-1].get("event") in TERMINAL_EVENTS or kind in TERMINAL_EVENTS
+    if fmt is StreamFormat.NDJSON and data.endswith(b"\n"):
         lines = parse_ndjson(data)
-        return (
-            bool(lines)
-            and data.endswith(b"\n")
-            and isinstance(lines[-1], dict)
-            and (lines[-1].get("done") is True)
-        )
+        return bool(lines) and isinstance(lines[-1], dict) and lines[-1].get("done") is True
     return False
+
+
+def _maybe_json(text: str) -> Any:
+    """Objects and arrays are stored parsed (readable, normalisable); anything else as text."""
+    if text.lstrip()[:1] in ("{", "["):
+        with suppress(orjson.JSONDecodeError):
+            return orjson.loads(text)  # an object or array: it starts with { or [
+    return text
+
+
+def parse_sse(data: bytes) -> list[dict[str, Any]]:
+    """Split an SSE body into events: `{"event", "id", "retry", "data", "comments"}` as present,
+    `data` parsed when it is a JSON object or array. A trailing event without its blank line (a
+    broken stream) gets `"partial": true`, so replay can reproduce exactly what arrived."""
+    text = data.decode("utf-8", errors="surrogateescape").replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.removesuffix("\n").split("\n")  # what follows the final newline is not a line
+    events: list[dict[str, Any]] = []
+    current: dict[str, Any] = {}
+    data_lines: list[str] = []
+    for line in [*lines, None]:  # None: the end; an event still open there was cut off
+        if not line:
+            if data_lines:
+                current["data"] = _maybe_json("\n".join(data_lines))
+            if current:
+                events.append(current if line is not None else {**current, "partial": True})
+            current, data_lines = {}, []
+        elif line.startswith(":"):
+            current.setdefault("comments", []).append(line[1:])
+        else:
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "data":
+                data_lines.append(value)
+            elif name in ("event", "id", "retry"):
+                current[name] = value
+            else:
+                current.setdefault("fields", []).append([name, value])
+    return events
+
+
+def render_sse_event(event: dict[str, Any]) -> bytes:
+    data = event.get("data")
+    # `{"data": {…}}` or `{"event": "x", "data": {…}}` without the general path (a long stream
+    # replays hundreds of them), to the same bytes: compact JSON has no line break
+    if type(data) is dict or type(data) is list:
+        if len(event) == 1:
+            return b"data: " + orjson.dumps(data) + b"\n\n"
+        if len(event) == 2 and type(name := event.get("event")) is str:
+            head = f"event: {name}\n".encode("utf-8", errors="surrogateescape")
+            return head + b"data: " + orjson.dumps(data) + b"\n\n"
+    lines = [f":{c}" for c in event.get("comments", ())]
+    lines.extend(f"{key}: {event[key]}" for key in ("event", "id", "retry") if key in event)
+    lines.extend(f"{name}: {value}" for name, value in event.get("fields", ()))
+    if "data" in event:
+        text = data if isinstance(data, str) else orjson.dumps(data).decode()
+        lines.extend(f"data: {line}" for line in text.split("\n"))
+    end = "\n" if event.get("partial") else "\n\n"
+    return ("\n".join(lines) + end).encode("utf-8", errors="surrogateescape")
+
+
+def parse_ndjson(data: bytes) -> list[Any]:
+    text = data.decode("utf-8", errors="surrogateescape")
+    return [_maybe_json(raw.removesuffix("\r")) for raw in text.split("\n") if raw.strip()]
+
+
+def render_ndjson_line(value: Any) -> bytes:
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    return (text + "\n").encode("utf-8", errors="surrogateescape")
+
+
+def encode_chunk(chunk: bytes) -> Any:
+    try:
+        return chunk.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(chunk).decode("ascii")}
+
+
+def decode_chunk(chunk: Any) -> bytes:
+    return base64.b64decode(chunk["base64"]) if isinstance(chunk, dict) else str(chunk).encode()
+
+
+# --- AWS event stream frames --------------------------------------------------------------
+
+#: prelude (total length, headers length, prelude CRC) and the trailing message CRC
+_PRELUDE = 12
+_FRAME_OVERHEAD = _PRELUDE + 4
+
+
+def is_eventstream(content_type: str | None) -> bool:
+    """Whether a response is an AWS event stream (`application/vnd.amazon.eventstream`)."""
+    return (content_type or "").split(";", 1)[0].strip().lower() in BINARY_STREAM_TYPES
+
+
+class EventStreamFrames:
+    """A raw-chunk body as AWS event stream frames (Bedrock's `converse_stream`): `frames`, the
+    (encoded headers, payload) of each whole, valid frame from the start; `rest`, byte for byte as
+    the client saw it: a cut-off frame of a broken stream, or all from one with bad lengths/CRCs."""
+
+    __slots__ = ("frames", "rest")
+
+    def __init__(self, frames: list[tuple[bytes, bytes]], rest: bytes) -> None:
+        self.frames = frames
+        self.rest = rest
+
+    @classmethod
+    def parse(cls, items: Iterable[Any]) -> EventStreamFrames:
+        """Split stored raw chunks (`encode_chunk` values) into frames, wherever they fell."""
+        data = b"".join(decode_chunk(item) for item in items)
+        frames: list[tuple[bytes, bytes]] = []
+        at, size = 0, len(data)
+        while size - at >= _FRAME_OVERHEAD:
+            total, headers_len, prelude_crc = struct.unpack_from(">III", data, at)
+            end = at + total
+            if (
+                total < _FRAME_OVERHEAD
+                or end > size
+                or headers_len > total - _FRAME_OVERHEAD
+                or zlib.crc32(data[at : at + 8]) != prelude_crc
+                or zlib.crc32(data[at : end - 4]) != struct.unpack_from(">I", data, end - 4)[0]
+            ):
+                break
+            start = at + _PRELUDE
+            frames.append((data[start : start + headers_len], data[start + headers_len : end - 4]))
+            at = end
+        return cls(frames, data[at:])
+
+    def payload_values(self) -> list[Any]:
+        """Each frame's payload parsed when it is a JSON object or array, else None."""
+        values: list[Any] = []
+        for _, payload in self.frames:
+            try:  # what starts with { or [ and parses is an object or array
+                values.append(orjson.loads(payload) if payload[:1] in (b"{", b"[") else None)
+            except orjson.JSONDecodeError:
+                values.append(None)
+        return values
+
+    def items_with(self, values: list[Any]) -> list[Any]:
+        """The stored chunks, one per frame and one for `rest`, each JSON payload replaced by its
+        value in `values` (None: as it was), lengths and CRCs computed afresh for the client."""
+        items: list[Any] = []
+        for (headers, payload), value in zip(self.frames, values, strict=True):
+            new = payload if value is None else orjson.dumps(value)
+            prelude = struct.pack(">II", _FRAME_OVERHEAD + len(headers) + len(new), len(headers))
+            message = prelude + struct.pack(">I", zlib.crc32(prelude)) + headers + new
+            items.append(encode_chunk(message + struct.pack(">I", zlib.crc32(message))))
+        if self.rest:
+            items.append(encode_chunk(self.rest))
+        return items

@@ -1,16 +1,13 @@
-"""Response templates: `{{request:<path>}}` in a recorded body, filled from the live request
-at replay (docs/scenarios.md), so an answer can echo what the application sent this time.
-
-Paths use the stored request layout: `body.messages[-1].content`, `body.metadata.trace_id`,
-`endpoint`, `method`, `url`, `headers.<lower-case name>`. A string that is one marker and
-nothing else takes the value's own JSON type; inside longer text the value is written as
-text (JSON for objects and arrays). `{{{{` is a literal `{{`. Pure: no I/O, no HTTP client.
-"""
+"""Response templates: `{{request:<path>}}` in a recorded body, filled from the live request at
+replay (docs/scenarios.md). Paths use the stored request layout (`headers.<lower-case name>`).
+A string that is one marker takes the value's JSON type; in longer text the value is written
+as text (JSON for objects and arrays). `{{{{` is a literal `{{`. Pure: no I/O, no HTTP client."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import orjson
@@ -25,6 +22,7 @@ PATH_FORMS = (
 #: compiled on first use (only scenarios fill templates), not at import
 _STEP = r"\.([A-Za-z0-9_\-]+)|\[(-?\d+)\]"
 _ROOT = r"[A-Za-z_]+"
+_MISSING = object()
 
 
 class TemplateError(ValueError):
@@ -44,8 +42,7 @@ def parse_path(path: str) -> tuple[str, list[str | int]]:
     steps: list[str | int] = []
     at = root.end()
     while at < len(path):
-        step = re.compile(_STEP).match(path, at)
-        if step is None:
+        if (step := re.compile(_STEP).match(path, at)) is None:
             msg = f"template path {path!r} does not parse at {path[at:]!r}; {PATH_FORMS}"
             raise TemplateError(msg, syntax=True)
         steps.append(step.group(1) if step.group(1) is not None else int(step.group(2)))
@@ -53,57 +50,47 @@ def parse_path(path: str) -> tuple[str, list[str | int]]:
     return root.group(), steps
 
 
-_MISSING = object()
-
-
 def resolve(path: str, request: Mapping[str, Any]) -> Any:
     """The value at `path` in the request layout; a TemplateError naming the path if none."""
     root, steps = parse_path(path)
     value: Any = request.get(root, _MISSING)
     for step in steps:
-        value = _step(value, step)
-        if value is _MISSING:
-            break
+        if isinstance(step, int):
+            found = isinstance(value, list) and -len(value) <= step < len(value)
+        else:
+            found = isinstance(value, dict) and step in value
+        value = value[step] if found else _MISSING
     if value is _MISSING or (value is None and root != "body"):
         msg = f"template {{{{request:{path}}}}}: this request has nothing at {path!r}"
         raise TemplateError(msg, syntax=False)
     return value
 
 
-def _step(value: Any, step: str | int) -> Any:
-    if isinstance(step, int):
-        if isinstance(value, list) and -len(value) <= step < len(value):
-            return value[step]
-        return _MISSING
-    if isinstance(value, dict) and step in value:
-        return value[step]
-    return _MISSING
-
-
 def has_markers(value: Any) -> bool:
     """Whether any string in `value` holds `{{request:` (or an escape to undo)."""
     if isinstance(value, str):
         return "{{" in value
-    if isinstance(value, (dict, list)):
-        return b"{{" in orjson.dumps(value)
-    return False
+    return isinstance(value, (dict, list)) and b"{{" in orjson.dumps(value)
+
+
+def _map_strings(value: Any, text: Callable[[str], Any], *, dicts: bool = True) -> Any:
+    if isinstance(value, str):
+        return text(value) if "{{" in value else value
+    if dicts and isinstance(value, dict):
+        return {k: _map_strings(v, text) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_map_strings(v, text, dicts=dicts) for v in value]
+    return value
 
 
 def fill(value: Any, request: Mapping[str, Any]) -> Any:
     """`value` with every marker filled from `request` (strings inside dicts and lists)."""
-    if isinstance(value, str):
-        return fill_text(value, request) if "{{" in value else value
-    if isinstance(value, dict):
-        return {k: fill(v, request) for k, v in value.items()}
-    if isinstance(value, list):
-        return [fill(v, request) for v in value]
-    return value
+    return _map_strings(value, lambda text: fill_text(text, request))
 
 
 def fill_text(text: str, request: Mapping[str, Any], *, framing: str = "", where: str = "") -> Any:
-    """`text` with its markers filled. With `framing` (the characters a stream's format
-    uses to frame it: CR, LF), a value that holds one of them is refused, naming the
-    template and `where` it is."""
+    """`text` with its markers filled. With `framing` (the characters that frame a stream: CR,
+    LF), a value holding one of them is refused, naming the template and `where` it is."""
     if "{{" not in text:
         return text
     if text.startswith(TEMPLATE_OPEN) and text.endswith("}}") and text.count("{{") == 1:
@@ -114,47 +101,30 @@ def fill_text(text: str, request: Mapping[str, Any], *, framing: str = "", where
         return value
     out: list[str] = []
     at = 0
-    while True:
-        start = text.find("{{", at)
-        if start < 0:
-            out.append(text[at:])
-            return "".join(out)
+    while (start := text.find("{{", at)) >= 0:
         out.append(text[at:start])
-        if text.startswith("{{{{", start):
+        if not text.startswith(TEMPLATE_OPEN, start):  # `{{{{` is `{{`, and so is any other `{{`
             out.append("{{")
-            at = start + 4
-        elif text.startswith(TEMPLATE_OPEN, start):
-            end = text.find("}}", start)
-            if end < 0:
-                msg = f"template {text[start : start + 60]!r} is not closed with }}}}; {PATH_FORMS}"
-                raise TemplateError(msg, syntax=True)
-            path = text[start + len(TEMPLATE_OPEN) : end]
-            value = resolve(path, request)
-            filled = value if isinstance(value, str) else orjson.dumps(value).decode()
-            if framing:
-                _check_framing(path, filled, framing, where)
-            out.append(filled)
-            at = end + 2
-        else:
-            out.append("{{")
-            at = start + 2
-
-
-# --- live text is never a template ----------------------------------------------------------
+            at = start + (4 if text.startswith("{{{{", start) else 2)
+            continue
+        if (end := text.find("}}", start)) < 0:
+            msg = f"template {text[start : start + 60]!r} is not closed with }}}}; {PATH_FORMS}"
+            raise TemplateError(msg, syntax=True)
+        path = text[start + len(TEMPLATE_OPEN) : end]
+        value = resolve(path, request)
+        filled = value if isinstance(value, str) else orjson.dumps(value).decode()
+        if framing:
+            _check_framing(path, filled, framing, where)
+        out.append(filled)
+        at = end + 2
+    return "".join(out) + text[at:]
 
 
 def escape(value: Any) -> Any:
-    """`value` with every `{{` in its strings written `{{{{`, so text that came from a live
-    upstream (a model asked to print `{{request:body.model}}`) is never a template on replay;
-    `fill` turns each `{{{{` back into `{{`, giving the exact original text (docs/scenarios.md,
-    "Templates"). Dict keys are never templates and are left as they are."""
-    if isinstance(value, str):
-        return value.replace("{{", "{{{{") if "{{" in value else value
-    if isinstance(value, dict):
-        return {k: escape(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [escape(v) for v in value]
-    return value
+    """`value` with every `{{` in its strings (not dict keys) written `{{{{`, so text from a live
+    upstream (a model asked to print `{{request:body.model}}`) is never a template on replay:
+    `fill` gives back the exact original text (docs/scenarios.md, "Templates")."""
+    return _map_strings(value, lambda text: text.replace("{{", "{{{{"))
 
 
 # --- templates inside streams ----------------------------------------------------------------
@@ -168,8 +138,7 @@ _SSE_LINES = ("event", "id", "retry")
 
 
 def _check_framing(path: str, value: str, framing: str, where: str) -> None:
-    found = [repr(c) for c in framing if c in value]
-    if found:
+    if found := [repr(c) for c in framing if c in value]:
         msg = (
             f"template {{{{request:{path}}}}} in {where} is refused: its value holds "
             f"{' and '.join(found)}, which would break the stream's framing (a new field, line "
@@ -182,10 +151,9 @@ def _check_framing(path: str, value: str, framing: str, where: str) -> None:
 
 
 def fill_stream(fmt: str | None, items: Any, request: Mapping[str, Any]) -> Any:
-    """A recorded stream (`fmt` its format: `sse`, `ndjson`, `chunks`, `values`) with its
-    markers filled, where no value can add framing: values inside JSON data are encoded by
-    JSON; a value that would put a line break into a text line of the stream is a
-    TemplateError naming the template and the field."""
+    """A recorded stream (`fmt`: `sse`, `ndjson`, `chunks`, `values`) with its markers filled,
+    where no value can add framing: values inside JSON data are JSON-encoded; one that would put
+    a line break into a text line of the stream is a TemplateError naming template and field."""
     if fmt not in ("sse", "ndjson") or not isinstance(items, list):
         return fill(items, request)
     out: list[Any] = []
@@ -194,30 +162,17 @@ def fill_stream(fmt: str | None, items: Any, request: Mapping[str, Any]) -> Any:
         if fmt == "ndjson" and isinstance(item, str):
             out.append(fill_text(item, request, framing=LINE_BREAKS, where=f"{where} (a line)"))
         elif fmt == "sse" and isinstance(item, dict):
-            out.append(_fill_event(item, request, where))
+            out.append({key: _fill_field(key, v, request, where) for key, v in item.items()})
         else:
             out.append(fill(item, request))
     return out
 
 
-def _fill_event(event: dict[str, Any], request: Mapping[str, Any], where: str) -> dict[str, Any]:
-    filled: dict[str, Any] = {}
-    for key, value in event.items():
-        at = f"{where}, field {key!r}"
-        if key == "data" and isinstance(value, str):
-            filled[key] = fill_text(value, request, framing=CARRIAGE_RETURN, where=at)
-        elif key in _SSE_LINES and isinstance(value, str):
-            filled[key] = fill_text(value, request, framing=LINE_BREAKS, where=at)
-        elif key in ("comments", "fields"):
-            filled[key] = _fill_lines(value, request, at)
-        else:
-            filled[key] = fill(value, request)
-    return filled
-
-
-def _fill_lines(value: Any, request: Mapping[str, Any], where: str) -> Any:
-    if isinstance(value, str):
-        return fill_text(value, request, framing=LINE_BREAKS, where=where)
-    if isinstance(value, list):
-        return [_fill_lines(v, request, where) for v in value]
-    return value
+def _fill_field(key: str, value: Any, request: Mapping[str, Any], where: str) -> Any:
+    at = f"{where}, field {key!r}"
+    if key == "data" and isinstance(value, str):
+        return fill_text(value, request, framing=CARRIAGE_RETURN, where=at)
+    if key in ("comments", "fields") or (key in _SSE_LINES and isinstance(value, str)):
+        line = partial(fill_text, request=request, framing=LINE_BREAKS, where=at)
+        return _map_strings(value, line, dicts=False)
+    return fill(value, request)
