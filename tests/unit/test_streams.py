@@ -23,6 +23,7 @@ from hashreplay.core.streams import (
     render_ndjson_line,
     render_sse_event,
     render_stream,
+    stream_finished,
     stream_format_for,
     with_data_values,
 )
@@ -338,3 +339,12 @@ def test_ndjson_lines_and_whole_secrets_inside_one_piece() -> None:
     assert [line["message"]["content"] for line in out] == ["x " + SECRET_PLACEHOLDER, ""]
     single = _deltas("nothing here", "at all")
     assert redact_across(StreamFormat.SSE, single, Redactor().spans, SECRET_PLACEHOLDER) is single
+
+
+@pytest.mark.parametrize(
+    "last",
+    [b"data: [1, 2]\n\n", b'data: {"type": ["message_stop"]}\n\n', b'data: {"type": {}}\n\n'],
+)
+def test_a_stream_whose_last_data_is_not_a_string_is_not_finished(last: bytes) -> None:
+    # a client closing such a stream early is recorded as abandoned, never a crash
+    assert stream_finished(StreamFormat.SSE, [b'data: {"n": 1}\n\n', last]) is False
