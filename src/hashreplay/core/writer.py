@@ -48,7 +48,17 @@ from typing import TypeVar
 from hashreplay.core.errors import HashReplayError, RecordingError, RecordingWriteError
 from hashreplay.core.paths import create_temp
 
-__all__ = ["DEFAULT_THREADS", "GROUP", "DurableWrites"]
+__all__ = [
+    "DEFAULT_THREADS",
+    "GROUP",
+    "LINGER",
+    "MAX_BATCH",
+    "MAX_QUEUED",
+    "BackgroundWriter",
+    "Content",
+    "DurableWrites",
+    "Stage",
+]
 
 
 #: Threads that fsync at once: fsync waits on the disk, not on the cores (2,500 files on
@@ -250,9 +260,6 @@ def _sync_directory(directory: Path) -> OSError | None:
     finally:
         os.close(fd)
     return None
-
-
-__all__ = ["LINGER", "MAX_BATCH", "MAX_QUEUED", "BackgroundWriter", "Content", "Stage"]
 
 
 #: Serialises one file: called once, on the writer thread or by the first read of it.

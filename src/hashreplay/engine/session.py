@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from hashreplay.engine.record import Outcome, Recorder
 
 
-__all__ = ["Prepared", "Session", "Stats"]
+__all__ = ["Prepared", "Session", "Stats", "touch_test"]
 
 
 class Session(TestBook):
@@ -318,9 +318,6 @@ class Session(TestBook):
 
     def close(self) -> None:
         self.view.close()
-
-
-__all__ = ["touch_test"]
 
 
 def touch_test(session: Session, test_id: str | None, limit: int) -> int:
