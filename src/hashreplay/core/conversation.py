@@ -14,7 +14,6 @@ from hashreplay.core.format import RecordedResponse
 from hashreplay.core.streams import StreamFormat, data_values
 
 # --- tokens ---------------------------------------------------------------------------------
-
 #: Usage counters by provider: OpenAI chat/embeddings, OpenAI Responses and Anthropic, Ollama.
 INPUT_KEYS: tuple[str, ...] = ("prompt_tokens", "input_tokens", "prompt_eval_count")
 OUTPUT_KEYS: tuple[str, ...] = ("completion_tokens", "output_tokens", "eval_count")
@@ -66,21 +65,17 @@ def response_tokens(response: RecordedResponse) -> Tokens:
     blocks = [b for value in payloads(response) for b in _usage_blocks(value)]
 
     def largest(keys: tuple[str, ...]) -> int | None:
-        counts = [c for c in (_count(b, keys) for b in blocks) if c is not None]
-        return max(counts) if counts else None
+        return max((c for c in (_count(b, keys) for b in blocks) if c is not None), default=None)
 
     input_tokens, output_tokens = largest(INPUT_KEYS), largest(OUTPUT_KEYS)
     if input_tokens is None and output_tokens is None:
         return Tokens()
     total = largest(TOTAL_KEYS)
-    if total is None:
-        total = (input_tokens or 0) + (output_tokens or 0)
-    return Tokens(input_tokens or 0, output_tokens or 0, total, 1)
+    inputs, outputs = input_tokens or 0, output_tokens or 0
+    return Tokens(inputs, outputs, inputs + outputs if total is None else total, 1)
 
 
 # --- the conversation of a request ----------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Turn:
     role: str
@@ -102,10 +97,8 @@ def _calls(message: dict[str, Any]) -> list[str]:
 
 def text_of(content: Any) -> str:
     """A message's text: a string, or its text parts/blocks joined."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
+    if content is None or isinstance(content, str):
+        return content or ""
     if isinstance(content, list):
         return "".join(text_of(part) for part in content)
     if isinstance(content, dict):
@@ -158,13 +151,11 @@ def conversation(body: Any, endpoint: str = "") -> list[Turn]:
         return []
     turns = [Turn("system", text_of(body[k])) for k in ("instructions", "system") if body.get(k)]
     messages = body.get("messages")
-    if isinstance(messages, list):
-        for message in messages:
-            turns.extend(_message_turns(message))
+    for message in messages if isinstance(messages, list) else []:
+        turns.extend(_message_turns(message))
     raw_input = body.get("input")
     if endpoint.split("?", 1)[0].endswith("/responses") and raw_input is not None:
-        items = raw_input if isinstance(raw_input, list) else [raw_input]
-        for item in items:
+        for item in raw_input if isinstance(raw_input, list) else [raw_input]:
             turns.extend(_item_turns(item))
     if isinstance(body.get("prompt"), str):
         turns.append(Turn("user", body["prompt"]))
@@ -172,8 +163,6 @@ def conversation(body: Any, endpoint: str = "") -> list[Turn]:
 
 
 # --- the reply of a response ----------------------------------------------------------------
-
-
 @dataclass
 class Reply:
     """The text a response assembles to, and the tool calls it makes."""
