@@ -1,6 +1,5 @@
-"""The conversation a request carries, the reply a response (or its stream) assembles to, and
-the tokens it reports. Shapes are recognised by their fields, never by host: OpenAI chat and
-Responses, Anthropic messages, Ollama chat and generate (and anything that copies them)."""
+"""The conversation a request carries, the reply and tokens of a response, recognised by fields,
+never by host: OpenAI chat and Responses, Anthropic, Ollama (and anything that copies them)."""
 
 from __future__ import annotations
 
@@ -63,14 +62,12 @@ def response_tokens(response: RecordedResponse) -> Tokens:
     `message_delta`, Ollama's last line, the Responses API's `response.completed`), so the
     largest value of each counter over the stream is the count."""
     blocks = [b for value in payloads(response) for b in _usage_blocks(value)]
-
-    def largest(keys: tuple[str, ...]) -> int | None:
-        return max((c for c in (_count(b, keys) for b in blocks) if c is not None), default=None)
-
-    input_tokens, output_tokens = largest(INPUT_KEYS), largest(OUTPUT_KEYS)
+    input_tokens, output_tokens, total = (
+        max((c for c in (_count(b, keys) for b in blocks) if c is not None), default=None)
+        for keys in (INPUT_KEYS, OUTPUT_KEYS, TOTAL_KEYS)
+    )
     if input_tokens is None and output_tokens is None:
         return Tokens()
-    total = largest(TOTAL_KEYS)
     inputs, outputs = input_tokens or 0, output_tokens or 0
     return Tokens(inputs, outputs, inputs + outputs if total is None else total, 1)
 
@@ -101,12 +98,10 @@ def text_of(content: Any) -> str:
         return content or ""
     if isinstance(content, list):
         return "".join(text_of(part) for part in content)
+    if isinstance(content, dict) and isinstance(content.get("text"), str):
+        return str(content["text"])
     if isinstance(content, dict):
-        if isinstance(content.get("text"), str):
-            return str(content["text"])
-        if content.get("type") == "tool_result":
-            return text_of(content.get("content"))
-        return ""
+        return text_of(content.get("content")) if content.get("type") == "tool_result" else ""
     return str(content)
 
 
@@ -137,10 +132,9 @@ def _item_turns(item: Any) -> list[Turn]:
     """One item of a Responses API `input`."""
     if not isinstance(item, dict):
         return [Turn("user", text_of(item))] if item else []
-    kind = item.get("type", "message")
-    if kind == "function_call":
+    if _is_block(item, "function_call"):
         return [Turn("assistant", "call " + _signature(item.get("name"), item.get("arguments")))]
-    if kind == "function_call_output":
+    if _is_block(item, "function_call_output"):
         return [Turn(f"tool {item.get('call_id', '')}".strip(), text_of(item.get("output")))]
     return _message_turns(item)
 

@@ -17,15 +17,13 @@ from hashreplay.core.format import RecordedRequest, RecordedResponse, Recording
 from hashreplay.core.keys import model_ids
 from hashreplay.core.store import parse_recording
 
-#: Request body keys the conversation view already shows.
-_SHOWN_KEYS = frozenset(
-    {"messages", "system", "instructions", "prompt", "model", "tools", "stream", "input"}
-)
+#: Request body keys not listed as parameters: shown apart, and (with turns) those the turns show.
+_APART_KEYS = frozenset({"model", "tools", "stream"})
+_SHOWN_KEYS = _APART_KEYS | {"messages", "system", "instructions", "prompt", "input"}
 #: Lists of numbers longer than this (embeddings) show as their length and a digest.
 _LONG_NUMBERS = 8
-#: How a corrupt recording starts its textconv view.
+#: How the textconv view of a corrupt recording, and of one no conversation view fits, starts.
 CORRUPT_MARK = "hashreplay: this recording cannot be read"
-#: How a recording no conversation view fits starts its textconv view.
 UNVIEWABLE_MARK = "hashreplay: this recording has no conversation view"
 
 #: C0 controls but newline and tab (so ESC, CSI's lead-in and a bare carriage return), DEL, C1
@@ -91,19 +89,16 @@ def _request_lines(recording: Recording) -> list[str]:
     body = request.body
     turns = conversation(body, request.endpoint)
     if isinstance(body, dict):
-        tools = body.get("tools")
-        if isinstance(tools, list) and tools:
+        if isinstance(tools := body.get("tools"), list) and tools:
             lines.append("tools: " + ", ".join(_tool_name(t) for t in tools))
         if body.get("stream"):
             lines.append("stream: true")
-        shown = _SHOWN_KEYS if turns else frozenset({"model", "tools", "stream"})
+        shown = _SHOWN_KEYS if turns else _APART_KEYS
         lines.extend(f"{k}: {_compact(v)}" for k, v in sorted(body.items()) if k not in shown)
     elif body is not None:
         lines.append(f"body: {_body_text(request)}")
     if turns:
-        lines.append("")
-        for turn in turns:
-            lines.extend(_said(turn.role, turn.text))
+        lines.extend(["", *(line for turn in turns for line in _said(turn.role, turn.text))])
     return lines
 
 
@@ -155,8 +150,7 @@ def _other_body(response: RecordedResponse) -> list[str]:
     body = response.body
     if body is None:
         return []
-    ids = model_ids(body)
-    if ids:
+    if ids := model_ids(body):
         return ["models: " + ", ".join(ids)]
     if response.is_streaming:
         return [f"event: {_compact(value)}" for value in payloads(response)]
@@ -195,11 +189,10 @@ def _compact(value: Any) -> str:
 
 def _shortened(value: Any) -> Any:
     """Long number lists (embeddings) as `<N numbers, xxh3 …>`: a change still shows."""
+    long_list = isinstance(value, list) and len(value) > _LONG_NUMBERS
+    if long_list and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return f"<{len(value)} numbers, xxh3 {_digest(orjson.dumps(value))}>"
     if isinstance(value, list):
-        if len(value) > _LONG_NUMBERS and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
-        ):
-            return f"<{len(value)} numbers, xxh3 {_digest(orjson.dumps(value))}>"
         return [_shortened(v) for v in value]
     if isinstance(value, dict):
         return {k: _shortened(v) for k, v in value.items()}
