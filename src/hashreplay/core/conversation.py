@@ -1,5 +1,4 @@
-"""The conversation a request carries, the reply and tokens of a response, recognised by fields,
-never by host: OpenAI chat and Responses, Anthropic, Ollama (and anything that copies them)."""
+"""A request's conversation, a response's reply and tokens: shapes told by fields, never by host."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import orjson
 from hashreplay.core.format import RecordedResponse
 from hashreplay.core.streams import StreamFormat, data_values
 
-# --- tokens ---------------------------------------------------------------------------------
 #: Usage counters by provider: OpenAI chat/embeddings, OpenAI Responses and Anthropic, Ollama.
 INPUT_KEYS: tuple[str, ...] = ("prompt_tokens", "input_tokens", "prompt_eval_count")
 OUTPUT_KEYS: tuple[str, ...] = ("completion_tokens", "output_tokens", "eval_count")
@@ -29,10 +27,8 @@ class Tokens:
     responses: int = 0
 
     def add(self, other: Tokens) -> None:
-        self.input += other.input
-        self.output += other.output
-        self.total += other.total
-        self.responses += other.responses
+        self.input, self.output = self.input + other.input, self.output + other.output
+        self.total, self.responses = self.total + other.total, self.responses + other.responses
 
 
 def payloads(response: RecordedResponse) -> list[Any]:
@@ -72,7 +68,6 @@ def response_tokens(response: RecordedResponse) -> Tokens:
     return Tokens(inputs, outputs, inputs + outputs if total is None else total, 1)
 
 
-# --- the conversation of a request ----------------------------------------------------------
 @dataclass(frozen=True)
 class Turn:
     role: str
@@ -87,7 +82,6 @@ def _signature(name: Any, arguments: Any) -> str:
 
 
 def _calls(message: dict[str, Any]) -> list[str]:
-    """The `tool_calls` of an OpenAI or Ollama message."""
     functions = [c.get("function") for c in message.get("tool_calls") or [] if isinstance(c, dict)]
     return [_signature(f.get("name"), f.get("arguments")) for f in functions if isinstance(f, dict)]
 
@@ -156,7 +150,6 @@ def conversation(body: Any, endpoint: str = "") -> list[Turn]:
     return turns
 
 
-# --- the reply of a response ----------------------------------------------------------------
 @dataclass
 class Reply:
     """The text a response assembles to, and the tool calls it makes."""
@@ -179,9 +172,8 @@ def _body_reply(body: Any) -> Reply:
     out = Reply()
     if not isinstance(body, dict):
         return out
-    for choice in body.get("choices") or []:  # OpenAI chat / completions
-        if not isinstance(choice, dict):
-            continue
+    choices = [c for c in body.get("choices") or [] if isinstance(c, dict)]
+    for choice in choices:  # OpenAI chat / completions
         found = choice.get("message")
         message: dict[str, Any] = found if isinstance(found, dict) else {}
         out.text += text_of(message.get("content")) or str(choice.get("text") or "")
@@ -217,10 +209,8 @@ def _stream_reply(values: list[Any]) -> Reply:
         if not isinstance(value, dict):
             continue
         kind = value.get("type")
-        for choice in value.get("choices") or []:  # OpenAI chat chunks
-            delta = choice.get("delta") if isinstance(choice, dict) else None
-            if not isinstance(delta, dict):
-                continue
+        deltas = [c.get("delta") for c in value.get("choices") or [] if isinstance(c, dict)]
+        for delta in (d for d in deltas if isinstance(d, dict)):  # OpenAI chat chunks
             out.text += text_of(delta.get("content"))
             for call in delta.get("tool_calls") or []:
                 function = call.get("function") or {}

@@ -1,6 +1,5 @@
-"""A recording as a readable conversation, one fact per line: what `git diff` shows of it.
-Volatile noise (stable ids, the id mapping, JSON punctuation) is left out, so a re-record
-that changed one prompt diffs as that one message."""
+"""A recording as a readable conversation, one fact per line: what `git diff` shows of it. Volatile
+noise (stable ids, id mapping, JSON punctuation) is left out: a changed prompt diffs as itself."""
 
 from __future__ import annotations
 
@@ -20,21 +19,18 @@ from hashreplay.core.store import parse_recording
 #: Request body keys not listed as parameters: shown apart, and (with turns) those the turns show.
 _APART_KEYS = frozenset({"model", "tools", "stream"})
 _SHOWN_KEYS = _APART_KEYS | {"messages", "system", "instructions", "prompt", "input"}
-#: Lists of numbers longer than this (embeddings) show as their length and a digest.
 _LONG_NUMBERS = 8
 #: How the textconv view of a corrupt recording, and of one no conversation view fits, starts.
 CORRUPT_MARK = "hashreplay: this recording cannot be read"
 UNVIEWABLE_MARK = "hashreplay: this recording has no conversation view"
 
-#: C0 controls but newline and tab (so ESC, CSI's lead-in and a bare carriage return), DEL, C1
-#: controls and the Unicode bidi overrides: what in a recording would move the cursor, set the
-#: title, write the clipboard (OSC 52), overwrite a line or reorder text on a terminal.
+#: C0 controls but newline and tab (so ESC, a bare CR), DEL, C1 controls, the bidi overrides: what
+#: would move the cursor, set the title, write the clipboard (OSC 52), overwrite or reorder text.
 _UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group(0))
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return f"\\x{code:02x}" if (code := ord(match.group(0))) < 0x100 else f"\\u{code:04x}"
 
 
 def printable(text: str) -> str:
@@ -44,9 +40,8 @@ def printable(text: str) -> str:
 
 
 def transcript(recording: Recording) -> str:
-    """The request (method, endpoint, model, the messages, tool calls and their results, other
-    parameters) and each response (status, the answer with streamed text joined, tool calls,
-    tokens, how it ended) as text, ending with a newline."""
+    """The request (method, endpoint, model, messages, tool calls and results, parameters), then
+    each response (status, answer with streamed text joined, tool calls, tokens, how it ended)."""
     lines = _request_lines(recording)
     responses = recording.responses
     for index, response in enumerate(responses):
@@ -78,7 +73,6 @@ def looks_like_recording(content: bytes) -> bool:
     return content.lstrip().startswith(b"{") and b'"format_version"' in content[:4096]
 
 
-# --- the request ----------------------------------------------------------------------------
 def _request_lines(recording: Recording) -> list[str]:
     request = recording.request
     lines = [f"{request.method} {request.endpoint}"]
@@ -125,7 +119,6 @@ def _body_text(request: RecordedRequest | RecordedResponse) -> str:
     return _compact(body)
 
 
-# --- the responses --------------------------------------------------------------------------
 def _response_lines(label: str, response: RecordedResponse) -> list[str]:
     status = "-" if response.status is None else str(response.status)
     kind = response.headers.get("content-type", "")
@@ -174,7 +167,6 @@ def _end(response: RecordedResponse) -> str:
     return "complete"
 
 
-# --- text helpers ---------------------------------------------------------------------------
 def _said(who: str, text: str) -> list[str]:
     """`who: first line`, further lines indented under it (a blank one kept as `  `)."""
     first, *rest = text.split("\n") if text else [""]
