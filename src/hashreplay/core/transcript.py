@@ -1,15 +1,5 @@
-"""A recording as a readable conversation, one fact per line: what `git diff` shows of it.
-
-`transcript(recording)` renders the request (method and endpoint, model, the messages, tool
-calls and their results, other parameters) and each response (status, the answer with
-streamed text joined, tool calls, tokens, how it ended). Volatile noise (stable ids, the id
-mapping, JSON punctuation) is left out, so a re-record that changed one prompt diffs as that
-one message. `textconv(content)` is the git textconv view of any file: a non-recording comes
-back unchanged, a corrupt recording as the error followed by its raw text. It never fails
-(git would drop the whole diff): a blob shows as its reference, a body of a shape no view
-foresaw as the file itself. Everything taken from a recording is `printable`: terminal
-control codes show as escapes, never act on the terminal of whoever runs `git diff`.
-"""
+"""A recording as a readable conversation, one fact per line: what `git diff` shows of it. Volatile
+noise (stable ids, id mapping, JSON punctuation) is left out: a changed prompt diffs as itself."""
 
 from __future__ import annotations
 
@@ -19,7 +9,6 @@ from typing import Any
 import orjson
 import xxhash
 
-from hashreplay.core.blobs import BlobRef
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.conversation import conversation, payloads, reply, response_tokens
 from hashreplay.core.errors import RecordingError
@@ -27,53 +16,49 @@ from hashreplay.core.format import RecordedRequest, RecordedResponse, Recording
 from hashreplay.core.keys import model_ids
 from hashreplay.core.store import parse_recording
 
-#: Request body keys the conversation view already shows.
-_SHOWN_KEYS = frozenset(
-    {"messages", "system", "instructions", "prompt", "model", "tools", "stream", "input"}
-)
-#: Lists of numbers longer than this (embeddings) show as their length and a digest.
+#: Request body keys not listed as parameters: shown apart, and (with turns) those the turns show.
+_APART_KEYS = frozenset({"model", "tools", "stream"})
+_SHOWN_KEYS = _APART_KEYS | {"messages", "system", "instructions", "prompt", "input"}
 _LONG_NUMBERS = 8
-#: How a corrupt recording starts its textconv view.
+#: How the textconv view of a corrupt recording, and of one no conversation view fits, starts.
 CORRUPT_MARK = "hashreplay: this recording cannot be read"
-#: How a recording no conversation view fits starts its textconv view.
 UNVIEWABLE_MARK = "hashreplay: this recording has no conversation view"
 
-#: C0 controls but newline and tab (so ESC, CSI's lead-in and a bare carriage return), DEL,
-#: C1 controls, and the Unicode bidi overrides: what a recording may hold that would move
-#: the cursor, set the title, write the clipboard (OSC 52), overwrite a line or reorder
-#: text on a terminal.
+#: C0 controls but newline and tab (so ESC, a bare CR), DEL, C1 controls, the bidi overrides: what
+#: would move the cursor, set the title, write the clipboard (OSC 52), overwrite or reorder text.
 _UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group(0))
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return f"\\x{code:02x}" if (code := ord(match.group(0))) < 0x100 else f"\\u{code:04x}"
 
 
 def printable(text: str) -> str:
     """`text` with every control character shown as an escape (`\\x1b`), newlines and tabs
-    kept: recorded data is shown, never interpreted by the terminal."""
+    kept: all recorded data is shown, never acts on the terminal of whoever runs `git diff`."""
     return _UNPRINTABLE.sub(_escape, text)
 
 
 def transcript(recording: Recording) -> str:
-    """The whole recording as text, ending with a newline."""
+    """The request (method, endpoint, model, messages, tool calls and results, parameters), then
+    each response (status, answer with streamed text joined, tool calls, tokens, how it ended)."""
     lines = _request_lines(recording)
     responses = recording.responses
     for index, response in enumerate(responses):
         label = "response" if len(responses) == 1 else f"response {index + 1}/{len(responses)}"
-        lines.append("")
-        lines.extend(_response_lines(label, response))
+        lines.extend(["", *_response_lines(label, response)])
     return "\n".join(lines) + "\n"
 
 
 def textconv(content: bytes) -> bytes:
-    """What git shows for a file: a recording as its transcript; anything else unchanged."""
+    """What git shows for a file: a recording as its transcript, anything else unchanged. It
+    never fails (git would drop the whole diff): a corrupt recording shows as the error and its
+    raw text, a body of a shape no view foresaw as the file itself, a blob as its reference."""
     if not looks_like_recording(content):
         return content
     raw = content.decode("utf-8", errors="replace")
     try:
-        recording = parse_recording(content, None, _blob_reference)
+        recording = parse_recording(content, None, lambda ref, _path: ref.describe())
     except RecordingError as exc:
         return printable(f"{CORRUPT_MARK}: {exc.problem}\n\n{raw}").encode()
     try:
@@ -83,17 +68,9 @@ def textconv(content: bytes) -> bytes:
     return printable(text).encode()
 
 
-def _blob_reference(ref: BlobRef, path: object) -> str:
-    """What a review shows in place of a blob: its reference, not its bytes."""
-    return ref.describe()
-
-
 def looks_like_recording(content: bytes) -> bool:
     """A JSON object that names a recording format version (possibly truncated or broken)."""
     return content.lstrip().startswith(b"{") and b'"format_version"' in content[:4096]
-
-
-# --- the request ----------------------------------------------------------------------------
 
 
 def _request_lines(recording: Recording) -> list[str]:
@@ -106,21 +83,16 @@ def _request_lines(recording: Recording) -> list[str]:
     body = request.body
     turns = conversation(body, request.endpoint)
     if isinstance(body, dict):
-        tools = body.get("tools")
-        if isinstance(tools, list) and tools:
+        if isinstance(tools := body.get("tools"), list) and tools:
             lines.append("tools: " + ", ".join(_tool_name(t) for t in tools))
         if body.get("stream"):
             lines.append("stream: true")
-        shown = _SHOWN_KEYS if turns else frozenset({"model", "tools", "stream"})
-        lines.extend(
-            f"{key}: {_compact(value)}" for key, value in sorted(body.items()) if key not in shown
-        )
+        shown = _SHOWN_KEYS if turns else _APART_KEYS
+        lines.extend(f"{k}: {_compact(v)}" for k, v in sorted(body.items()) if k not in shown)
     elif body is not None:
         lines.append(f"body: {_body_text(request)}")
     if turns:
-        lines.append("")
-        for turn in turns:
-            lines.extend(_said(turn.role, turn.text))
+        lines.extend(["", *(line for turn in turns for line in _said(turn.role, turn.text))])
     return lines
 
 
@@ -147,9 +119,6 @@ def _body_text(request: RecordedRequest | RecordedResponse) -> str:
     return _compact(body)
 
 
-# --- the responses --------------------------------------------------------------------------
-
-
 def _response_lines(label: str, response: RecordedResponse) -> list[str]:
     status = "-" if response.status is None else str(response.status)
     kind = response.headers.get("content-type", "")
@@ -158,8 +127,7 @@ def _response_lines(label: str, response: RecordedResponse) -> list[str]:
         kind = f"{kind} (stream: {response.stream_format}, {count} events)".strip()
     lines = [f"{label}: {status} {kind}".rstrip()]
     said = reply(response)
-    for call in said.tool_calls:
-        lines.append(f"assistant: call {call}")
+    lines.extend(f"assistant: call {call}" for call in said.tool_calls)
     if said.text:
         lines.extend(_said("assistant", said.text))
     if not said:
@@ -175,8 +143,7 @@ def _other_body(response: RecordedResponse) -> list[str]:
     body = response.body
     if body is None:
         return []
-    ids = model_ids(body)
-    if ids:
+    if ids := model_ids(body):
         return ["models: " + ", ".join(ids)]
     if response.is_streaming:
         return [f"event: {_compact(value)}" for value in payloads(response)]
@@ -186,8 +153,7 @@ def _other_body(response: RecordedResponse) -> list[str]:
 
 
 def _end(response: RecordedResponse) -> str:
-    extra = response.model_extra or {}
-    recorded_end = extra.get("end")
+    recorded_end = (response.model_extra or {}).get("end")
     if isinstance(recorded_end, (str, dict)):
         return _compact(recorded_end)
     if response.is_exception:
@@ -199,9 +165,6 @@ def _end(response: RecordedResponse) -> str:
             return f"error after {len(response.body or [])} chunks ({what})"
         return f"error ({what})"
     return "complete"
-
-
-# --- text helpers ---------------------------------------------------------------------------
 
 
 def _said(who: str, text: str) -> list[str]:
@@ -218,11 +181,10 @@ def _compact(value: Any) -> str:
 
 def _shortened(value: Any) -> Any:
     """Long number lists (embeddings) as `<N numbers, xxh3 …>`: a change still shows."""
+    long_list = isinstance(value, list) and len(value) > _LONG_NUMBERS
+    if long_list and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return f"<{len(value)} numbers, xxh3 {_digest(orjson.dumps(value))}>"
     if isinstance(value, list):
-        if len(value) > _LONG_NUMBERS and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
-        ):
-            return f"<{len(value)} numbers, xxh3 {_digest(orjson.dumps(value))}>"
         return [_shortened(v) for v in value]
     if isinstance(value, dict):
         return {k: _shortened(v) for k, v in value.items()}
