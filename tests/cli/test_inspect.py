@@ -11,9 +11,9 @@ import openai
 import pytest
 
 from hashreplay import Mode, test_context
-from hashreplay.core.conversation import conversation, reply, response_tokens
 from hashreplay.core.format import RecordedResponse
 from hashreplay.core.store import read_recording
+from hashreplay.core.transcript import conversation, reply, response_tokens
 from tests.cli.conftest import (
     CHAT,
     CLAUDE,

@@ -6,6 +6,8 @@ from typing import Any
 
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.format import (
+    Ended,
+    EndState,
     RecordedException,
     RecordedRequest,
     RecordedResponse,
@@ -61,6 +63,20 @@ def test_failures_say_how_the_response_ended() -> None:
     assert "end: error after 2 chunks (httpx.ReadError: peer closed)" in text
     assert "response 2/2: -" in text
     assert "end: failed before a response (httpx.ConnectError: refused)" in text
+
+
+def test_a_stream_the_client_stopped_reading_says_so() -> None:
+    # `git diff` of a recording must not show an abandoned stream as a complete answer
+    abandoned = RecordedResponse(
+        status=200,
+        body=[{"data": "{}"}],
+        is_streaming=True,
+        stream_format="sse",
+        ended=Ended(state=EndState.ABANDONED, after_chunks=1),
+    )
+    text = transcript(_recording({"messages": []}, abandoned))
+    assert text.endswith("end: abandoned by the client after 1 chunks\n")
+    assert "end: complete" not in text
 
 
 def test_embeddings_and_model_lists_are_short_but_changes_still_show() -> None:

@@ -15,11 +15,11 @@ from hashreplay.core.blobs import parse_ref
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.config import ModeSource
 from hashreplay.core.constants import MODE_ENV
-from hashreplay.core.conversation import Tokens, conversation, payloads, reply, response_tokens
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import RecordedResponse, recording_from_json
 from hashreplay.core.keys import hash_of_name, is_model_list_name
 from hashreplay.core.modes import MaxAge, age_in_days, today
+from hashreplay.core.transcript import Tokens, conversation, payloads, reply, response_tokens
 from hashreplay.engine.files import Loaded, Rules, find_recordings, load, renormalised, write_json
 from hashreplay.engine.files import verify as verify_file
 from hashreplay.engine.keys import newest_model_list
