@@ -84,7 +84,7 @@ for t in tests:
 collector.add_files(files, root)
 ended = SimpleNamespace(config=config, shouldstop=False, shouldfail=False, exitstatus=0)
 if run is not None:  # as pytest_sessionfinish does
-    from hashreplay.plugin.usage import finish_usage
+    from hashreplay.plugin.run import finish_usage
     finish_usage(ended, session, collector)
 else:
     from hashreplay.pytest_usage import finish_usage

@@ -11,7 +11,7 @@ from hashreplay import Mode
 from hashreplay.core.format import RecordedRequest, RecordedResponse, new_recording
 from hashreplay.engine.prune import REASON_GONE, REASON_UNUSED, plan_prune
 from hashreplay.engine.usage import RunUsage, TestUsage, UsageCollector, read_usage, write_usage
-from hashreplay.plugin.usage import merge_worker_piece
+from hashreplay.plugin.run import merge_worker_piece
 
 
 @pytest.mark.parametrize(

@@ -108,7 +108,6 @@ OPTED_IN_ONLY = (
     "hashreplay.core.format",
     "hashreplay.engine",
     "hashreplay.plugin.run",
-    "hashreplay.plugin.usage",
 )
 
 

@@ -160,7 +160,7 @@ def _collect(root: Path) -> tuple[CollectedTests | None, str]:
 
     from hashreplay.engine.import_vcr import CollectedTests
 
-    script = "import sys; from hashreplay.plugin.usage import collect_test_ids as c; c(sys.argv[1])"
+    script = "import sys, hashreplay.plugin.markers as m; m.collect_test_ids(sys.argv[1])"
     with tempfile.TemporaryDirectory(prefix="hashreplay-collect-") as temp:
         out = Path(temp) / "ids.json"
         try:

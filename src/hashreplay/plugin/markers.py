@@ -1,26 +1,26 @@
 """The plugin's markers and fixture (docs/scenarios.md): the `hashreplay` marker's per-test
 options, `hashreplay_fault` markers, the `hashreplay` fixture, and the end-of-test report of
-unconsumed recordings and faults that matched nothing.
-
-The marker's keywords are the configuration's names (`record_timing`, `pace`, `unconsumed`,
-`mode`), so a setting reads the same in `[tool.hashreplay]` and on a test; `timing` stays
-as an alias of `record_timing`.
+unconsumed recordings and faults that matched nothing. The marker's keywords are the
+configuration's names (`record_timing`, `pace`, `unconsumed`, `mode`), so a setting reads the
+same in `[tool.hashreplay]` and on a test; `timing` stays as an alias of `record_timing`.
 
 The hooks a project implements in its `conftest.py` (docs/design.md §14; docs/usage.md,
-"Hooks"), and how the plugin hands them to the engine.
+"Hooks"), and how the plugin hands them to the engine. The plugin registers these
+specifications (`pytest_addhooks`); the engine never imports pytest, so it gets plain
+callables (`engine/keys.py`) that look the implementations up at each request: conftest
+files load while tests are collected, after the run starts. Every implementation runs, the
+last-registered first as pytest orders hooks, each seeing what the one before it left; an
+implementation may change its argument in place (and return None) or return the changed
+dict. One that raises, or returns anything else, fails the test it ran for with an error
+naming the hook and where it is defined.
 
-The plugin registers these specifications (`pytest_addhooks`); the engine never imports
-pytest, so it gets plain callables (`engine/keys.py`) that look the implementations up at
-each request: conftest files load while tests are collected, after the run starts. Every
-implementation runs, the last-registered first as pytest orders hooks, each seeing what
-the one before it left; an implementation may change its argument in place (and return
-None) or return the changed dict. One that raises, or returns anything else, fails the
-test it ran for with an error naming the hook and where it is defined.
+`collect_test_ids`: the test ids of the project's suite, for `hashreplay import vcr`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractContextManager
@@ -383,3 +383,43 @@ def _where(plugin_name: str, function: Callable[..., object]) -> str:
     if code is None:
         return f"in plugin {plugin_name}"
     return f"in {code.co_filename}:{code.co_firstlineno}"
+
+
+# --- `hashreplay import vcr`: the suite's test ids ------------------------------------------
+
+
+class _CollectProbe:
+    """Stands in for the hashreplay plugin in a `--collect-only` run that must write nothing
+    (no usage log, no placeholders): registers the markers and hookspecs the project may use
+    (so `--strict-markers` and its conftest hooks still load) and keeps the collected ids."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.rootdir = ""
+
+    def pytest_addhooks(self, pluginmanager: pytest.PytestPluginManager) -> None:
+        pluginmanager.add_hookspecs(sys.modules[__name__])  # this module's hookspecs
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        for line in MARKER_LINES:
+            config.addinivalue_line("markers", line)
+        if not config.pluginmanager.has_plugin("recording"):
+            config.addinivalue_line("markers", VCR_MARKER_LINE)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.ids = [item.nodeid for item in session.items]
+        self.rootdir = str(session.config.rootpath)
+
+
+def collect_test_ids(out: str) -> int:
+    """Collect the suite of the current directory's project with the hashreplay plugin off
+    and write `{"rootdir", "ids", "exit"}` to `out` (run by `hashreplay import vcr` in a
+    subprocess: the project's conftest files never load in the CLI's process)."""
+    import json
+
+    probe = _CollectProbe()
+    args = ["--collect-only", "-q", "-p", "no:hashreplay", "-p", "no:cacheprovider"]
+    code = pytest.main(args, plugins=[probe])
+    result = {"rootdir": probe.rootdir, "ids": probe.ids, "exit": int(code)}
+    Path(out).write_text(json.dumps(result), encoding="utf-8")
+    return 0

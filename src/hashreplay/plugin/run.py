@@ -1,20 +1,13 @@
-"""The plugin's one state object: everything a pytest run of an opted-in project holds, and
-the hooks that use it (as syrupy's `SnapshotSession`).
-
-It exists only in a project that opted in (docs/design.md §16 Activation). The hooks in
-`plugin/__init__.py` each hand off to the method of the same name here; they stay in the
-module so that they keep the module's place among pytest's plugins (a miss fails a test
-after `xfail` has had its say, conftest wrappers see the failed report). Per test it does no
-more than set the test id context and hand the test's markers to the engine. pytest-xdist:
-each worker sends its counts, usage and unrecorded connections in `workeroutput`; the
-controller adds them up in `testnodedown`, both below.
-"""
+"""`PluginRun`: what a pytest run of an opted-in project holds (docs/design.md §16 Activation)
+and writes at the end (the usage log `.hashreplay/usage.json`, `--hashreplay-prune`, drift).
+pytest-xdist: each worker sends its state in `workeroutput`; the controller adds it up."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Generator
+from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -27,9 +20,8 @@ from hashreplay.core.keys import process_test_id, set_process_test_id, test_cont
 from hashreplay.core.modes import Mode
 from hashreplay.engine.lifecycle import Placeholders
 from hashreplay.engine.session import Session, Stats
-from hashreplay.engine.usage import UsageCollector
+from hashreplay.engine.usage import RunUsage, UsageCollector, relative, scrubbed_usage, write_usage
 from hashreplay.plugin.markers import MARKER, apply_markers, report_leftovers, report_stale
-from hashreplay.plugin.usage import UsageTracker, finish_usage, merge_worker_piece, worker_piece
 
 if TYPE_CHECKING:
     from hashreplay.engine.drift import DriftCheck
@@ -45,31 +37,22 @@ INIT_HINT = (
 
 
 class PluginRun:
-    """The state of one pytest run of an opted-in project, and the hooks that use it."""
+    """One pytest run's state. Each hook in `plugin/__init__.py` hands off to the method of its
+    name; the hooks stay there to keep that module's place among pytest's plugins (a miss
+    fails a test after `xfail` has had its say, conftest wrappers see the failed report)."""
 
     def __init__(self, config: pytest.Config, settings: Config, *, has_table: bool) -> None:
         self.config = config
-        # write-behind: a record-mode call costs no disk latency; flushed at session end
-        self.session = Session(settings, write_behind=True)
+        self.session = Session(settings, write_behind=True)  # no disk latency per call
         self.placeholders = Placeholders(settings)
-        #: whether the project opted in with `[tool.hashreplay]` (else only through a mode)
-        self.has_table = has_table
-        #: the counts pytest-xdist workers reported (this process's are the session's own)
-        self.worker_stats = Stats()
-        #: connections that nothing recorded, reported by workers (label -> openers)
-        self.worker_unrecorded: dict[str, set[str]] = {}
-        #: recorded responses that tests left unused (this process and its workers)
-        self.unconsumed = 0
-        #: stale recordings tests used, a summary line each (this process and its workers)
-        self.stale: list[str] = []
-        #: which tests ran and which files each used; made when the session starts
-        self.usage: UsageCollector | None = None
-        #: whether this run wrote `.hashreplay/drift.json` (a drift run's controller)
-        self.drift_written = False
+        self.has_table = has_table  # opted in with [tool.hashreplay], not only through a mode
+        self.worker_stats = Stats()  # what xdist workers counted (this process: the session's)
+        self.unconsumed = 0  # responses tests left unused (this process's and its workers')
+        self.stale: list[str] = []  # a summary line per stale recording used (and workers')
+        self.usage: UsageCollector | None = None  # tests run, files used; made at session start
+        self.drift_written = False  # whether it wrote .hashreplay/drift.json (drift controller)
         if config.getoption("hashreplay_drift", False):
             self.session.drift = drift_check(config, self.session)
-
-    # --- start and end --------------------------------------------------------------------
 
     def start(self) -> None:
         """Intercept: sweep what killed writers left, placeholders, adapters, guard. A
@@ -93,8 +76,6 @@ class PluginRun:
         self.usage = UsageCollector()
         tracker = UsageTracker(session.config, self.session, self.usage)
         session.config.pluginmanager.register(tracker, "hashreplay-usage")
-
-    # --- per test ---------------------------------------------------------------------------
 
     def runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
         session = self.session
@@ -162,8 +143,6 @@ class PluginRun:
             self.stale += report_stale(item, self.session, report)
         return report
 
-    # --- end of the run ---------------------------------------------------------------------
-
     def sessionfinish(self, session: pytest.Session) -> None:
         self._flush_recordings(session)
         if self.usage is None:  # the session never started
@@ -174,12 +153,11 @@ class PluginRun:
         else:
             finish_usage(session, self.session, self.usage)
             if self.session.drift is not None:
-                self.drift_written = finish_drift(session, self.session)
+                self.drift_written = finish_drift(session, self.session.drift, self.session.config)
 
     def _flush_recordings(self, session: pytest.Session) -> None:
-        """Every recording of the run on disk before usage is written or anything is
-        pruned; a write that failed (disk full, no permission) fails the run, naming the
-        file."""
+        """Every recording on disk before usage is written or anything pruned; a write that
+        failed (disk full, no permission) fails the run, naming the file."""
         hr = self.session
         try:
             hr.flush()
@@ -196,16 +174,15 @@ class PluginRun:
     def _worker_output(self) -> dict[str, Any]:
         """What a pytest-xdist worker sends its controller (read by `testnodedown`)."""
         assert self.usage is not None
+        hr = self.session
+        self.usage.add_files(hr.usage, hr.config.root)  # its whole view: outcomes and files
         return {
-            "stats": self.session.stats.as_dict(),
+            "stats": hr.stats.as_dict(),
             "unconsumed": self.unconsumed,
             "stale": self.stale,
-            "unrecorded": {
-                label: sorted(openers)
-                for label, openers in self.session.connections.unrecorded.items()
-            },
-            "usage": worker_piece(self.session, self.usage),
-            "drift": None if self.session.drift is None else self.session.drift.as_dict(),
+            "unrecorded": {k: sorted(v) for k, v in hr.connections.unrecorded.items()},
+            "usage": hr.seen_secrets.scrubber.value(self.usage.piece_json()),
+            "drift": None if hr.drift is None else hr.drift.as_dict(),
         }
 
     def testnodedown(self, node: Any) -> None:
@@ -216,7 +193,7 @@ class PluginRun:
         self.unconsumed += sent.get("unconsumed", 0)
         self.stale += sent.get("stale", [])
         for label, openers in sent.get("unrecorded", {}).items():
-            self.worker_unrecorded.setdefault(label, set()).update(openers)
+            self.session.connections.unrecorded.setdefault(label, set()).update(openers)
         if self.session.drift is not None and sent.get("drift"):
             self.session.drift.merge(sent["drift"])
         if self.usage is not None:
@@ -239,35 +216,169 @@ class PluginRun:
             line += f"; {stats.not_recorded} {calls} not recorded: no response"
         if self.unconsumed:
             line += f"; {self.unconsumed} recorded response(s) left unused"
-        terminalreporter.write_line(line)
-        connections = self.session.connections
-        for label, openers in self.worker_unrecorded.items():
-            connections.unrecorded.setdefault(label, set()).update(openers)
-        unrecorded = connections.summary()
+        write = terminalreporter.write_line
+        write(line)
+        unrecorded = self.session.connections.summary()  # workers' merged by testnodedown
         if unrecorded:
-            terminalreporter.write_line(f"hashreplay: {unrecorded}", yellow=True)
+            write(f"hashreplay: {unrecorded}", yellow=True)
         if self.stale:  # docs/recordings.md, "Age"
-            terminalreporter.write_line(
-                f"hashreplay: {len(self.stale)} recording(s) older than max_age used:",
-                yellow=True,
-            )
-            for line in sorted(self.stale):
-                terminalreporter.write_line(f"  {line}", yellow=True)
+            head = f"hashreplay: {len(self.stale)} recording(s) older than max_age used:"
+            for line in [head, *(f"  {stale}" for stale in sorted(self.stale))]:
+                write(line, yellow=True)
         if self.session.drift is not None:
-            drift_summary(terminalreporter, self.session, written=self.drift_written)
+            drift_summary(write, self.session.drift, settings, written=self.drift_written)
         if not self.has_table and settings.mode in (Mode.RECORD, Mode.RECORD_IF_MISSING):
-            terminalreporter.write_line(INIT_HINT, yellow=True)
+            write(INIT_HINT, yellow=True)
 
 
 def fixture_test_id(fixturedef: pytest.FixtureDef[Any]) -> str:
-    """The id a class-, module-, package- or session-scoped fixture records under: its own,
-    so its calls do not belong to whichever test happened to set it up first (with `-k`,
-    another test would, and replay would miss). Its file part names where it is defined, so
-    its recordings sit in that directory's `recordings/`."""
+    """The id a class-, module-, package- or session-scoped fixture records under: its own, not
+    that of whichever test set it up first (with `-k`, another would, and replay would miss);
+    its file part names where it is defined, so its recordings sit in that `recordings/`."""
     base = fixturedef.baseid
     if ".py" not in base:
         base = f"{base}/conftest.py" if base else "conftest.py"
     return f"{base}{FIXTURE_MARK}{fixturedef.argname}"
+
+
+# --- the usage log and --hashreplay-prune ---------------------------------------------------
+
+
+class UsageTracker:
+    """Feeds the run's `UsageCollector` from pytest's reporting hooks. A pytest-xdist
+    controller records nothing itself: each worker sends its whole view (outcomes and files)
+    at the end, so a worker that crashed leaves its tests out rather than half in."""
+
+    def __init__(self, config: pytest.Config, engine: Session, collector: UsageCollector) -> None:
+        self.engine = engine
+        self.collector = collector
+        self.controller = config.pluginmanager.has_plugin("dsession")
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.collector.note_deselected(item.nodeid for item in items)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.controller:
+            return
+        self.collector.note_collected(item.nodeid for item in session.items)
+        # a miss report offers `hashreplay mv` for a renamed test's recording (docs/design.md §14)
+        piece = self.collector.piece
+        self.engine.replayer.known_tests = frozenset((*piece.collected, *piece.deselected))
+        if session.testsfailed:  # nothing ran yet: these are collection errors
+            self.collector.note_collection_errors(session.testsfailed)
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        if not self.controller:
+            self.collector.note_start(nodeid, self.engine.stats.passed_through)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not self.controller:
+            self.collector.note_report(report.nodeid, report.when, report.outcome)
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        if not self.controller:
+            passed_through = self.engine.stats.passed_through
+            self.collector.note_finish(nodeid, passed_through, self.engine.mode_for(nodeid))
+
+
+def _partial_reasons(session: pytest.Session) -> list[str]:
+    """Why this run is not the full suite, as the command line and the run tell: what selects or
+    skips tests (paths or node ids, a run from a subdirectory without `testpaths`, the options
+    below), a run that stopped or never started. (The collector adds deselection, collection
+    errors, tests that never ran.)"""
+    config = session.config
+    reasons: list[str] = []
+    source, invoked = config.args_source, config.invocation_params.dir
+    if source is pytest.Config.ArgsSource.ARGS:
+        reasons.append("paths or node ids given")
+    elif source is pytest.Config.ArgsSource.INVOCATION_DIR and invoked != config.rootpath:
+        reasons.append(f"run from {invoked}, not the root")
+    for option, label in (
+        ("keyword", "-k"),
+        ("markexpr", "-m"),
+        ("lf", "--lf"),
+        ("stepwise", "--sw"),
+        ("stepwise_skip", "--sw-skip"),
+        ("deselect", "--deselect"),
+        ("ignore", "--ignore"),
+        ("ignore_glob", "--ignore-glob"),
+        ("collectonly", "--collect-only"),
+    ):
+        value = config.getoption(option, None)
+        if value:
+            reasons.append(label if value is True else f"{label} {value!r}")
+    if session.shouldstop:
+        reasons.append(f"stopped early: {session.shouldstop}")
+    if session.shouldfail:
+        reasons.append(f"stopped: {session.shouldfail}")
+    status, code = session.exitstatus, pytest.ExitCode
+    if status in (code.INTERRUPTED, code.INTERNAL_ERROR, code.USAGE_ERROR, code.NO_TESTS_COLLECTED):
+        reasons.append(f"exit status {code(status).name}")
+    return reasons
+
+
+def merge_worker_piece(collector: UsageCollector, piece: Any, worker: str) -> None:
+    """Add a finished worker's view to the controller's; a worker that sent none (it
+    crashed) makes the run partial, so prune spares its tests."""
+    if piece is None:
+        collector.note(f"worker {worker} ended without reporting its usage")
+    else:
+        collector.merge_worker(piece)
+
+
+def finish_usage(session: pytest.Session, engine: Session, collector: UsageCollector) -> None:
+    """Write the usage log and, with `--hashreplay-prune`, prune (xdist: the controller only)."""
+    root = engine.config.root
+    collector.add_files(engine.usage, root)
+    run = collector.finish(root=root, mode=engine.config.mode, reasons=_partial_reasons(session))
+    # test ids as recordings store them (docs/design.md §7): written, and pruned with
+    run = scrubbed_usage(run, engine.seen_secrets.scrubber, engine.redactor.text)
+    lines: list[str] = []
+    try:
+        write_usage(run, root)
+    except OSError as exc:
+        lines.append(f"hashreplay: could not write the usage log under {root}: {exc}")
+    if session.config.getoption("hashreplay_prune"):
+        lines.extend(_prune(engine, run))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and lines:
+        reporter.ensure_newline()
+        for line in lines:
+            reporter.write_line(line)
+
+
+def _prune(engine: Session, run: RunUsage) -> list[str]:
+    from hashreplay.engine.prune import kept_line, prune_project  # only with --hashreplay-prune
+
+    root = engine.config.root
+    result = prune_project(engine.config, run, dry_run=False)
+    lines = [
+        f"hashreplay: {exc.path}: unreadable: {exc.problem}; skipped, left unchanged"
+        for exc in result.unreadable
+    ]
+    pruned = [u for u in result.unused if u.path not in result.failed]
+    lines.append(f"hashreplay: pruned {len(pruned)} unused recordings (of {result.total})")
+    lines.extend(f"  {relative(u.path, root)} ({u.reason})" for u in pruned)
+    for verb, problems in (("cannot delete", result.failed), ("will not touch", result.refused)):
+        lines.extend(
+            f"hashreplay: {verb} {_unresolved(p, root)}: {why}" for p, why in problems.items()
+        )
+    if result.kept:
+        lines.append("hashreplay: " + kept_line(result.kept))
+    if not run.full_suite:
+        lines.append(
+            "hashreplay: not the full suite (" + "; ".join(run.partial_reasons) + "): only "
+            "recordings of tests that ran to completion were considered"
+        )
+    return lines
+
+
+def _unresolved(path: Path, root: Path) -> str:
+    """`path` relative to the root without following links (a symlink named as the link)."""
+    for base in (root, root.resolve()):
+        with contextlib.suppress(ValueError):
+            return path.relative_to(base).as_posix()
+    return str(path)
 
 
 # --- drift (docs/design.md §15, "Drift") ------------------------------------------------------
@@ -296,39 +407,34 @@ def drift_check(config: pytest.Config, hr: Session) -> DriftCheck:
     return DriftCheck(hr)
 
 
-def finish_drift(session: pytest.Session, hr: Session) -> bool:
+def finish_drift(session: pytest.Session, drift: DriftCheck, settings: Config) -> bool:
     """Write `.hashreplay/drift.json` (not after an interrupted run: a partial result would
     read as a clean one) and fail the run when a test drifted (`drift_fail`)."""
     from hashreplay.engine.drift import write_result
 
-    drift = hr.drift
-    assert drift is not None
     if session.exitstatus == pytest.ExitCode.INTERRUPTED:
         return False
-    write_result(hr.config.root, drift.result())
-    if drift.drifted and hr.config.drift_fail and session.exitstatus == pytest.ExitCode.OK:
+    write_result(settings.root, drift.result())
+    if drift.drifted and settings.drift_fail and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     return True
 
 
-def drift_summary(terminalreporter: Any, hr: Session, *, written: bool) -> None:
+def drift_summary(
+    write: Callable[..., None], drift: DriftCheck, settings: Config, *, written: bool
+) -> None:
     """The drift table (test, endpoint, first differences), or why no result was written."""
     from hashreplay.engine.drift import drift_path, render
 
-    drift = hr.drift
-    assert drift is not None
-    shown = os.path.relpath(drift_path(hr.config.root), hr.config.root)
+    shown = os.path.relpath(drift_path(settings.root), settings.root)
     if not written:
-        terminalreporter.write_line(
+        write(
             f"hashreplay drift: the run was interrupted, so {shown} was not written "
             "(a partial result would hide what was not checked); run it again",
             yellow=True,
         )
         return
-    result = drift.result()
-    for i, line in enumerate(render(result, where=shown)):
-        terminalreporter.write_line(line, red=drift.drifted and i == 0, bold=i == 0)
-    if drift.drifted and not hr.config.drift_fail:
-        terminalreporter.write_line(
-            "hashreplay drift: drift_fail = false, so drift does not fail this run"
-        )
+    for i, line in enumerate(render(drift.result(), where=shown)):
+        write(line, red=drift.drifted and i == 0, bold=i == 0)
+    if drift.drifted and not settings.drift_fail:
+        write("hashreplay drift: drift_fail = false, so drift does not fail this run")
