@@ -1,9 +1,9 @@
-"""The `hashreplay` command. `main(argv) -> int` is testable without a subprocess.
-
-Exit status: 0 when all went well, 1 when the command found problems (unreadable files,
-`verify` findings, `rehash` collisions, nothing to show), 2 for usage errors (an unknown
-command or option, a path that does not exist, an invalid `[tool.hashreplay]`).
-Start-up stays fast: no SDK, HTTP client or server is imported.
+"""The `hashreplay` command: its parser, `main(argv) -> int` (testable without a subprocess),
+and `status`, the one command that reports on a project whose config is invalid. Exit status:
+0 when all went well, 1 when the command found problems (unreadable files, `verify` findings,
+`rehash` collisions, nothing to show), 2 for usage errors (an unknown command or option, a path
+that does not exist, an invalid `[tool.hashreplay]`). Start-up stays fast: no SDK, HTTP client
+or server is imported.
 """
 
 from __future__ import annotations
@@ -19,8 +19,15 @@ from typing import Any
 
 from hashreplay import __version__
 from hashreplay.cli.console import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Command, Console, Run
-from hashreplay.core.config import Config, load_config, load_config_reporting
+from hashreplay.core.config import Config, ModeSource, load_config, load_config_reporting
+from hashreplay.core.constants import MODE_ENV
+from hashreplay.core.conversation import Tokens, response_tokens
 from hashreplay.core.errors import ConfigError, HashReplayError, PathNotFound
+from hashreplay.core.keys import hash_of_name, is_model_list_name
+from hashreplay.core.modes import MaxAge, age_in_days, today
+from hashreplay.core.transcript import printable
+from hashreplay.engine.files import Loaded
+from hashreplay.engine.keys import newest_model_list
 
 
 def _add_root(parser: argparse.ArgumentParser) -> None:
@@ -196,6 +203,128 @@ def _add_review(sub: Any) -> None:
     )
 
 
+def _mode_source(run: Run) -> str:
+    config = run.config
+    source = config.mode_source
+    if source is ModeSource.ENV:
+        return f"env ({MODE_ENV})"
+    if source is ModeSource.FILE and config.config_file is not None:
+        return f"config ({run.show_path(config.config_file)})"
+    return str(source)
+
+
+def status(run: Run) -> int:
+    console, config = run.console, run.config
+    files = run.files()
+    if run.args.paths_only:
+        # `git add $(hashreplay status --paths)`: every directory holding recordings
+        for directory in sorted({run.show_path(path.parent) for path in files}):
+            console.line(directory)
+        return EXIT_OK
+    if run.args.older_than is not None:  # checked before any file is read
+        limit = MaxAge.parse(run.args.older_than, source="--older-than")
+        return _older_than(run, run.load_all(files, "reading"), limit)
+    loaded = run.load_all(files, "reading")
+    console.line(f"mode: {console.style(config.mode.value, 'bold')}")
+    console.line(f"mode source: {_mode_source(run)}")
+    reason = "--root" if run.args.root is not None else config.root_reason
+    # the root absolute (which project was found); every other path relative to here
+    console.line(f"root: {config.root} (from {reason})")
+    shown = run.show_path(config.config_file) if config.config_file else None
+    if run.config_problem is not None:
+        console.line(
+            f"config: {shown or 'pyproject.toml'} is invalid: each setting in error takes its "
+            "default here (the problems are listed at the end)"
+        )
+    else:
+        console.line(f"config: {shown or 'none (defaults)'}")
+    console.line(f"common directory: {run.show_path(config.common_dir)}")
+
+    by_dir: dict[Path, list[int]] = {}
+    for path in files:
+        by_dir.setdefault(path.parent, []).append(_size(path))
+    rows = [
+        [run.show_path(d), str(len(sizes)), console.size(sum(sizes))]
+        for d, sizes in sorted(by_dir.items())
+    ]
+    total = sum(sum(s) for s in by_dir.values())
+    if console.tty and rows:
+        console.line()
+        console.table(
+            [*rows, ["total", str(len(files)), console.size(total)]],
+            ["recordings directory", "files", "size"],
+        )
+        console.line()
+    elif not console.tty:
+        for row in rows:
+            console.line(f"recordings: {row[0]}\t{row[1]} files\t{row[2]} bytes")
+        console.line(f"total: {len(files)} files\t{total} bytes")
+    if not files:
+        console.line("no recordings yet: INFERENCE_MODE=record-if-missing pytest records them")
+    for stray in run.strays():
+        console.line(f"stray: {run.show_path(stray.path)}: {stray.problem}")
+
+    tokens = Tokens()
+    for item in loaded:
+        for response in item.recording.responses:
+            tokens.add(response_tokens(response))
+    console.line(
+        f"tokens: {tokens.input} input + {tokens.output} output = "
+        f"{console.style(str(tokens.total), 'bold')} total in {tokens.responses} responses "
+        "(what every replayed run saves)"
+    )
+    from hashreplay.cli.store import last_run
+
+    last_run(run, loaded)
+    return run.status
+
+
+def _older_than(run: Run, loaded: list[Loaded], limit: MaxAge) -> int:
+    """`status --older-than AGE`: each recording whose oldest response is older than AGE,
+    oldest first (docs/recordings.md, "Age"); responses without a day are counted apart."""
+    day = today()
+    rows: list[tuple[int, str, str, str]] = []
+    undated = 0
+    lists: dict[str, list[Loaded]] = {}  # a shared model list is dated by its newest file
+    for item in loaded:
+        if is_model_list_name(item.path.name) and (hash_hex := hash_of_name(item.path.name)):
+            lists.setdefault(hash_hex, []).append(item)
+    older_sets: set[Path] = set()  # the model sets a newer file of the same list outdates
+    for group in lists.values():
+        newest = newest_model_list([(i.path, i.recording.response) for i in group])
+        older_sets.update(item.path for n, item in enumerate(group) if n != newest)
+    for item in loaded:
+        if item.path in older_sets:
+            continue
+        ages = [
+            (age, response.recorded_on or "")
+            for response in item.recording.responses
+            if (age := age_in_days(response.recorded_on, day)) is not None
+        ]
+        undated += len(item.recording.responses) - len(ages)
+        oldest = max(ages, default=None)
+        if oldest is not None and oldest[0] > limit.days:
+            shared = "(shared model list)" if is_model_list_name(item.path.name) else "(shared)"
+            test = item.recording.test_id or shared
+            rows.append((oldest[0], oldest[1], test, run.show_path(item.path)))
+    rows.sort(key=lambda row: (-row[0], row[3]))
+    console = run.console
+    for age, recorded_on, test, path in rows:
+        console.line(f"{age}d\t{recorded_on}\t{printable(test)}\t{path}")
+    summary = f"{len(rows)} of {len(loaded)} recording(s) older than {limit} (today {day})"
+    if undated:
+        summary += f"; {undated} response(s) have no recorded day (recorded before days were kept)"
+    console.line(summary)
+    return run.status
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def _server_cli() -> ModuleType | None:
     """`hashreplay.server.cli` (standard library only at import time), when present."""
     try:
@@ -205,23 +334,20 @@ def _server_cli() -> ModuleType | None:
 
 
 def _commands() -> dict[str, Command]:
-    from hashreplay.cli import commands as commands
-    from hashreplay.cli import review
-    from hashreplay.cli import store as usage_commands
-    from hashreplay.cli.store import import_recordings
+    from hashreplay.cli import console, review, store
 
     return {
-        "import": import_recordings,
+        "import": store.import_recordings,
         "git-setup": review.git_setup,
-        "status": commands.status,
-        "list": commands.list_recordings,
-        "show": commands.show,
-        "verify": commands.verify,
-        "rehash": commands.rehash,
-        "mv": usage_commands.move,
-        "normalize": commands.normalize,
-        "prune": usage_commands.prune,
-        "drift-report": usage_commands.drift_report,
+        "status": status,
+        "list": console.list_recordings,
+        "show": console.show,
+        "verify": review.verify,
+        "rehash": review.rehash,
+        "mv": store.move,
+        "normalize": store.normalize,
+        "prune": store.prune,
+        "drift-report": review.drift_report,
     }
 
 
@@ -309,10 +435,10 @@ def normalize_script(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    from hashreplay.cli import commands as commands
+    from hashreplay.cli.store import normalize
 
     args.default_scope = "tests"
-    return _run(commands.normalize, args)
+    return _run(normalize, args)
 
 
 def entry_point() -> None:  # pragma: no cover - the console script

@@ -1,20 +1,30 @@
 """Terminal output for the CLI: plain, greppable lines when piped; colour, aligned tables and a
 progress bar (on stderr, only when it is a terminal) otherwise; `NO_COLOR` turns colour off.
-Also what every command is handed (`Run`) and the exit codes they return.
+Also what every command is handed (`Run`), the exit codes, and the commands that print
+recordings for reading: `list` and `show`.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
+import orjson
+
+from hashreplay.core.blobs import parse_ref
+from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.config import Config
+from hashreplay.core.conversation import conversation, payloads, reply, response_tokens
 from hashreplay.core.errors import ConfigError, RecordingError, unreadable_fix
+from hashreplay.core.format import RecordedResponse, recording_from_json
+from hashreplay.core.keys import hash_of_name
 from hashreplay.core.paths import Stray, find_strays
 from hashreplay.core.store import Store
 from hashreplay.core.transcript import printable
@@ -109,6 +119,10 @@ class Console:
         self.line(self.style(aligned(headers), "bold"))
         for row in rows:
             self.line(aligned(row).rstrip())
+
+    def size(self, size: int) -> str:
+        """`4.1 KiB` on a terminal, the byte count when piped."""
+        return human_size(size) if self.tty else str(size)
 
     # --- progress -------------------------------------------------------------------------
 
@@ -255,3 +269,176 @@ def _below(path: Path, directory: Path) -> bool:
 
 
 Command = Callable[[Run], int]
+
+
+# --- list -----------------------------------------------------------------------------------
+
+
+def _matches(value: str, pattern: str | None) -> bool:
+    if pattern is None:
+        return True
+    if "*" in pattern or "?" in pattern:
+        return fnmatch.fnmatchcase(value, pattern.replace("[", "[[]"))
+    return pattern in value
+
+
+def _status(response: RecordedResponse) -> str:
+    """`200`; `exception` for a failure; `-` for a call-layer result (no HTTP status)."""
+    if response.is_exception:
+        return "exception"
+    return "-" if response.status is None else str(response.status)
+
+
+def list_recordings(run: Run) -> int:
+    args = run.args
+    loaded = run.load_all(run.files(args.paths), "reading")
+    rows: list[list[str]] = []
+    for item in loaded:
+        recording = item.recording
+        request = recording.request
+        test = recording.test_id or ("(shared)" if item.is_model_list_file else "(no test)")
+        if not (_matches(test, args.test) and _matches(request.endpoint, args.endpoint)):
+            continue
+        row = [
+            test,
+            request.method,
+            request.endpoint,
+            request.model or "-",
+            ",".join(_status(r) for r in recording.responses),
+            run.console.size(len(item.content)),
+            run.show_path(item.path),
+        ]
+        rows.append([printable(cell) for cell in row])  # recorded text never drives a terminal
+    run.console.table(rows, ["test", "method", "endpoint", "model", "status", "size", "file"])
+    if not rows and run.console.tty:
+        run.console.line("no recordings match")
+    return run.status
+
+
+# --- show -----------------------------------------------------------------------------------
+
+
+def _find_target(run: Run, target: str) -> Path | None:
+    path = Path(target)
+    if path.is_file():
+        return path
+    if target.endswith(".json") or "/" in target:
+        run.console.error(f"no such recording file: {target}")
+        return None
+    key = target.lower().removesuffix(".json")
+    files = run.files()
+    found = [
+        f
+        for f in files
+        if (hash_of_name(f.name) or "").startswith(key) or f.name.startswith(target)
+    ]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        run.console.error(
+            f"no recording matches {target!r} among the project's {len(files)}: give a file "
+            "path, or a hash as in `hashreplay list`"
+        )
+    else:
+        names = "\n  ".join(run.show_path(f) for f in found[:20])
+        run.console.error(
+            f"{target!r} matches {len(found)} recordings; give more of the hash:\n  {names}"
+        )
+    return None
+
+
+def show(run: Run) -> int:
+    path = _find_target(run, run.args.target)
+    if path is None:
+        return EXIT_PROBLEMS
+    if run.args.raw:
+        raw = path.read_bytes().decode("utf-8", errors="replace").rstrip("\n")
+        run.console.line(printable(raw))
+        return EXIT_OK
+    try:
+        item = load(path, run.store)
+    except RecordingError as exc:
+        run.report_unreadable(path, exc)
+        return EXIT_PROBLEMS
+    # large values are shown as their blob reference (digest, size, type), not their bytes
+    _render(run, replace(item, recording=recording_from_json(item.raw)))
+    return EXIT_OK
+
+
+def _field(run: Run, name: str, value: str, *, styled: bool = False) -> None:
+    """One `name: value` line; recorded data in `value` is escaped unless the caller
+    `styled` it (and escaped the data it holds) itself."""
+    shown = value if styled else printable(value)
+    run.console.line(f"{run.console.style(f'{name}:'.ljust(10), 'bold')} {shown}")
+
+
+def _indented(run: Run, text: str, indent: str = "  ", prefix: str = "") -> None:
+    """Recorded text, escaped, indented; `prefix` (already styled) starts the first line."""
+    for index, line in enumerate(text.splitlines() or [""]):
+        lead = f"{prefix} " if prefix and index == 0 else ""
+        run.console.line(f"{indent}{lead}{printable(line)}")
+
+
+def _render(run: Run, item: Loaded) -> None:
+    recording, request = item.recording, item.recording.request
+    _field(run, "file", run.show_path(item.path))
+    _field(run, "test", recording.test_id or "(none: shared or made outside a test)")
+    _field(run, "request", f"{request.method} {request.url}")
+    if request.model:
+        _field(run, "model", request.model)
+    if request.headers:
+        _field(run, "headers", ", ".join(f"{k}: {v}" for k, v in sorted(request.headers.items())))
+    turns = conversation(request.body, request.endpoint)
+    if turns:
+        run.console.line(run.console.style("conversation:", "bold"))
+        for turn in turns:
+            role = run.console.style(f"[{printable(turn.role)}]", "cyan")
+            _indented(run, turn.text, prefix=role)
+    elif request.body is not None:
+        run.console.line(run.console.style(f"body ({request.body_encoding.value}):", "bold"))
+        _indented(run, _body_text(request.body, request.body_encoding))
+    responses = recording.responses
+    for index, response in enumerate(responses):
+        label = "response" if len(responses) == 1 else f"response {index + 1}/{len(responses)}"
+        _render_response(run, label, response)
+
+
+def _render_response(run: Run, label: str, response: RecordedResponse) -> None:
+    kind = response.headers.get("content-type", "")
+    if response.is_streaming:
+        kind += f" (stream: {response.stream_format}, {len(response.body or [])} events)"
+    status = _status(response)
+    failed = response.is_exception or (response.status or 0) >= 400
+    colour = "red" if failed else "green"
+    shown = f"{run.console.style(printable(status), colour)} {printable(kind)}".rstrip()
+    _field(run, label, shown, styled=True)
+    if response.is_exception and response.exception is not None:
+        _field(run, "exception", f"{response.exception.type}: {response.exception.message}")
+    said = reply(response)
+    if said.text:
+        _field(run, "reply", said.text)
+    for call in said.tool_calls:
+        _field(run, "tool call", call)
+    if not said and response.body is not None:
+        run.console.line(run.console.style("body:", "bold"))
+        if response.is_streaming:
+            for value in payloads(response) or response.body:
+                _indented(run, value if isinstance(value, str) else orjson.dumps(value).decode())
+        else:
+            _indented(run, _body_text(response.body, response.body_encoding))
+    tokens = response_tokens(response)
+    if tokens.responses:
+        _field(run, "tokens", f"input {tokens.input}, output {tokens.output}, total {tokens.total}")
+
+
+def _body_text(body: Any, encoding: BodyEncoding) -> str:
+    ref = parse_ref(body)
+    if ref is not None:
+        return ref.describe()
+    if encoding is BodyEncoding.BASE64:
+        return f"(binary, {len(str(body)) * 3 // 4} bytes as base64)"
+    if encoding is BodyEncoding.TEXT:
+        return str(body)
+    if encoding is BodyEncoding.EMPTY or body is None:
+        return "(empty)"
+    return orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()

@@ -1,6 +1,7 @@
-"""Setting a project up and reviewing its recordings in git: `init` (docs/design.md §16
-Activation), `git-setup`, `textconv` (what git runs to show a recording in `git diff`, `git log
--p` and `git show`; it never fails, so git always shows a diff) and `diff` (the same without git).
+"""Setting a project up and reviewing its recordings: `init` (docs/design.md §16 Activation),
+`git-setup`, `textconv` (what git runs to show a recording in `git diff`, `git log -p` and `git
+show`; it never fails, so git always shows a diff), `diff` (the same without git); `verify`,
+`rehash` and `normalize` hold them to the current rules, `drift-report` to the providers.
 """
 
 from __future__ import annotations
@@ -13,16 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hashreplay.cli.console import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Console, Run
+from hashreplay.cli.console import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Console, Run, printable
 from hashreplay.core.config import load_config
-from hashreplay.core.constants import (
-    GIT_DIFF_DRIVER,
-    GITATTRIBUTES_PATTERN,
-    RECORDINGS_DIRNAME,
-)
-from hashreplay.core.errors import ConfigError
+from hashreplay.core.constants import GIT_DIFF_DRIVER, GITATTRIBUTES_PATTERN, RECORDINGS_DIRNAME
+from hashreplay.core.errors import ConfigError, RecordingError
 from hashreplay.core.paths import PYPROJECT, find_root
 from hashreplay.core.transcript import textconv as textconv_bytes
+from hashreplay.engine.files import Rules, load
+from hashreplay.engine.files import verify as verify_file
 
 #: How long a git command may take before the review gives up on it.
 GIT_TIMEOUT = 60
@@ -340,3 +339,88 @@ def _git_setup(run: Run) -> int:
         )
         return EXIT_OK
     return git_setup(run)
+
+
+# --- verify ---------------------------------------------------------------------------------
+
+
+def verify(run: Run) -> int:
+    files = run.files(run.args.paths)
+    rules = Rules(run.config)
+    bad = 0
+    for path in run.console.progress(files, "verifying"):
+        try:
+            item = load(path, run.store)
+        except RecordingError as exc:
+            problems = [f"unreadable: {exc.problem}; to fix it: {run.unreadable_fix(path)}"]
+        else:
+            problems = verify_file(item, rules)
+        bad += bool(problems)
+        for problem in problems:  # problems quote recorded values: shown, never interpreted
+            run.console.line(printable(f"{run.show_path(path)}: {problem}"))
+    strays = run.strays(run.args.paths)
+    for stray in strays:
+        run.console.line(printable(f"{run.show_path(stray.path)}: {stray.problem}"))
+    run.console.line(f"Summary: {bad}/{len(files)} files with problems")
+    if strays:
+        run.console.line(f"Also: {len(strays)} symlinks or temp files in recordings directories")
+    return EXIT_PROBLEMS if bad or strays else run.status
+
+
+# --- rehash ---------------------------------------------------------------------------------
+
+
+def rehash(run: Run) -> int:
+    from hashreplay.engine.rehash import apply_rekeys, plan_rekey
+
+    dry = run.args.dry_run
+    files = run.files(run.args.paths)
+    rules = Rules(run.config)
+    plans = [
+        plan
+        for item in run.load_all(files, "reading")
+        if (plan := plan_rekey(item, rules)) is not None
+    ]
+    result = apply_rekeys(plans, dry_run=dry)
+    show = run.show_path
+    for plan in result.done:
+        if plan.renames:
+            verb = "Would rename" if dry else "Renamed"
+            run.console.line(f"{verb}: {show(plan.source)} -> {plan.target.name}")
+        else:
+            run.console.line(f"{'Would update' if dry else 'Updated'}: {show(plan.source)}")
+    for plan in result.duplicates:
+        verb = "Would remove duplicate" if dry else "Removed duplicate"
+        run.console.line(f"{verb}: {show(plan.source)} (the same recording is {plan.target.name})")
+    for plan, why in result.collisions:
+        run.console.error(
+            f"collision: cannot rename {show(plan.source)} to {plan.target.name}: {why}; "
+            "compare the two (hashreplay show), delete the one no test needs, then run "
+            "hashreplay rehash again"
+        )
+    changed = len(result.done) + len(result.duplicates)
+    run.console.line(f"Summary: {changed}/{len(files)} files re-keyed")
+    return EXIT_PROBLEMS if result.collisions else run.status
+
+
+def drift_report(run: Run) -> int:
+    """The last drift run's result (`.hashreplay/drift.json`), every difference of every
+    drifted test; 1 when it found drift or there is no result, else 0."""
+    from hashreplay.engine.drift import drift_path, read_result, render
+
+    root = run.config.root
+    try:
+        result = read_result(root)
+    except ValueError as exc:
+        run.console.error(str(exc))
+        return EXIT_PROBLEMS
+    if result is None:
+        run.console.error(
+            f"no drift result: {drift_path(root)} does not exist. Run `pytest "
+            "--hashreplay-drift` with the providers' keys set (a run that was interrupted "
+            "writes none)"
+        )
+        return EXIT_PROBLEMS
+    for line in render(result, every=True):
+        run.console.line(line)
+    return EXIT_PROBLEMS if result.get("drifted") else EXIT_OK

@@ -1,18 +1,17 @@
-"""The commands that take recordings into a store and out of it: `import` (other tools'
-recordings; the readers are in `engine/`), `prune` (what the usage logs say, merged across CI
-shards with `--usage-log`), and `mv`, which moves a renamed test's recordings within it.
+"""The commands that change what the store holds: `import` (other tools' recordings; the readers
+are in `engine/`), `prune` (what the usage logs say, merged across CI shards with `--usage-log`),
+`mv`, which moves a renamed test's recordings within it, and `normalize`.
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hashreplay.cli.console import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Run
 from hashreplay.core.errors import ConfigError, RecordingError, SettingsError, UsageError
-from hashreplay.engine.files import Loaded, Rules, load
+from hashreplay.engine.files import Loaded, Rules, find_recordings, load, renormalised, write_json
 from hashreplay.engine.importing import ImportReport, Reader, run_import, source_files
 from hashreplay.engine.prune import Logs, kept_line, plan_prune, prune_project, read_logs
 from hashreplay.engine.usage import read_usage, usage_path
@@ -20,11 +19,12 @@ from hashreplay.engine.usage import read_usage, usage_path
 if TYPE_CHECKING:
     from hashreplay.engine.import_vcr import CollectedTests
 
+
 #: File endings searched for under a directory, per format.
 SUFFIXES = {"vcr": (".yaml", ".yml", ".json"), "ogx": (".json",)}
 
 
-def configure(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def configure(sub: Any) -> None:
     """`import vcr` and `import ogx`, each with its options."""
     parser = sub.add_parser("import", help="import vcrpy/pytest-recording cassettes or OGX files")
     formats = parser.add_subparsers(dest="format", metavar="FORMAT", required=True)
@@ -337,29 +337,6 @@ def prune(run: Run) -> int:
     return EXIT_PROBLEMS if result.failed or result.refused else run.status
 
 
-def drift_report(run: Run) -> int:
-    """The last drift run's result (`.hashreplay/drift.json`), every difference of every
-    drifted test; 1 when it found drift or there is no result, else 0."""
-    from hashreplay.engine.drift import drift_path, read_result, render
-
-    root = run.config.root
-    try:
-        result = read_result(root)
-    except ValueError as exc:
-        run.console.error(str(exc))
-        return EXIT_PROBLEMS
-    if result is None:
-        run.console.error(
-            f"no drift result: {drift_path(root)} does not exist. Run `pytest "
-            "--hashreplay-drift` with the providers' keys set (a run that was interrupted "
-            "writes none)"
-        )
-        return EXIT_PROBLEMS
-    for line in render(result, every=True):
-        run.console.line(line)
-    return EXIT_PROBLEMS if result.get("drifted") else EXIT_OK
-
-
 def move(run: Run) -> int:
     """`hashreplay mv OLD NEW` (docs/design.md §14): 0 when everything moved, 1 when OLD
     names nothing or a conflict or unreadable file stopped it (nothing moved), 2 for a
@@ -431,3 +408,27 @@ def move(run: Run) -> int:
         summary += f"; usage log: {result.usage_moved} test ids renamed"
     run.console.line(summary + ("; dry run: nothing written" if dry else ""))
     return EXIT_OK
+
+
+def normalize(run: Run) -> int:
+    config, dry = run.config, run.args.dry_run
+    paths = list(run.args.paths)
+    if not paths and getattr(run.args, "default_scope", None) == "tests":
+        paths = [p for p in (config.root / "tests", config.common_dir) if p.is_dir()]
+        files = find_recordings(paths, config.common_dir) if paths else []
+    else:
+        files = run.files(paths)
+    rules = Rules(config)
+    modified = 0
+    for item in run.load_all(files, "normalizing"):
+        data = renormalised(item, rules)
+        if data is None:
+            continue
+        modified += 1
+        if dry:
+            run.console.line(f"Would normalize: {run.show_path(item.path)}")
+        else:
+            write_json(item.path, data, rules.store)
+            run.console.line(f"Normalized: {run.show_path(item.path)}")
+    run.console.line(f"Summary: {modified}/{len(files)} files modified")
+    return run.status
