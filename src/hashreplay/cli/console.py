@@ -21,13 +21,12 @@ import orjson
 from hashreplay.core.blobs import parse_ref
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.config import Config
-from hashreplay.core.conversation import conversation, payloads, reply, response_tokens
 from hashreplay.core.errors import ConfigError, RecordingError, unreadable_fix
 from hashreplay.core.format import RecordedResponse, recording_from_json
 from hashreplay.core.keys import hash_of_name
 from hashreplay.core.paths import Stray, find_strays
 from hashreplay.core.store import Store
-from hashreplay.core.transcript import printable
+from hashreplay.core.transcript import conversation, payloads, printable, reply, response_tokens
 from hashreplay.engine.files import (
     Loaded,
     default_paths,
