@@ -88,7 +88,7 @@ async def test_every_adapter_raises_its_clients_own_exception_for_every_break_ki
     import aiohttp
     from yarl import URL
 
-    from hashreplay.adapters import _shared as _wire
+    from hashreplay.adapters import _shared
     from hashreplay.adapters import aiohttp as aiohttp_adapter
     from hashreplay.adapters import httpx as httpx_adapter
     from hashreplay.adapters import urllib3 as urllib3_adapter
@@ -96,7 +96,7 @@ async def test_every_adapter_raises_its_clients_own_exception_for_every_break_ki
     plan = _plan(kind)
     assert isinstance(httpx_adapter.error_class(kind), str)
     for in_body in (False, True):
-        assert isinstance(_wire.kind_exception(plan, in_body=in_body), Exception)
+        assert isinstance(_shared.kind_exception(plan, in_body=in_body), Exception)
     request = aiohttp.ClientRequest("GET", URL("http://127.0.0.1:9/x"))
     raised = aiohttp_adapter.kind_exception(plan, request, in_body=False)
     assert isinstance(raised, aiohttp.ClientError)

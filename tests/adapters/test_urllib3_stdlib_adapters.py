@@ -1,5 +1,5 @@
 """The urllib3 and http.client adapters: installing and restoring, what each leaves to the
-other, a moved seam, and the replayed-response building blocks (`_wire`)."""
+other, a moved seam, and the replayed-response building blocks (`_shared`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ from typing import Any
 import pytest
 
 from hashreplay import Mode, test_context
-from hashreplay.adapters import _shared as _state
-from hashreplay.adapters import _shared as _wire
-from hashreplay.adapters import activate, deactivate
+from hashreplay.adapters import _shared, activate, deactivate
 from hashreplay.adapters import stdlib as stdlib_adapter
 from hashreplay.core.config import load_config
 from hashreplay.core.errors import HashReplayWarning
@@ -79,9 +77,9 @@ def test_a_moved_seam_warns_and_patches_nothing(
 
 def test_without_a_session_requests_go_out_untouched(tmp_path: Path) -> None:
     stdlib_adapter.install(session(tmp_path, Mode.REPLAY))
-    _state.detach("stdlib")  # patched, but the session is gone (as between two runs)
+    _shared.detach("stdlib")  # patched, but the session is gone (as between two runs)
     try:
-        assert stdlib_adapter.is_installed() and _state.active_session() is None
+        assert stdlib_adapter.is_installed() and _shared.active_session() is None
         with FakeUpstream() as fake, test_context(TEST_ID):
             assert (
                 urllib3.PoolManager().request("GET", f"{fake.url}/plain").data
@@ -116,7 +114,7 @@ def test_a_urllib3_request_is_recorded_once_with_both_adapters(tmp_path: Path) -
     assert len(recordings(tmp_path)) == 1
 
 
-# --- _wire ---------------------------------------------------------------------------------
+# --- _shared ---------------------------------------------------------------------------------
 
 
 def plan(chunks: list[bytes], *, streaming: bool, exc: str | None = None) -> ReplayPlan:
@@ -125,7 +123,7 @@ def plan(chunks: list[bytes], *, streaming: bool, exc: str | None = None) -> Rep
 
 
 def test_wire_bytes_frame_a_stream_chunk_for_chunk() -> None:
-    data = _wire.wire_bytes(plan([b"ab", b"", b"cde"], streaming=True))
+    data = _shared.wire_bytes(plan([b"ab", b"", b"cde"], streaming=True))
     head, body = data.split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 200 OK\r\n")
     assert b"content-length" not in head  # the recorded length no longer applies
@@ -134,7 +132,9 @@ def test_wire_bytes_frame_a_stream_chunk_for_chunk() -> None:
 
 
 def test_a_replayed_httplib_response_reads_like_a_live_one() -> None:
-    raw = _wire.httplib_response(plan([b"line 1\n", b"line 2\n"], streaming=True), "GET", "/", None)
+    raw = _shared.httplib_response(
+        plan([b"line 1\n", b"line 2\n"], streaming=True), "GET", "/", None
+    )
     assert raw.status == 200 and raw.getheader("content-type") == "text/plain"
     assert list(raw) == [b"line 1\n", b"line 2\n"]
     assert raw.isclosed()
@@ -142,7 +142,7 @@ def test_a_replayed_httplib_response_reads_like_a_live_one() -> None:
 
 def test_a_broken_recording_raises_its_failure_after_what_arrived() -> None:
     for streaming in (True, False):
-        raw = _wire.httplib_response(
+        raw = _shared.httplib_response(
             plan([b"partial"], streaming=streaming, exc="builtins.ConnectionResetError"),
             "GET",
             "/",
@@ -154,18 +154,18 @@ def test_a_broken_recording_raises_its_failure_after_what_arrived() -> None:
 
 
 def test_replay_file_raises_only_past_its_end() -> None:
-    fp = _wire.ReplayFile(b"abc", lambda: TimeoutError("read timed out"))
+    fp = _shared.ReplayFile(b"abc", lambda: TimeoutError("read timed out"))
     assert fp.readline() == b"abc"
     assert fp.read(0) == b""
     with pytest.raises(TimeoutError, match="read timed out"):
         fp.read(1)
-    assert _wire.ReplayFile(b"", None).read() == b""
+    assert _shared.ReplayFile(b"", None).read() == b""
 
 
 def test_rebuilt_exceptions_keep_the_recorded_message_and_attributes() -> None:
     from urllib3.exceptions import MaxRetryError, NewConnectionError, ReadTimeoutError
 
-    exc = _wire.rebuild_exception(ReadTimeoutError, "Read timed out.", pool=None, url="/x")
+    exc = _shared.rebuild_exception(ReadTimeoutError, "Read timed out.", pool=None, url="/x")
     assert isinstance(exc, ReadTimeoutError)
     assert str(exc) == "Read timed out."
     assert exc.url == "/x"  # type: ignore[attr-defined]
@@ -174,21 +174,21 @@ def test_rebuilt_exceptions_keep_the_recorded_message_and_attributes() -> None:
         "(Caused by NewConnectionError(\"HTTPConnection(host='h', port=1): Failed to "
         'establish a new connection: [Errno 111] Connection refused"))'
     )
-    assert _wire.caused_by(message) == (
+    assert _shared.caused_by(message) == (
         "NewConnectionError",
         "HTTPConnection(host='h', port=1): Failed to establish a new connection: "
         "[Errno 111] Connection refused",
     )
-    assert _wire.caused_by("no cause here") is None
-    cls = _wire.find_exception_class("urllib3.exceptions.MaxRetryError", [], Exception)
+    assert _shared.caused_by("no cause here") is None
+    cls = _shared.find_exception_class("urllib3.exceptions.MaxRetryError", [], Exception)
     assert cls is MaxRetryError
-    assert _wire.find_exception_class("x.y.Nope", [], NewConnectionError) is NewConnectionError
-    assert _wire.find_exception_class("builtins.TimeoutError", [], Exception) is TimeoutError
+    assert _shared.find_exception_class("x.y.Nope", [], NewConnectionError) is NewConnectionError
+    assert _shared.find_exception_class("builtins.TimeoutError", [], Exception) is TimeoutError
 
 
 def test_find_exception_class_never_imports_a_module(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "xml.dom.minidom", raising=False)  # never a skip
-    found = _wire.find_exception_class("xml.dom.minidom.Oops", [], KeyError)
+    found = _shared.find_exception_class("xml.dom.minidom.Oops", [], KeyError)
     assert found is KeyError
     assert "xml.dom.minidom" not in sys.modules
 
@@ -205,7 +205,7 @@ def test_find_exception_class_never_imports_a_module(monkeypatch: pytest.MonkeyP
     ],
 )
 def test_body_bytes(body: Any, data: bytes, sent: Any) -> None:
-    assert _wire.body_bytes(body) == (data, sent)
+    assert _shared.body_bytes(body) == (data, sent)
 
 
 def test_no_warning_on_a_normal_install(tmp_path: Path) -> None:

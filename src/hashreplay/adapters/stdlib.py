@@ -14,7 +14,7 @@ Scenarios (docs/design.md §11): a hang waits in `getresponse()` for the connect
 timeout, then fails as a read timeout; a plan's `error_kind` is the exception the socket or
 `http.client` raises for it (`socket.timeout`, `ConnectionRefusedError` when connecting,
 `RemoteDisconnected`, `IncompleteRead` in a body); pacing waits before the head and as reads
-reach each chunk (`_wire`). A response the caller closes before its end is recorded as
+reach each chunk (`_shared`). A response the caller closes before its end is recorded as
 abandoned.
 
 Connections of urllib3 (which subclasses these classes) are left alone: the urllib3 adapter

@@ -5,7 +5,7 @@ The seam is `HTTPConnectionPool.urlopen`: every urllib3 request goes through it 
 `PoolManager` hands each hop to a pool; `requests` and botocore call it on their pools,
 botocore's `AWSHTTP(S)ConnectionPool` subclasses inherit it; HTTPS pools inherit it too). One
 call is one decision. A replayed answer is a real `urllib3.HTTPResponse` over a real
-`http.client.HTTPResponse` reading the recorded bytes (see `_wire`), so buffered reads,
+`http.client.HTTPResponse` reading the recorded bytes (see `_shared`), so buffered reads,
 `read(amt)`, `stream()`, `read_chunked()` and requests' `iter_content`/`iter_lines` behave as
 they do live, and a recorded failure is raised as urllib3's own exception (requests and
 botocore map it to theirs unchanged). A recorded live response stays urllib3's own object: its

@@ -133,7 +133,7 @@ def _stored_text(
 ) -> RecordedResponse:
     """The response `_across_pieces`, with `{{` in its text escaped: what an upstream said
     is never a `{{request:…}}` template on replay, which gives the exact text back
-    (`core.templates.escape`, docs/scenarios.md)."""
+    (`core.streams.escape`, docs/scenarios.md)."""
     response = _across_pieces(response, redactor, secrets)
     if not response.has_templates():
         return response
