@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
+import functools
 import os
 import re
 import shlex
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from hashreplay.core.constants import SECRET_PLACEHOLDER, TEST_ID_HEADER
 from hashreplay.core.errors import ReplayMiss, SettingsError, UnknownUpstream
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 #: Environment variable that carries the settings to the app factory in each worker.
 SETTINGS_ENV = "HASHREPLAY_SERVE_SETTINGS"
@@ -183,15 +186,20 @@ class ServeSettings:
         return default, path if path.startswith("/") else "/" + path
 
     def to_json(self) -> str:
-        data = asdict(self)
-        data.pop("named", None)
-        return json.dumps(data)
+        """The settings as each worker's app factory reads them (`SETTINGS_ENV`): the dataclass
+        is the one definition; pydantic writes it and reads it back, `__post_init__` included."""
+        return _settings_adapter().dump_json(self, exclude={"named"}).decode()
 
     @classmethod
     def from_json(cls, text: str) -> ServeSettings:
-        data: dict[str, Any] = json.loads(text)
-        data["upstreams"] = tuple(Upstream(**u) for u in data.get("upstreams", ()))
-        return cls(**data)
+        return _settings_adapter().validate_json(text)
+
+
+@functools.cache
+def _settings_adapter() -> TypeAdapter[ServeSettings]:
+    from pydantic import TypeAdapter  # only when serving: `hashreplay --help` stays light
+
+    return TypeAdapter(ServeSettings)
 
 
 DESCRIPTION = (
