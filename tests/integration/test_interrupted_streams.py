@@ -12,13 +12,13 @@ import json
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from hashreplay import Mode, test_context
-from tests.integration.three_phases import TEST_ID, AllAdapters, adapters
+from tests.integration.three_phases import TEST_ID, AllAdapters, ChunkedSSE, adapters
 from tests.sdks import sdk
 
 __all__ = ["adapters"]
@@ -36,18 +36,10 @@ class PausingStream:
         self.main = threading.main_thread().ident
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
+        class Handler(ChunkedSSE):
             def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("transfer-encoding", "chunked")
-                self.end_headers()
-                self._chunk(EVENTS[0])
+                self.start_sse()
+                self.chunk(EVENTS[0])
                 if outer.interrupt:
                     assert outer.main is not None
                     signal.pthread_kill(outer.main, signal.SIGINT)
@@ -55,13 +47,8 @@ class PausingStream:
                     self.rfile.read(1)  # until the client closes the connection
                     return
                 for event in EVENTS[1:]:
-                    self._chunk(event)
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
-
-            def _chunk(self, data: bytes) -> None:
-                self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
-                self.wfile.flush()
+                    self.chunk(event)
+                self.end()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/sse"
@@ -165,13 +152,11 @@ def _run(adapters: AllAdapters, read: Callable[..., Any], url: str, stop: Any) -
         adapters.session.flush()
 
 
-@pytest.mark.parametrize("read", READERS, ids=lambda r: r.__name__[5:])
-def test_ctrl_c_while_a_live_stream_is_read_records_nothing(
-    pausing: PausingStream, adapters: AllAdapters, read: Callable[..., Any]
-) -> None:
+def _ctrl_c(pausing: PausingStream, adapters: AllAdapters, read: Callable[..., Any]) -> None:
+    """A run that the upstream interrupts with SIGINT after the first event. A KeyboardInterrupt
+    raised while a collected object's __del__ runs is swallowed by Python ("Exception ignored
+    in"): no garbage collection while the signal can arrive."""
     pausing.interrupt = True
-    # A KeyboardInterrupt raised while a collected object's __del__ runs is swallowed by
-    # Python ("Exception ignored in"): no garbage collection while the signal can arrive.
     gc.collect()
     gc.disable()
     try:
@@ -179,6 +164,13 @@ def test_ctrl_c_while_a_live_stream_is_read_records_nothing(
             _run(adapters, read, pausing.url, _go_on)
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("read", READERS, ids=lambda r: r.__name__[5:])
+def test_ctrl_c_while_a_live_stream_is_read_records_nothing(
+    pausing: PausingStream, adapters: AllAdapters, read: Callable[..., Any]
+) -> None:
+    _ctrl_c(pausing, adapters, read)
     assert adapters.files() == []  # not even as abandoned or as a recorded exception
 
     pausing.interrupt = False
@@ -187,16 +179,7 @@ def test_ctrl_c_while_a_live_stream_is_read_records_nothing(
     before = file.read_bytes()
     assert [e["data"] for e in json.loads(before)["response"]["body"]][:2] == [{"n": 1}, {"n": 2}]
 
-    pausing.interrupt = True
-    # A KeyboardInterrupt raised while a collected object's __del__ runs is swallowed by
-    # Python ("Exception ignored in"): no garbage collection while the signal can arrive.
-    gc.collect()
-    gc.disable()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            _run(adapters, read, pausing.url, _go_on)
-    finally:
-        gc.enable()
+    _ctrl_c(pausing, adapters, read)
     assert adapters.files() == [file]
     assert file.read_bytes() == before  # byte for byte: not re-recorded, not cut off
 

@@ -7,12 +7,12 @@ import http.client
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from hashreplay import Mode, test_context
-from tests.integration.three_phases import TEST_ID, AllAdapters, adapters
+from tests.integration.three_phases import TEST_ID, AllAdapters, ChunkedSSE, adapters
 from tests.sdks import sdk
 
 __all__ = ["adapters"]
@@ -26,26 +26,13 @@ class TwoPartStream:
         self.waited_ok: list[bool] = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
+        class Handler(ChunkedSSE):
             def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("transfer-encoding", "chunked")
-                self.end_headers()
-                self._chunk(b'data: {"n": 1}\n\n')
+                self.start_sse()
+                self.chunk(b'data: {"n": 1}\n\n')
                 outer.waited_ok.append(outer.client_has_first.wait(5))
-                self._chunk(b'data: {"n": 2}\n\n')
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
-
-            def _chunk(self, data: bytes) -> None:
-                self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
-                self.wfile.flush()
+                self.chunk(b'data: {"n": 2}\n\n')
+                self.end()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"

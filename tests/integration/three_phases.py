@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +77,27 @@ def three_phases(
         assert fresh_fake.calls == []
         assert session.stats.missed == 0
     return Phases(live, offline, fresh, files, live_calls)
+
+
+class ChunkedSSE(BaseHTTPRequestHandler):
+    """The handler of a hand-timed test upstream: HTTP/1.1, silent, an SSE response sent in
+    `transfer-encoding: chunked` pieces whose timing the subclass's `do_GET` decides."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def start_sse(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+
+    def chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def end(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
