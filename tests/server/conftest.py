@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -165,3 +165,28 @@ def load(path: Path) -> dict[str, Any]:
 
 def chat(text: str, **extra: Any) -> dict[str, Any]:
     return {"model": "gpt-fake-1", "messages": [{"role": "user", "content": text}], **extra}
+
+
+@pytest.fixture
+async def make_app(root: Path) -> AsyncIterator[Callable[..., Any]]:
+    """`make(mode, *upstream_specs, **serve_options)`: the proxy's ASGI app in-process over
+    `root`, with its own session; every app made is closed at teardown."""
+    from hashreplay.core.config import load_config
+    from hashreplay.engine.session import Session
+    from hashreplay.server.app import ProxyApp
+    from hashreplay.server.cli import ServeSettings, parse_upstream
+
+    apps: list[ProxyApp] = []
+
+    def make(mode: str, *upstreams: str, **options: Any) -> ProxyApp:
+        settings = ServeSettings(
+            upstreams=tuple(parse_upstream(u) for u in upstreams), root=str(root), **options
+        )
+        config = load_config(root, env={}, mode=mode, recordings_dir=settings.recordings)
+        app = ProxyApp(settings, session=Session(config))
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        await app.aclose()

@@ -6,7 +6,6 @@ import ast
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import pytest
@@ -18,7 +17,7 @@ from hashreplay.core.config import load_config
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session
 from hashreplay.server.app import ProxyApp
-from hashreplay.server.cli import ServeSettings, parse_upstream
+from hashreplay.server.cli import ServeSettings
 from tests.fakes.upstream import FakeUpstream, Scripted
 from tests.server.conftest import chat, load, recordings
 
@@ -26,24 +25,6 @@ TEST_ID = "tests/api/test_chat.py::test_hello"
 CHAT = "/v1/chat/completions"
 
 AppFactory = Callable[..., ProxyApp]
-
-
-@pytest.fixture
-async def make_app(root: Path) -> AsyncIterator[AppFactory]:
-    apps: list[ProxyApp] = []
-
-    def make(mode: str, *upstreams: str, **options: Any) -> ProxyApp:
-        settings = ServeSettings(
-            upstreams=tuple(parse_upstream(u) for u in upstreams), root=str(root), **options
-        )
-        config = load_config(root, env={}, mode=mode, recordings_dir=settings.recordings)
-        app = ProxyApp(settings, session=Session(config))
-        apps.append(app)
-        return app
-
-    yield make
-    for app in apps:
-        await app.aclose()
 
 
 def client(app: ProxyApp) -> httpx2.AsyncClient:

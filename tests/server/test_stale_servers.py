@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from hashreplay.core.config import load_config
 from hashreplay.core.errors import ConfigError
 from hashreplay.engine.session import Session
 from hashreplay.server.app import ProxyApp
-from hashreplay.server.cli import ServeSettings, parse_upstream
+from hashreplay.server.cli import ServeSettings
 from hashreplay.server.forward import STALE_HINT
 from tests.fakes.upstream import FakeUpstream
 from tests.server.conftest import chat, load, recordings
@@ -37,24 +37,6 @@ AppFactory = Callable[..., ProxyApp]
 
 def configure(root: Path, table: str) -> None:
     (root / "pyproject.toml").write_text(f"[tool.hashreplay]\n{table}\n")
-
-
-@pytest.fixture
-async def make_app(root: Path) -> AsyncIterator[AppFactory]:
-    apps: list[ProxyApp] = []
-
-    def make(mode: str, *upstreams: str) -> ProxyApp:
-        settings = ServeSettings(
-            upstreams=tuple(parse_upstream(u) for u in upstreams), root=str(root)
-        )
-        config = load_config(root, env={}, mode=mode, recordings_dir=settings.recordings)
-        app = ProxyApp(settings, session=Session(config))
-        apps.append(app)
-        return app
-
-    yield make
-    for app in apps:
-        await app.aclose()
 
 
 async def ask(app: ProxyApp) -> httpx2.Response:
