@@ -15,6 +15,7 @@ import pytest
 
 from hashreplay.cli import main
 from tests.fakes.upstream import FakeUpstream
+from tests.imports.test_import_vcr_e2e import texts
 
 pytest_plugins = ["pytester"]
 
@@ -66,10 +67,6 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     code = main(list(args))
     out = capsys.readouterr()
     return code, out.out + out.err
-
-
-def _texts(result: pytest.RunResult) -> list[str]:
-    return sorted(line[line.index("TEXT:") :] for line in result.outlines if "TEXT:" in line)
 
 
 def test_the_migration_guide_works_step_by_step(
@@ -143,7 +140,7 @@ def test_the_migration_guide_works_step_by_step(
     replayed.assert_outcomes(passed=3)
     replayed.stdout.fnmatch_lines(["hashreplay: 4 replayed, 0 recorded, 0 missed (replay)"])
     replayed.stdout.no_fnmatch_line("*PytestUnknownMarkWarning*")
-    assert _texts(replayed) == _texts(recorded)
+    assert texts(replayed) == texts(recorded)
     # re-running the import is safe, and collects without pytest-recording too
     code, out = _cli(capsys, "import", "vcr", "tests")
     assert code == 0, out
@@ -157,7 +154,7 @@ def test_the_migration_guide_works_step_by_step(
     after = pytester.runpytest_subprocess("-s")
     after.assert_outcomes(passed=3)
     after.stdout.fnmatch_lines(["hashreplay: 4 replayed, 0 recorded, 0 missed (replay)"])
-    assert _texts(after) == _texts(recorded)
+    assert texts(after) == texts(recorded)
 
 
 def test_the_vcr_marker_is_accepted_only_in_a_project_that_opted_in(
