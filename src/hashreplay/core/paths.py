@@ -357,7 +357,7 @@ def read_contained(path: Path, root: Path) -> bytes:
     no extra system call on the usual path (the open itself refuses to follow a link)."""
     try:
         try:
-            fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _BINARY)
         except OSError as exc:
             if exc.errno != errno.ELOOP:
                 raise
