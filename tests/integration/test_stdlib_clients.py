@@ -3,6 +3,7 @@ upstream and replayed offline."""
 
 from __future__ import annotations
 
+import gc
 import http.client
 import json
 import urllib.error
@@ -10,8 +11,9 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
+from hashreplay import Mode, test_context
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.three_phases import AllAdapters, adapters, three_phases
+from tests.integration.three_phases import TEST_ID, AllAdapters, adapters, three_phases
 
 __all__ = ["adapters"]
 
@@ -109,3 +111,26 @@ def test_http_client_request_and_low_level_calls(
     assert phases.offline == live
     assert phases.fresh == live
     assert phases.recorded_files == phases.live_calls == 3
+
+
+def test_a_response_dropped_unread_is_recorded_without_waiting_for_the_gc(
+    upstream: FakeUpstream, adapters: AllAdapters
+) -> None:
+    # the methods put on a live response make no reference cycle with it: it is closed, and
+    # recorded (as abandoned), as soon as its caller lets go of it, before the session flushes
+    body = json.dumps({"model": "gpt-fake-1", "messages": []}).encode()
+    request = urllib.request.Request(
+        f"{upstream.url}/v1/chat/completions", data=body, headers={"content-type": "x"}
+    )
+    adapters.start(Mode.RECORD)
+    gc.collect()
+    gc.disable()
+    try:
+        with test_context(TEST_ID):
+            urllib.request.urlopen(request)  # never read, never closed
+        assert adapters.session is not None
+        adapters.session.flush()
+        (file,) = adapters.files()
+    finally:
+        gc.enable()
+    assert json.loads(file.read_text())["response"]["ended"]["state"] == "abandoned"

@@ -28,6 +28,7 @@ import http.client
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -335,7 +336,10 @@ class _Watch:
     ) -> None:
         self.session = session
         self.prep = prep
-        self.response = response
+        # held weakly, and read through its class's methods below: the methods put on the
+        # response then make no cycle with it, so a response its caller drops unread is
+        # closed (and recorded) when the last reference goes, not by a later GC run
+        self.response = weakref.ref(response)
         self.body = session.live_body(
             prep, response.status, list(response.getheaders()), started=started
         )
@@ -343,27 +347,34 @@ class _Watch:
         self.broken: BaseException | None = None
 
     def attach(self) -> None:
+        response = self.response()
+        assert response is not None
+        cls = type(response)
         for name in self._READS:
-            setattr(self.response, name, self._reader(name, getattr(self.response, name)))
-        close = self.response.close
+            setattr(response, name, self._reader(name, getattr(cls, name)))
+        close = cls.close
 
         def closing() -> None:
-            ended = self.response.isclosed()  # http.client closes it at the body's end
+            live = self.response()
+            ended = live is None or live.isclosed()  # http.client closes it at the body's end
             try:
-                close()
+                if live is not None:
+                    close(live)
             finally:
                 if not self.depth:
                     self.finish(None, abandoned=not ended)
 
-        self.response.close = closing
-        if self.response.isclosed():  # no body at all (HEAD, 204, 304)
+        response.close = closing
+        if response.isclosed():  # no body at all (HEAD, 204, 304)
             self.finish(None)
 
     def _reader(self, name: str, read: Callable[..., Any]) -> Callable[..., Any]:
         def reader(*args: Any, **kwargs: Any) -> Any:
+            live = self.response()
+            assert live is not None  # its own method is running
             self.depth += 1
             try:
-                result = read(*args, **kwargs)
+                result = read(live, *args, **kwargs)
             except BaseException as exc:  # a Ctrl-C in the read is no answer: not recorded
                 self.depth -= 1
                 if not self.depth:
@@ -373,7 +384,7 @@ class _Watch:
             if not self.depth:
                 data = bytes(args[0][:result]) if name == "readinto" else result
                 self.feed(data)
-                if self.response.isclosed():
+                if live.isclosed():
                     self.finish(None)
             return result
 
