@@ -301,3 +301,45 @@ def test_a_rule_change_misses_naming_rehash_which_re_keys_the_store(
     assert main(["rehash", "--root", str(project.path)]) == 0
     assert "0/1 files re-keyed" in capsys.readouterr().out
     project.runpytest().assert_outcomes(passed=1)
+
+
+INDEXED = """
+import os
+import httpx2
+
+URL = os.environ["FAKE_URL"] + "/v1/chat/completions"
+
+def test_indexed():
+    messages = [
+        {"role": "system", "content": os.environ.get("FIRST", "be brief")},
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": os.environ.get("LAST", "sent at 10:00")},
+    ]
+    assert httpx2.post(URL, json={"model": "m", "messages": messages}).status_code == 200
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "ignored", "kept"),
+    [("body.messages[-1].content", "LAST", "FIRST"), ("body.messages[0].content", "FIRST", "LAST")],
+)
+def test_an_index_in_an_ignore_path_leaves_out_that_element_only(
+    project: pytest.Pytester,
+    upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    ignored: str,
+    kept: str,
+) -> None:
+    project.makepyprojecttoml(PYPROJECT + f'ignore = ["{path}"]\n')
+    project.makepyfile(test_app=INDEXED)
+    project.runpytest("--inference-mode=record").assert_outcomes(passed=1)
+    (data,) = recordings(project.path)
+    assert data["match"] == {"ignore": [path], "match_on": ["method", "endpoint", "body"]}
+    upstream.stop()
+    monkeypatch.setenv(ignored, "changed")  # the element the path names: still a hit
+    project.runpytest().assert_outcomes(passed=1)
+    monkeypatch.setenv(kept, "changed")  # any other element still counts
+    missed = project.runpytest()
+    missed.assert_outcomes(failed=1)
+    missed.stdout.fnmatch_lines(["*no recording for POST*"])
