@@ -288,3 +288,39 @@ def test_staging_redacts_a_live_exchange(tmp_path: Path) -> None:
     text = s.record(decision.prep, exchange).read_text()
     assert "sk-abcdefghijklmnopqrstuvwx" not in text
     assert "a=b" not in text
+
+
+def test_only_a_strict_miss_reads_the_rules_its_directory_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/design.md §14: a strict hit never pays for the second look-up; a miss reads each
+    directory's rules once per session and finds a file recorded under a narrower rule."""
+    from hashreplay.core import matching
+
+    strict = record(tmp_path, chat("strict"), answer("strict"))
+    narrower = session(tmp_path, Mode.RECORD, ignore=["body.messages[0].content"])
+    decision = narrower.decide(chat("loose"), test_id=TEST)
+    assert isinstance(decision, Record)
+    loose = narrower.record(decision.prep, answer("loose"))
+    assert loose != strict and loose.parent == strict.parent
+
+    reads: list[Path] = []
+    real = matching.directory_rules
+
+    def counted(directory: Path) -> list[matching.MatchRule]:
+        reads.append(directory)
+        return real(directory)
+
+    monkeypatch.setattr(matching, "directory_rules", counted)
+    replay = session(tmp_path, Mode.REPLAY)  # no `ignore` configured
+    hit = replay.decide(chat("strict"), test_id=TEST)
+    assert isinstance(hit, Replay) and hit.path == strict
+    assert reads == []
+    other = replay.decide(chat("any other text"), test_id=TEST)
+    assert isinstance(other, Replay) and other.path == loose
+    assert strict.parent in reads
+    read_once = list(reads)
+    replay.begin_test(TEST)
+    again = replay.decide(chat("a third text"), test_id=TEST)
+    assert isinstance(again, Replay) and again.path == loose
+    assert reads == read_once  # once per directory and session
