@@ -444,3 +444,22 @@ def test_a_bad_today_is_a_usage_error_of_the_cli_too(
     err = capsys.readouterr().err
     assert "HASHREPLAY_TODAY: expected a day written YYYY-MM-DD, found '2025-02-30'" in err
     assert "or unset it to use today's UTC date" in err
+
+
+def test_the_marker_sets_stale_for_one_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, upstream: FakeUpstream
+) -> None:
+    root = recorded(pytester, monkeypatch, 'max_age = "180d"')  # stale = "warn" by default
+    marked = '@pytest.mark.hashreplay(stale="fail")'
+    (root / "suite" / "test_app.py").write_text(SUITE.replace("{marked}", marked))
+    monkeypatch.setenv("HASHREPLAY_TODAY", "2025-07-10")  # 181 days
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*hashreplay: suite/test_app.py::test_two used 1 recording(s) older than max_age "
+            '180d (stale = "fail")',
+        ]
+    )
+    assert "FAILED suite/test_app.py::test_one" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*used by suite/test_app.py::test_one"])  # warned only
