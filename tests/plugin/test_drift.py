@@ -342,7 +342,7 @@ def test_an_interrupted_drift_run_writes_no_result(
 ) -> None:
     root = make_project(pytester)
     monkeypatch.setenv("FAKE_URL", upstream.url)
-    record(pytester, upstream)
+    before = record(pytester, upstream)
     upstream.script("POST", "/v1/chat/completions", Scripted(json=chat("Paris.", extra=1)))
     upstream.script("POST", "/v1/messages", message_stream("Par", "is."))
     (root / "suite" / "test_app.py").write_text(INTERRUPTED)
@@ -353,6 +353,7 @@ def test_an_interrupted_drift_run_writes_no_result(
         ["hashreplay drift: the run was interrupted, so .hashreplay/drift.json was not written*"]
     )
     assert not (root / ".hashreplay" / "drift.json").exists()
+    assert recordings(root) == before  # and no recording changed
 
 
 def test_xdist_workers_results_are_merged(
