@@ -18,7 +18,7 @@ from hashreplay.asgi import TestIdMiddleware as AsgiMiddleware
 from hashreplay.core.config import load_config
 from hashreplay.engine.session import Session
 from hashreplay.wsgi import TestIdMiddleware as WsgiMiddleware
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, Scripted
 from tests.server.conftest import chat, load, recordings
 
 TEST_ID = "tests/service/test_gateway.py::test_answers[one]"
@@ -267,3 +267,32 @@ async def test_middleware_header_values_are_decoded_as_utf8() -> None:
     await wrapped(scope, receive, send)
     await wrapped({"type": "http", "headers": [(b"x-hashreplay-test-id", b"  ")]}, receive, send)
     assert seen == ["t.py::test_é", None]
+
+
+def test_install_applies_the_projects_scrub_patterns_to_what_is_keyed_and_written(
+    installed: Path, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`scrub` in every front end (docs/design.md §14): `install()` reads the same table as
+    the plugin and the proxy."""
+    (installed / "pyproject.toml").write_text(
+        '[tool.hashreplay]\nscrub = [{pattern = "ticket-[0-9]+", replace = "ticket-N"}]\n'
+    )
+    upstream.script(
+        "POST", CHAT, Scripted(json={"id": "c1", "choices": [], "note": "opened ticket-42"})
+    )
+    hashreplay.install()
+    live = httpx2.post(upstream.url + CHAT, json=chat("about ticket-42"))
+    assert live.json()["note"] == "opened ticket-42"  # the live answer is not changed
+    hashreplay.uninstall()
+    (path,) = recordings(installed)
+    stored = load(path)
+    assert stored["request"]["body"]["messages"][0]["content"] == "about ticket-N"
+    assert stored["response"]["body"]["note"] == "opened ticket-N"
+    assert b"ticket-42" not in path.read_bytes()
+
+    monkeypatch.setenv("INFERENCE_MODE", "replay")
+    upstream.stop()
+    hashreplay.install()
+    again = httpx2.post(upstream.url + CHAT, json=chat("about ticket-7"))
+    assert again.status_code == 200, again.text
+    assert again.json()["note"] == "opened ticket-N"
