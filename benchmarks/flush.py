@@ -1,4 +1,4 @@
-"""The session-end flush of queued recordings (issue 17, item 3).
+"""The session-end flush of queued recordings.
 
     python benchmarks/flush.py [--files 2500] [--size 3000] [--dirs 25] [--rounds 5]
         [--tree before=/path/to/old/src] [--tree after=src] [--dir DIR]

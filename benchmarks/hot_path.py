@@ -1,4 +1,4 @@
-"""The replay path per call, stage by stage, for two source trees in one run (issue 17).
+"""The replay path per call, stage by stage, for two source trees in one run.
 
     python benchmarks/hot_path.py --tree before=/path/to/old/src --tree after=src \
         [--rounds 5] [--calls 200]

@@ -1,4 +1,4 @@
-"""Throughput of the maintenance tools on a large store (issue 8, item 4).
+"""Throughput of the maintenance tools on a large store.
 
     python benchmarks/maintenance.py [--files 10000]
 

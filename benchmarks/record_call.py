@@ -1,4 +1,4 @@
-"""What recording costs a call, and the flush after the last one (issue 17, item 3).
+"""What recording costs a call, and the flush after the last one.
 
     python benchmarks/record_call.py [--calls 500] [--rounds 5] [--wait-ms 1.5]
         [--tree before=/path/to/old/src] [--tree after=src] [--dir DIR]

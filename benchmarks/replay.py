@@ -1,4 +1,4 @@
-"""Per-call replay cost (issue 8, items 1 and 3).
+"""Per-call replay cost.
 
     python benchmarks/replay.py [--tests 40] [--rounds 6]
 

@@ -1,4 +1,4 @@
-"""Replay cost as the store grows (issue 8, items 2 and 6).
+"""Replay cost as the store grows.
 
     python benchmarks/scaling.py [--sizes 10,1000,10000,100000] [--calls 200]
 

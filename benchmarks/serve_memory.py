@@ -1,4 +1,4 @@
-"""Memory of a long-lived `hashreplay serve` over many distinct test ids (issue 13 item 9).
+"""Memory of a long-lived `hashreplay serve` over many distinct test ids.
 
     .venv/bin/python benchmarks/serve_memory.py --tests 10000 [--max-tests N]
 

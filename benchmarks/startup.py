@@ -1,4 +1,4 @@
-"""What a run pays before its first test (issue 17, item 4): import, activation, collection.
+"""What a run pays before its first test: import, activation, collection.
 
     python benchmarks/startup.py [--rev before=/work/before17] [--rev after=.] [--rounds 15]
 
