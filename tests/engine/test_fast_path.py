@@ -262,7 +262,7 @@ def test_the_unconsumed_index_reads_a_file_as_a_full_parse_does(
     path = root / "recordings" / "0123.json"
     path.parent.mkdir()
     path.write_bytes(content)
-    summary = FileIndex(Store(root, root / "recordings"))._summary(path)
+    summary = FileIndex(Store(root, root / "recordings"))._summary(str(path), None)
     assert summary == (test_id, 1 + later)
     fast = _canonical_summary(content)
     if layout == "canonical" and not later and not extra:
