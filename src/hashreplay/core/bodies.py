@@ -66,8 +66,9 @@ def _media(content_type: str | None) -> str:
 
 
 def _loads_json(content: bytes) -> Any:
-    """Parse JSON; a body with an integer beyond 64 bits raises ValueError (orjson would
-    silently turn it into a float), so callers keep it as text, byte for byte."""
+    """Parse JSON; a body with an integer beyond 64 bits (orjson would silently turn it into
+    a float) or a lone surrogate escape raises ValueError, so callers keep it as text, byte
+    for byte."""
     import json
 
     try:
@@ -75,6 +76,10 @@ def _loads_json(content: bytes) -> Any:
     except orjson.JSONDecodeError as exc:
         if "depth" in exc.msg:  # past orjson's 1,024 levels the stdlib parser recurses too
             raise RecursionError(exc.msg) from None
+        if "surrogate" in exc.msg:  # `"\ud83d"` alone, as json.dumps writes half an emoji:
+            # the stdlib would parse it into a text that no UTF-8 (the key, the file) holds
+            msg = "a lone surrogate escape: kept as text, byte for byte"
+            raise ValueError(msg) from None
         value = json.loads(content)
     # translate + `in` run at C speed; a regex scan here cost ~10 µs per request
     if _TWENTY_DIGITS in content.translate(_DIGIT_RUNS):
