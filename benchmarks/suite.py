@@ -35,6 +35,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -190,11 +191,21 @@ def make_project(where: Path, scenario: Scenario, tests: int) -> Path:
     return where
 
 
+#: set by `--instructions`: each timed run is counted under valgrind instead
+COUNT_INSTRUCTIONS = [False]
+
+
 def pytest_run(project: Path, env: dict[str, str], args: Sequence[str], expect: int) -> float:
-    """CPU seconds (user+sys, from `os.wait4`) of one whole pytest process."""
+    """CPU seconds (user+sys, from `os.wait4`) of one whole pytest process; with
+    `COUNT_INSTRUCTIONS`, its user-space instructions in billions (callgrind, hash seed 0)."""
+    counting = COUNT_INSTRUCTIONS[0]
+    command = [sys.executable, "-m", "pytest", "-q", "tests", *args]
+    if counting:
+        command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command]
+        env = {**env, "PYTHONHASHSEED": "0"}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-q", "tests", *args],
+            command,
             cwd=project,
             env={**BASE_ENV, "PYTHONPYCACHEPREFIX": str(project.parents[2] / "pycache"), **env},
             stdout=out,
@@ -205,10 +216,16 @@ def pytest_run(project: Path, env: dict[str, str], args: Sequence[str], expect: 
         out.seek(0)
         err.seek(0)
         stdout = out.read().decode(errors="replace")
+        stderr = err.read().decode(errors="replace")
         if proc.returncode != 0 or f"{expect} passed" not in stdout:
-            print(stdout[-3000:], err.read().decode(errors="replace")[-3000:], file=sys.stderr)
+            print(stdout[-3000:], stderr[-3000:], file=sys.stderr)
             msg = f"pytest {' '.join(args)} in {project} failed ({proc.returncode})"
             raise RuntimeError(msg)
+    if counting:
+        found = re.search(r"Collected : (\d+)", stderr)
+        if found is None:
+            raise RuntimeError(f"valgrind printed no instruction count: {stderr[-2000:]}")
+        return int(found.group(1)) / 1e9
     return usage.ru_utime + usage.ru_stime
 
 
@@ -302,8 +319,10 @@ def measure(
     variants: list[Variant],
     *,
     record: bool,
+    instructions: bool = False,
 ) -> None:
     projects, url = prepare(work, scenario, sizes, variants, record=record)
+    COUNT_INSTRUCTIONS[0] = instructions  # the set-up and warm-up runs above are not counted
     by_name = {v.name: v for v in variants}
 
     def run(name: str, size: int, base_url: str) -> float:
@@ -361,14 +380,21 @@ class Fit:
         )
 
 
+#: the units of a table: seconds of CPU, or (`--instructions`) billions of instructions
+CPU_UNITS = ("ms", "µs", "CPU s")
+INSTRUCTION_UNITS = ("M instructions", "k instructions", "G instructions")
+UNITS = [CPU_UNITS]
+
+
 def table(variants: list[Variant]) -> tuple[list[str], dict[str, Fit]]:
     fits = {v.name: Fit.of(v) for v in variants}
+    run_unit, test_unit, total_unit = UNITS[0]
     ref_name = variants[0].name
     ref = fits[ref_name]
     sizes = sorted(variants[0].cpu)
     lines = [
-        "| variant | per run, ms (rounds' min–max) | per test, µs (rounds' min–max) | above the"
-        f" {ref_name.split(' (')[0]}: per run, per test | CPU s at "
+        f"| variant | per run, {run_unit} (rounds' min–max) | per test, {test_unit} (rounds'"
+        f" min–max) | above the {ref_name.split(' (')[0]}: per run, per test | {total_unit} at "
         + ", ".join(map(str, sizes))
         + " tests (medians) |",
         "| --- | --- | --- | --- | --- |",
@@ -378,7 +404,8 @@ def table(variants: list[Variant]) -> tuple[list[str], dict[str, Fit]]:
         above = (
             "—"
             if v.name == ref_name
-            else f"{(f.per_run - ref.per_run) * 1e3:+,.0f} ms, {(f.per_test - ref.per_test) * 1e6:+,.0f} µs"
+            else f"{(f.per_run - ref.per_run) * 1e3:+,.0f} {run_unit},"
+            f" {(f.per_test - ref.per_test) * 1e6:+,.0f} {test_unit}"
         )
         medians = ", ".join(f"{statistics.median(v.cpu[s]):.2f}" for s in sizes)
         lines.append(
@@ -388,7 +415,7 @@ def table(variants: list[Variant]) -> tuple[list[str], dict[str, Fit]]:
         )
     floor = variants[0]
     spread = "; ".join(
-        f"{s} tests {min(floor.cpu[s]):.2f}–{max(floor.cpu[s]):.2f} s" for s in sizes
+        f"{s} tests {min(floor.cpu[s]):.2f}–{max(floor.cpu[s]):.2f} {total_unit}" for s in sizes
     )
     lines.append(
         f"\nNoise: the {ref_name}'s CPU ranged {spread} over {len(floor.cpu[sizes[0]])} rounds."
@@ -399,6 +426,7 @@ def table(variants: list[Variant]) -> tuple[list[str], dict[str, Fit]]:
 def ratios(variants: list[Variant], fits: dict[str, Fit]) -> list[str]:
     """hashreplay's cost above the reference against the other recorders' and the trees'."""
     base = fits[variants[0].name]
+    ms, us, _ = UNITS[0]
 
     def above(name: str) -> tuple[float, float]:
         return fits[name].per_run - base.per_run, fits[name].per_test - base.per_test
@@ -409,7 +437,7 @@ def ratios(variants: list[Variant], fits: dict[str, Fit]) -> list[str]:
     for mine in ours:
         run, test = above(mine)
         cells = [
-            f"per test {test / above(o)[1]:.2f}× {o}'s, per run {run * 1e3:+,.0f} ms vs {above(o)[0] * 1e3:+,.0f} ms"
+            f"per test {test / above(o)[1]:.2f}× {o}'s, per run {run * 1e3:+,.0f} {ms} vs {above(o)[0] * 1e3:+,.0f} {ms}"
             for o in others
             if above(o)[1] > 0
         ]
@@ -427,11 +455,11 @@ def ratios(variants: list[Variant], fits: dict[str, Fit]) -> list[str]:
             for r in range(rounds)
         )
         lines.append(
-            f"- {last} vs {first}: per test {(l_.per_test - f_.per_test) * 1e6:+,.0f} µs"
+            f"- {last} vs {first}: per test {(l_.per_test - f_.per_test) * 1e6:+,.0f} {us}"
             f" ({l_.per_test / f_.per_test - 1:+.1%} of the whole per-test CPU; per round,"
-            f" paired: median {statistics.median(paired) * 1e6:+,.0f} µs, min–max"
-            f" {paired[0] * 1e6:+,.0f}…{paired[-1] * 1e6:+,.0f} µs), per run"
-            f" {(l_.per_run - f_.per_run) * 1e3:+,.0f} ms"
+            f" paired: median {statistics.median(paired) * 1e6:+,.0f} {us}, min–max"
+            f" {paired[0] * 1e6:+,.0f}…{paired[-1] * 1e6:+,.0f} {us}), per run"
+            f" {(l_.per_run - f_.per_run) * 1e3:+,.0f} {ms}"
         )
     return lines
 
@@ -446,12 +474,13 @@ def per_call(slopes: dict[str, dict[str, float]]) -> list[str]:
     floor = extra.get(FLOOR)
     if floor is None:
         return []
+    us = UNITS[0][1]
     return [
         "### Per call (the 5-call suite's per-test CPU less the 1-call suite's, over 4)",
-        "| variant | per call, µs | above the floor |",
+        f"| variant | per call, {us} | above the floor |",
         "| --- | --- | --- |",
         *(
-            f"| {n} | {v * 1e6:,.0f} | {'—' if n == FLOOR else f'{(v - floor) * 1e6:+,.0f} µs'} |"
+            f"| {n} | {v * 1e6:,.0f} | {'—' if n == FLOOR else f'{(v - floor) * 1e6:+,.0f} {us}'} |"
             for n, v in extra.items()
         ),
     ]
@@ -488,6 +517,17 @@ def main() -> None:
     parser.add_argument("--record", action="store_true", help="measure the record path instead")
     parser.add_argument("--json", type=Path, help="write every sample here")
     parser.add_argument(
+        "--only-trees",
+        action="store_true",
+        help="measure the floor and the hashreplay trees, not pytest-recording and cassetter",
+    )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count each timed run's user-space instructions under valgrind instead of its CPU"
+        " time: unmoved by the machine's load, blind to the kernel (one round is enough)",
+    )
+    parser.add_argument(
         "--report",
         type=Path,
         nargs="+",
@@ -495,6 +535,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     kind = "Record" if args.record else "Replay"
+    if args.instructions:
+        UNITS[0] = INSTRUCTION_UNITS
     if args.report:
         merged: dict[str, dict[str, dict[int, list[float]]]] = {}
         for path in args.report:
@@ -520,7 +562,18 @@ def main() -> None:
         for text in args.scenarios.split(","):
             scenario = Scenario.parse(text)
             variants = variants_for(trees, record=args.record)
-            measure(scenario, sizes, args.rounds, work, variants, record=args.record)
+            if args.only_trees:
+                others = ("pytest-recording", "cassetter")
+                variants = [v for v in variants if v.name not in others]
+            measure(
+                scenario,
+                sizes,
+                args.rounds,
+                work,
+                variants,
+                record=args.record,
+                instructions=args.instructions,
+            )
             samples[scenario.label] = {v.name: v.cpu for v in variants}
             report({scenario.label: samples[scenario.label]}, kind)
             sys.stdout.flush()

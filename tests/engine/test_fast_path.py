@@ -262,10 +262,23 @@ def test_the_unconsumed_index_reads_a_file_as_a_full_parse_does(
     path = root / "recordings" / "0123.json"
     path.parent.mkdir()
     path.write_bytes(content)
-    summary = FileIndex(Store(root, root / "recordings"))._summary(path)
+    summary = FileIndex(Store(root, root / "recordings"))._summary(str(path), None)
     assert summary == (test_id, 1 + later)
     fast = _canonical_summary(content)
     if layout == "canonical" and not later and not extra:
         assert fast == (test_id, 1)  # the files hashreplay writes take the short way
     elif fast is not None:
         assert fast == summary
+
+
+def test_a_body_with_a_lone_surrogate_escape_is_keyed_as_text_and_replays(tmp_path: Path) -> None:
+    # json.dumps writes half an emoji as `"\ud83d"`: valid JSON that no UTF-8 text holds,
+    # so the body is kept byte for byte as text, not parsed into a key that cannot be hashed
+    half = "half an emoji \ud83d"
+    path = recorded(tmp_path, half, {"answer": "one"})
+    stored = json.loads(path.read_text())["request"]
+    assert stored["body_encoding"] == "text"
+    assert "\\ud83d" in stored["body"]
+    decision = replay(tmp_path, half)
+    assert isinstance(decision, Replay)
+    assert json.loads(b"".join(decision.plan().chunks)) == {"answer": "one"}

@@ -245,6 +245,8 @@ GATE_CORPUS: list[Any] = [
     {"b": "call_" + "2b" * 16, "a": ["msg_" + "1a" * 16, {"c": UUID}]},
     {"api_key": "call_" + HEX32, "v": "call_" + "e" * 32},  # a secret key's value
     {"v": "x" * 31, "w": "y" * 32, "u": "é" * 40 + HEX32},
+    {"v": "shipment 0012345 of deadbee, cafe " * 3},  # hex runs of 7: no id, no pattern
+    {"v": "ünïcödé café — " + UUID, "w": "日本語のテキスト " + HEX32},  # after multibyte text
     ["call_" + HEX32, UUID],
     "call_" + HEX32,
     {},

@@ -66,8 +66,9 @@ def _media(content_type: str | None) -> str:
 
 
 def _loads_json(content: bytes) -> Any:
-    """Parse JSON; a body with an integer beyond 64 bits raises ValueError (orjson would
-    silently turn it into a float), so callers keep it as text, byte for byte."""
+    """Parse JSON; a body with an integer beyond 64 bits (orjson would silently turn it into
+    a float) or a lone surrogate escape raises ValueError, so callers keep it as text, byte
+    for byte."""
     import json
 
     try:
@@ -75,6 +76,10 @@ def _loads_json(content: bytes) -> Any:
     except orjson.JSONDecodeError as exc:
         if "depth" in exc.msg:  # past orjson's 1,024 levels the stdlib parser recurses too
             raise RecursionError(exc.msg) from None
+        if "surrogate" in exc.msg:  # `"\ud83d"` alone, as json.dumps writes half an emoji:
+            # the stdlib would parse it into a text that no UTF-8 (the key, the file) holds
+            msg = "a lone surrogate escape: kept as text, byte for byte"
+            raise ValueError(msg) from None
         value = json.loads(content)
     # translate + `in` run at C speed; a regex scan here cost ~10 µs per request
     if _TWENTY_DIGITS in content.translate(_DIGIT_RUNS):
@@ -320,6 +325,16 @@ def decode_limited(content_encoding: str | None, data: bytes, limit: int) -> byt
 #: The deepest nesting of lists and objects a body may have.
 MAX_NESTING = 128
 
+#: every byte but the two that open a JSON container
+_NOT_OPENERS = bytes(b for b in range(256) if b not in b"[{")
+
+
+def may_nest_deeper(content: bytes) -> bool:
+    """Whether JSON `content` holds more `[` and `{` than `MAX_NESTING`, so that it may nest
+    deeper (else it cannot). One C pass: a third of what two `count`s cost."""
+    return len(content.translate(None, _NOT_OPENERS)) > MAX_NESTING
+
+
 #: how many steps of a field path an error shows before `…`
 _SHOWN_STEPS = 6
 
@@ -429,7 +444,7 @@ def parse_checked_body(request: _Request, what: str) -> tuple[Any, BodyEncoding]
         parsed, encoding = encode_request_body(content, request.header("content-type"))
     except RecursionError:  # the pure-Python JSON fallback, past ~1,000 levels
         raise RequestTooDeep(what) from None
-    if isinstance(parsed, (dict, list)) and content.count(b"[") + content.count(b"{") > MAX_NESTING:
+    if isinstance(parsed, (dict, list)) and may_nest_deeper(content):
         depth = nesting_depth(parsed, stop_after=MAX_NESTING)
         if depth > MAX_NESTING:
             raise RequestTooDeep(what, depth)

@@ -259,6 +259,13 @@ def _client_id() -> re.Pattern[str]:
     return re.compile(rf"(?<![0-9A-Za-z])((?:[A-Za-z][A-Za-z0-9]*[_-])?)({token})(?![0-9A-Za-z])")
 
 
+#: every ASCII hex digit byte → "1", every other byte → "0"
+_HEX_DIGITS = bytes(0x31 if chr(b) in "0123456789abcdefABCDEF" else 0x30 for b in range(256))
+
+#: eight hex digits in a row: a uuid's first group, and part of every 32-hex token
+_HEX_RUN = b"1" * 8
+
+
 def has_client_id(text: str) -> bool:
     """Whether `text` holds a client-generated id (docs/design.md §3, "Client-generated
     ids"); long texts (prompts that recur) are looked at once."""
@@ -266,11 +273,19 @@ def has_client_id(text: str) -> bool:
         return False
     if len(text) >= _MEMO_MIN:
         return _has_client_id_memo(text)
-    return _client_id().search(text) is not None
+    return _client_id_in(text)
 
 
 @functools.lru_cache(maxsize=4096)
 def _has_client_id_memo(text: str) -> bool:
+    return _client_id_in(text)
+
+
+def _client_id_in(text: str) -> bool:
+    # a text without eight hex digits in a row holds no client id: most prose, found out by
+    # one C pass at a tenth of what the pattern's search costs it
+    if _HEX_RUN not in text.encode("utf-8", "surrogatepass").translate(_HEX_DIGITS):
+        return False
     return _client_id().search(text) is not None
 
 

@@ -379,10 +379,11 @@ def read_contained(path: Path, root: Path) -> bytes:
         raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
 
 
-def read_bytes(path: Path | str) -> bytes:
-    """A file's bytes, links followed, like `Path.read_bytes` but with one `open`, `fstat` and
-    `read` (a store's file index reads every file through it). OSError passes through."""
-    fd = os.open(path, os.O_RDONLY | _BINARY)
+def read_bytes(path: Path | str, *, follow: bool = True) -> bytes:
+    """A file's bytes, like `Path.read_bytes` but with one `open`, `fstat` and `read` (a
+    store's file index reads every file through it); `follow=False` refuses a symlink
+    (OSError ELOOP). OSError passes through."""
+    fd = os.open(path, os.O_RDONLY | _BINARY | (0 if follow else _NOFOLLOW))
     try:
         return _read_fd(fd)
     finally:

@@ -10,6 +10,7 @@ recording that refers to them and puts them back on every read.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -26,7 +27,7 @@ from hashreplay.core.blobs import (
     read_blob_text,
     split_blobs,
 )
-from hashreplay.core.bodies import MAX_NESTING, deep_recording_field, too_deep_problem
+from hashreplay.core.bodies import deep_recording_field, may_nest_deeper, too_deep_problem
 from hashreplay.core.constants import (
     BLOB_REF_KEY,
     BLOBS_DIRNAME,
@@ -111,7 +112,7 @@ def parse_recording(
             msg = "it refers to blobs, and no blob directory was given to read them from"
             raise RecordingError(path, msg)
         data = join_blobs(data, lambda ref: blobs(ref, path))
-    if content.count(b"[") + content.count(b"{") > MAX_NESTING:  # else it cannot nest so deep
+    if may_nest_deeper(content):
         deep = deep_recording_field(data)
         if deep is not None:
             raise RecordingError(path, f"{deep}: {too_deep_problem()}; re-record it")
@@ -168,6 +169,57 @@ def read_recording(path: Path, blobs: BlobReader | None = None) -> Recording:
     return parse_recording(read_file(path), path, blobs)
 
 
+#: the most bytes of recordings a run holds read ahead (`ReadAhead`)
+READ_AHEAD_BYTES = 32 << 20
+
+
+class ReadAhead:
+    """Recording files read before a replay asks for them: a pytest run's file index reads
+    every file of a test directory once, for the unconsumed check, and offers the bytes
+    here; each file's replay takes them instead of reading the file a second time
+    (docs/design.md §11, "The replay path"). At most `budget` bytes are held; a file
+    is taken once; a file the run writes is never read ahead again."""
+
+    __slots__ = ("_files", "_lock", "_written", "budget", "held")
+
+    def __init__(self, budget: int = READ_AHEAD_BYTES) -> None:
+        self._files: dict[str, bytes] = {}
+        self._written: set[str] = set()
+        self._lock = threading.Lock()
+        self.budget = budget
+        self.held = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._files)
+
+    def offer(self, path: str, content: bytes) -> None:
+        with self._lock:
+            if (
+                path not in self._files
+                and path not in self._written
+                and self.held + len(content) <= self.budget
+            ):
+                self._files[path] = content
+                self.held += len(content)
+
+    def written(self, path: str) -> None:
+        """The run writes `path`: what was read of it before is out of date (and an index
+        read while the write waits in the queue must not offer the old bytes)."""
+        with self._lock:
+            self._written.add(path)
+            content = self._files.pop(path, None)
+            if content is not None:
+                self.held -= len(content)
+
+    def take(self, path: str) -> bytes | None:
+        """The bytes offered for `path`, once (None: read the file)."""
+        with self._lock:
+            content = self._files.pop(path, None)
+            if content is not None:
+                self.held -= len(content)
+        return content
+
+
 class Store:
     """Where a test's recordings live, and reading/writing them (blobs included)."""
 
@@ -188,6 +240,8 @@ class Store:
         self._dirs: dict[str | None, tuple[Path, ...]] = {}
         self._temp_dir: Path | None = None
         self._temp_checked = False
+        #: files read ahead of their replay (a pytest run's; None: each is read when asked)
+        self.ahead: ReadAhead | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> Store:
@@ -295,12 +349,15 @@ class Store:
         """The recording of this hash in the first search directory that has it: read
         directly, without a `stat` first (one system call less on the replay path)."""
         name = recording_name(hash_hex)
+        ahead = self.ahead
         for directory in self.search_dirs(test_id):
             path = directory / name
-            try:
-                content = read_contained(path, self.root)
-            except FileNotFoundError:
-                continue
+            content = ahead.take(str(path)) if ahead else None
+            if content is None:
+                try:
+                    content = read_contained(path, self.root)
+                except FileNotFoundError:
+                    continue
             return Found(path, self.parse(content, path))
         return None
 

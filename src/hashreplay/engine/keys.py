@@ -294,8 +294,8 @@ class Keyer:
         if secrets:
             # only a value found where redaction by key leaves it (the URL, the body, a header
             # not itself secret) needs the scrub: most requests carry a key only in its header
-            others = [v.encode() for _, v in other_headers]
-            if secrets.mentioned_in(b"\n".join([incoming.url.encode(), incoming.content, *others])):
+            others = "\n".join([incoming.url, *(v for _, v in other_headers)]).encode()
+            if secrets.mentioned_in(b"\n".join([others, incoming.content])):
                 request = scrub_request(request, secrets)
         return request, secrets, failed
 

@@ -19,6 +19,7 @@ replay (`FileIndex`, `unused`).
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import threading
 import time
@@ -278,14 +279,18 @@ class FileIndex:
         """The files of a test: in its directory, under the id its files hold (`stored_id`,
         the id as written: redacted when it held a secret; default `test_id`)."""
         directory = self.store.dir_for(test_id)
+        key = test_id if stored_id is None else stored_id
         with self._lock:
             index = self._dirs.get(directory)
             if index is None:
-                index = self._dirs[directory] = self._read(directory)
-        key = test_id if stored_id is None else stored_id
+                index = self._dirs[directory] = self._read(directory, key)
         return [(directory / name, count) for name, count in index.get(key, ())]
 
-    def _read(self, directory: Path) -> dict[str | None, tuple[tuple[str, int], ...]]:
+    def _read(
+        self, directory: Path, asking: str | None
+    ) -> dict[str | None, tuple[tuple[str, int], ...]]:
+        """The directory's index, read at the end of its first test (`asking`): the bytes of
+        the other tests' files are offered to the store's read-ahead, theirs are used."""
         index: dict[str | None, list[tuple[str, int]]] = {}
         try:  # names as `glob("*.json")` gives them, without its Path and pattern per entry
             names = os.listdir(directory)  # noqa: PTH208 (no Path per entry)
@@ -295,31 +300,43 @@ class FileIndex:
         for name in sorted(names):
             if not name.endswith(".json") or name.startswith((".", MODEL_LIST_PREFIX)):
                 continue
-            found = self._summary(prefix + name)
+            found = self._summary(prefix + name, asking)
             if found is not None:
                 index.setdefault(found[0], []).append((name, found[1]))
         return {test_id: tuple(files) for test_id, files in index.items()}
 
-    def _summary(self, path: str) -> tuple[str | None, int] | None:
+    def _summary(self, path: str, asking: str | None) -> tuple[str | None, int] | None:
         """A file's test id and how many responses it holds, or None for a file that is not
         a readable recording (`hashreplay verify` names it; a test that asks for it gets the
         full check). Only parsed, not validated: the suite's first test of a directory reads
         every file of it here."""
+        ahead = self.store.ahead
         try:
-            content = read_bytes(path)
-            canonical = _canonical_summary(content)
-            if canonical is not None:
-                return canonical
-            data = orjson.loads(content)
+            try:
+                content = read_bytes(path, follow=False)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                # a symlink: its replay read checks where it leads, so it is not read ahead
+                ahead = None
+                content = read_bytes(path)
+            found = _canonical_summary(content) or _parsed_summary(orjson.loads(content))
         except (OSError, orjson.JSONDecodeError):
             return None
-        if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION:
-            return None
-        test_id = data.get("test_id")
-        later = data.get("later_responses", [])
-        if "response" not in data or not isinstance(test_id, (str, type(None))):
-            return None
-        return test_id, 1 + (len(later) if isinstance(later, list) else 0)
+        if found is not None and ahead is not None and found[0] != asking:
+            ahead.offer(path, content)
+        return found
+
+
+def _parsed_summary(data: Any) -> tuple[str | None, int] | None:
+    """`FileIndex._summary` of a file's parsed JSON."""
+    if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION:
+        return None
+    test_id = data.get("test_id")
+    later = data.get("later_responses", [])
+    if "response" not in data or not isinstance(test_id, (str, type(None))):
+        return None
+    return test_id, 1 + (len(later) if isinstance(later, list) else 0)
 
 
 _CANONICAL_START = b'{\n  "format_version": %d,\n' % FORMAT_VERSION

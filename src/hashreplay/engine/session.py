@@ -38,7 +38,7 @@ from hashreplay.core.secret_values import (
     SeenSecrets,
     carries_any,
 )
-from hashreplay.core.store import Store
+from hashreplay.core.store import ReadAhead, Store
 from hashreplay.core.writer import BackgroundWriter
 from hashreplay.engine.faults import FaultSpec, Hangs
 from hashreplay.engine.http import IncomingRequest
@@ -84,6 +84,8 @@ class Session(TestBook):
         self.redactor = self.keyer.redactor
         # temp files under .hashreplay/tmp, where git never sees them
         writer = BackgroundWriter(self.store.temp_dir) if write_behind else None
+        if write_behind:  # a run, whose directories change only through its own writes
+            self.store.ahead = ReadAhead()
         self.view = StoreView(self.store, writer, self.keyer.key_of)
         #: credential values seen in requests, scrubbed from logs and the usage log
         self.seen_secrets = SeenSecrets()

@@ -369,16 +369,24 @@ class StoreView:
         return (self.writer is not None and self.writer.is_pending(path)) or path.exists()
 
     def write(self, path: Path, content: Content) -> None:
+        self._drop_read_ahead(path)
         if self.writer is not None:
             self.writer.submit(path, content)
         else:
             write_bytes_atomic(path, _bytes(content), self.store.temp_dir)
 
     async def awrite(self, path: Path, content: Content) -> None:
+        self._drop_read_ahead(path)
         if self.writer is not None:
             self.writer.submit(path, content)
         else:
             await awrite_bytes_atomic(path, _bytes(content), self.store.temp_dir)
+
+    def _drop_read_ahead(self, path: Path) -> None:
+        """A file this run writes is read from disk (or the queue) from now on."""
+        ahead = self.store.ahead
+        if ahead is not None:
+            ahead.written(str(path))
 
     def flush(self) -> None:
         """Wait until every queued write is on disk; a RecordingError for one that failed."""

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from hashreplay.core.constants import MODE_ENV, MODE_OPTION
+from hashreplay.core.constants import MODE_ENV, MODE_OPTION, RECORDINGS_DIRNAME
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.modes import Mode
 from hashreplay.core.paths import has_hashreplay_table
@@ -113,6 +114,23 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as exc:
         raise pytest.UsageError(f"hashreplay: {exc}") from None
     config.stash[RUN_KEY] = run
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """pytest does not walk a recordings directory (docs/design.md §4): it holds one file per
+    recorded call and no test, and each file would cost collection its hooks. A directory of
+    that name that holds a Python file is left to pytest (a test package called so)."""
+    run = config.stash.get(RUN_KEY, None)
+    if run is None:
+        return None
+    name, common = collection_path.name, run.session.store.common_dir
+    if name != RECORDINGS_DIRNAME and (name != common.name or collection_path != common):
+        return None
+    try:
+        with os.scandir(collection_path) as entries:
+            return not any(entry.name.endswith(".py") for entry in entries)
+    except OSError:  # a file of that name, or not readable: pytest decides
+        return None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
