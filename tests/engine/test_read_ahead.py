@@ -18,6 +18,8 @@ from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.replay import Miss, Record, Replay
 from hashreplay.engine.session import Session
 
+pytest_plugins = ["pytester"]
+
 URL = "http://127.0.0.1:9/v1/chat/completions"
 HEADERS = [("content-type", "application/json")]
 TESTS = [f"tests/test_chat.py::test_{n}" for n in range(3)]
@@ -150,3 +152,25 @@ def test_the_bytes_held_stay_within_the_budget() -> None:
     assert ahead.held == 0
     ahead.offer("/p/b.json", b"123456")
     assert ahead.held == 6
+
+
+AHEAD_CHECK = """
+from hashreplay.plugin import RUN_KEY
+
+def test_reads_ahead(request):
+    ahead = request.config.stash[RUN_KEY].session.store.ahead
+    worker = hasattr(request.config, "workerinput")
+    assert (ahead is None) == worker, (ahead, worker)
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2", "-p", "xdist"]], ids=["run", "xdist"])
+def test_a_run_reads_ahead_and_an_xdist_worker_does_not(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: list[str]
+) -> None:
+    # a worker replays a share of each directory: the rest, read ahead, would only be held
+    monkeypatch.delenv("INFERENCE_MODE", raising=False)
+    pytester.makepyprojecttoml("[tool.hashreplay]\n")
+    pytester.makepyfile(test_ahead=AHEAD_CHECK)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *workers)
+    result.assert_outcomes(passed=1)

@@ -173,16 +173,28 @@ def test_stale_warn_lists_each_old_recording_in_the_summary(
     assert files(root) == before
 
 
+def run_marked(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: str,
+    marked: str,
+    *,
+    today: str,
+) -> tuple[Path, pytest.RunResult]:
+    """Record under `settings`, mark test_two with `marked`, replay on `today`."""
+    root = recorded(pytester, monkeypatch, settings)
+    (root / "suite" / "test_app.py").write_text(SUITE.replace("{marked}", marked))
+    monkeypatch.setenv("HASHREPLAY_TODAY", today)
+    return root, pytester.runpytest()
+
+
 def test_stale_fail_fails_each_test_naming_the_file_and_its_age(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, upstream: FakeUpstream
 ) -> None:
-    root = recorded(pytester, monkeypatch, 'max_age = "26w"\nstale = "fail"')
     # the marker wins: test_two allows a year
-    marked = '@pytest.mark.hashreplay(max_age="365d")'
-    (root / "suite" / "test_app.py").write_text(SUITE.replace("{marked}", marked))
-    monkeypatch.setenv("HASHREPLAY_TODAY", "2025-08-01")  # 203 days
-    result = pytester.runpytest()
-    result.assert_outcomes(passed=1, failed=1)
+    settings, marked = 'max_age = "26w"\nstale = "fail"', '@pytest.mark.hashreplay(max_age="365d")'
+    root, result = run_marked(pytester, monkeypatch, settings, marked, today="2025-08-01")
+    result.assert_outcomes(passed=1, failed=1)  # 203 days old
     result.stdout.fnmatch_lines(
         [
             "*hashreplay: suite/test_app.py::test_one used 1 recording(s) older than max_age "
@@ -449,12 +461,10 @@ def test_a_bad_today_is_a_usage_error_of_the_cli_too(
 def test_the_marker_sets_stale_for_one_test(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, upstream: FakeUpstream
 ) -> None:
-    root = recorded(pytester, monkeypatch, 'max_age = "180d"')  # stale = "warn" by default
+    # stale = "warn" by default; the marker makes test_two's "fail"
     marked = '@pytest.mark.hashreplay(stale="fail")'
-    (root / "suite" / "test_app.py").write_text(SUITE.replace("{marked}", marked))
-    monkeypatch.setenv("HASHREPLAY_TODAY", "2025-07-10")  # 181 days
-    result = pytester.runpytest()
-    result.assert_outcomes(passed=1, failed=1)
+    _, result = run_marked(pytester, monkeypatch, 'max_age = "180d"', marked, today="2025-07-10")
+    result.assert_outcomes(passed=1, failed=1)  # 181 days
     result.stdout.fnmatch_lines(
         [
             "*hashreplay: suite/test_app.py::test_two used 1 recording(s) older than max_age "

@@ -452,3 +452,17 @@ def test_an_over_long_key_value_is_removed_to_its_last_character(text: str) -> N
 )  # fmt: skip
 def test_ordinary_assignments_in_text_stay(text: str) -> None:
     assert Redactor().text(text) == text
+
+
+def test_no_secret_shape_matches_a_text_shorter_than_the_length_the_scan_skips() -> None:
+    # the scan skips texts shorter than SHAPE_MIN_LENGTH: no shape may match one
+    import importlib
+
+    from hashreplay.core.redact import SECRET_SHAPES, SHAPE_MIN_LENGTH
+
+    try:  # the regex parser: re._parser since Python 3.11, sre_parse before
+        parser = importlib.import_module("re._parser")
+    except ImportError:
+        parser = importlib.import_module("sre_parse")
+    shortest = min(parser.parse(shape).getwidth()[0] for shape in SECRET_SHAPES)
+    assert shortest == SHAPE_MIN_LENGTH

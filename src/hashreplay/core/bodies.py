@@ -4,14 +4,13 @@ multipart boundary never reaches the hash. Files store bodies decoded from their
 `content-encoding` (gzip, deflate, br, zstd), so they stay readable and replayed headers carry
 none; an encoding this process cannot decode is kept as it came, header too.
 
-How deep a body may nest: `MAX_NESTING` levels (docs/design.md §13).
-
-orjson serialises at most 255 levels and a server's deeper stack reaches Python's recursion
-limit sooner, so nothing deeper ever reaches the normaliser, the redactor or the hash. A
-request is refused with `RequestTooDeep` in every intercepting mode, in-process and through
-the proxy (live mode never looks at bodies); a response being stored (`deep_field`), a
-recording file being read (`deep_recording_field`: a `RecordingError` naming the file and
-field path) and the files `import vcr|ogx` read are held to the same limit.
+How deep a body may nest: `MAX_NESTING` levels (docs/design.md §13). orjson serialises at
+most 255 levels and a server's deeper stack reaches Python's recursion limit sooner, so nothing
+deeper ever reaches the normaliser, the redactor or the hash. A request is refused with
+`RequestTooDeep` in every intercepting mode, in-process and through the proxy (live mode never
+looks at bodies); a response being stored (`deep_field`), a recording file being read
+(`deep_recording_field`: a `RecordingError` naming the file and field path) and the files
+`import vcr|ogx` read are held to the same limit.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The request normaliser (docs/design.md §3). Volatile values (`volatile_patterns`) and ids
-a client generates: replaced by numbered placeholders (`<uuid:1>`, `call_<id:1>`, the same value
-always the same number) before hashing, so such requests hash stably.
-
-The request normaliser (docs/design.md §3): semantically equal requests made byte-equal
-before hashing (numbers, text, volatile values, ids a test received mapped back to their
-stable form), the id registry that maps them, and the headers a file keeps. The response
+"""The request normaliser (docs/design.md §3): semantically equal requests made byte-equal
+before hashing (numbers, text, ids a test received mapped back to their stable form; volatile
+values and ids a client generates numbered: `<uuid:1>`, `call_<id:1>`, the same value always
+the same number), the id registry that maps them, and the headers a file keeps. The response
 normaliser, which replaces per-call values before writing, is `core/normalise_response.py`.
 Both are deterministic and idempotent.
 """
@@ -100,11 +97,7 @@ class Placeholders:
 
 
 FLOAT_DIGITS = 5
-
-
 _QUANTUM = Decimal(1).scaleb(-FLOAT_DIGITS)
-
-
 _INT64 = 2**63
 
 
@@ -118,15 +111,8 @@ KEPT_RESPONSE_HEADERS: frozenset[str] = frozenset(
 #: Request headers worth keeping in a file for review; the rest (user agents, SDK/OS
 #: versions, retry counters, lengths) differ between machines and runs and would churn diffs.
 KEPT_REQUEST_HEADERS: frozenset[str] = frozenset(
-    {
-        "content-type",
-        "accept",
-        "anthropic-version",
-        "anthropic-beta",
-        "openai-beta",
-        "openai-organization",
-        "openai-project",
-    }
+    {"content-type", "accept", "anthropic-version", "anthropic-beta"}
+    | {"openai-beta", "openai-organization", "openai-project"}
 )
 
 
@@ -271,14 +257,7 @@ def has_client_id(text: str) -> bool:
     ids"); long texts (prompts that recur) are looked at once."""
     if len(text) < _CLIENT_ID_MIN:
         return False
-    if len(text) >= _MEMO_MIN:
-        return _has_client_id_memo(text)
-    return _client_id_in(text)
-
-
-@functools.lru_cache(maxsize=4096)
-def _has_client_id_memo(text: str) -> bool:
-    return _client_id_in(text)
+    return (_has_client_id_memo if len(text) >= _MEMO_MIN else _client_id_in)(text)
 
 
 def _client_id_in(text: str) -> bool:
@@ -287,6 +266,9 @@ def _client_id_in(text: str) -> bool:
     if _HEX_RUN not in text.encode("utf-8", "surrogatepass").translate(_HEX_DIGITS):
         return False
     return _client_id().search(text) is not None
+
+
+_has_client_id_memo = functools.lru_cache(maxsize=4096)(_client_id_in)
 
 
 class _ClientIds:

@@ -71,6 +71,11 @@ SECRET_SHAPES: tuple[str, ...] = (
 )
 
 
+#: the shortest text a `SECRET_SHAPES` pattern matches (`Bearer ` and 8 characters);
+#: tests/unit/test_redact.py holds it to the patterns
+SHAPE_MIN_LENGTH = 15
+
+
 # Patterns are compiled on first use, not at import: compiling them cost milliseconds of
 # every run's start-up (docs/benchmarks.md).
 @functools.cache
@@ -237,8 +242,8 @@ class Redactor:
         `text` replaces, and what a stream's pieces are scanned with as one text, so a key
         split between two events is still found (`core.secret_values.redact_across`)."""
         found: list[tuple[int, int]] = []
-        for match in _shapes().finditer(text):
-            found.append(match.span())
+        if len(text) >= SHAPE_MIN_LENGTH:  # shorter texts hold none: no regex search for them
+            found.extend(match.span() for match in _shapes().finditer(text))
         if "=" in text and ("?" in text or "&" in text):
             for match in _query_in_text().finditer(text):
                 if self._hidden_value(match.group(2), match.group(3)):

@@ -294,7 +294,7 @@ class Keyer:
         if secrets:
             # only a value found where redaction by key leaves it (the URL, the body, a header
             # not itself secret) needs the scrub: most requests carry a key only in its header
-            others = "\n".join([incoming.url, *(v for _, v in other_headers)]).encode()
+            others = "\n".join([incoming.url, *[v for _, v in other_headers]]).encode()
             if secrets.mentioned_in(b"\n".join([others, incoming.content])):
                 request = scrub_request(request, secrets)
         return request, secrets, failed

@@ -275,16 +275,18 @@ class FileIndex:
         self._lock = threading.Lock()
         self._dirs: dict[Path, dict[str | None, tuple[tuple[str, int], ...]]] = {}
 
-    def files_of(self, test_id: str | None, stored_id: str | None = None) -> list[tuple[Path, int]]:
-        """The files of a test: in its directory, under the id its files hold (`stored_id`,
-        the id as written: redacted when it held a secret; default `test_id`)."""
+    def files_of(self, test_id: str | None, stored_id: str | None = None) -> list[tuple[str, int]]:
+        """The files of a test, as path strings: in its directory, under the id its files
+        hold (`stored_id`, the id as written: redacted when it held a secret; default
+        `test_id`)."""
         directory = self.store.dir_for(test_id)
         key = test_id if stored_id is None else stored_id
         with self._lock:
             index = self._dirs.get(directory)
             if index is None:
                 index = self._dirs[directory] = self._read(directory, key)
-        return [(directory / name, count) for name, count in index.get(key, ())]
+        prefix = f"{directory}{os.sep}"
+        return [(prefix + name, count) for name, count in index.get(key, ())]
 
     def _read(
         self, directory: Path, asking: str | None
@@ -367,21 +369,22 @@ def _canonical_summary(content: bytes) -> tuple[str | None, int] | None:
     return None
 
 
-def unused(state: TestState, files: list[tuple[Path, int]]) -> list[Unused]:
+def unused(state: TestState, files: list[tuple[str, int]]) -> list[Unused]:
     """What a replayed test left unused, given the files recorded for it (callers hold the
     tests lock). A test that passed requests through to a server under test gets no `files`:
     the server replays those itself."""
     found: list[Unused] = []
     # both kinds of path are the store's own (a resolved directory joined with a file
-    # name), so they compare as they are: no `resolve()`, two system calls a component
-    seen: set[Path] = set()
+    # name), so they compare as strings: no `resolve()`, no `Path` per file and test
+    seen: set[str] = set()
     for seq in state.sequences.values():
-        if seq.path in seen:  # one sequence under two hashes (another matching rule)
+        path = str(seq.path)
+        if path in seen:  # one sequence under two hashes (another matching rule)
             continue
-        seen.add(seq.path)
+        seen.add(path)
         if seq.calls < len(seq.responses):
             found.append(Unused(seq.path, len(seq.responses) - seq.calls, len(seq.responses)))
-    for path, count in files:
-        if path not in seen:
-            found.append(Unused(path, count, count))
+    for file, count in files:
+        if file not in seen:
+            found.append(Unused(Path(file), count, count))
     return found

@@ -82,10 +82,9 @@ class Session(TestBook):
         self.store = store or Store.from_config(config)
         self.keyer = Keyer(config)
         self.redactor = self.keyer.redactor
-        # temp files under .hashreplay/tmp, where git never sees them
+        # temp files under .hashreplay/tmp (git never sees them); a run's files are read ahead
         writer = BackgroundWriter(self.store.temp_dir) if write_behind else None
-        if write_behind:  # a run, whose directories change only through its own writes
-            self.store.ahead = ReadAhead()
+        self.store.ahead = ReadAhead() if write_behind else None
         self.view = StoreView(self.store, writer, self.keyer.key_of)
         #: credential values seen in requests, scrubbed from logs and the usage log
         self.seen_secrets = SeenSecrets()

@@ -44,6 +44,8 @@ class PluginRun:
     def __init__(self, config: pytest.Config, settings: Config, *, has_table: bool) -> None:
         self.config = config
         self.session = Session(settings, write_behind=True)  # no disk latency per call
+        if hasattr(config, "workerinput"):  # an xdist worker replays a share of a directory:
+            self.session.store.ahead = None  # the rest, read ahead, would only be held
         self.placeholders = Placeholders(settings)
         self.has_table = has_table  # opted in with [tool.hashreplay], not only through a mode
         self.worker_stats = Stats()  # what xdist workers counted (this process: the session's)
