@@ -321,11 +321,8 @@ def decode_limited(content_encoding: str | None, data: bytes, limit: int) -> byt
     return bytes(out)
 
 
-#: The deepest nesting of lists and objects a body may have.
-MAX_NESTING = 128
-
-#: every byte but the two that open a JSON container
-_NOT_OPENERS = bytes(b for b in range(256) if b not in b"[{")
+MAX_NESTING = 128  # the deepest nesting of lists and objects a body may have
+_NOT_OPENERS = bytes(b for b in range(256) if b not in b"[{")  # all bytes but `[` and `{`
 
 
 def may_nest_deeper(content: bytes) -> bool:
@@ -334,8 +331,7 @@ def may_nest_deeper(content: bytes) -> bool:
     return len(content.translate(None, _NOT_OPENERS)) > MAX_NESTING
 
 
-#: how many steps of a field path an error shows before `…`
-_SHOWN_STEPS = 6
+_SHOWN_STEPS = 6  # how many steps of a field path an error shows before `…`
 
 
 class RequestTooDeep(HashReplayError):
@@ -389,6 +385,8 @@ def deep_field(value: Any, where: str, limit: int = MAX_NESTING) -> str | None:
 def deep_recording_field(data: dict[str, Any]) -> str | None:
     """The field path in a recording file's JSON that nests too deep (None when none does):
     a body or exception's args past `MAX_NESTING`, else past that plus the file's own levels."""
+    if nesting_depth(data, stop_after=MAX_NESTING) <= MAX_NESTING:
+        return None  # the whole file within the bodies' limit: one walk, not one per body
     fields: list[tuple[Any, str]] = []
     request = data.get("request")
     if isinstance(request, dict):
@@ -422,7 +420,7 @@ def nesting_depth(value: Any, stop_after: int | None = None) -> int:
         below: list[Any] = []
         for item in level:
             children = item.values() if isinstance(item, dict) else item
-            below.extend(c for c in children if isinstance(c, (dict, list, tuple)))
+            below += [c for c in children if isinstance(c, (dict, list, tuple))]
         level = below
     return depth
 
