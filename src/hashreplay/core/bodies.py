@@ -327,7 +327,7 @@ _NOT_OPENERS = bytes(b for b in range(256) if b not in b"[{")  # all bytes but `
 
 def may_nest_deeper(content: bytes) -> bool:
     """Whether JSON `content` holds more `[` and `{` than `MAX_NESTING`, so that it may nest
-    deeper (else it cannot). One C pass: a third of what two `count`s cost."""
+    deeper (else it cannot). One C pass, in half the time of two `count`s."""
     return len(content.translate(None, _NOT_OPENERS)) > MAX_NESTING
 
 
