@@ -65,3 +65,14 @@ def test_a_project_that_has_not_opted_in_is_walked_as_pytest_walks_it(
     result.assert_outcomes()
     assert "tests/recordings/00000000000000000000000000000000.json" in visited(project)
     assert "recordings/00000000000000000000000000000000.json" in visited(project)
+
+
+def test_ignore_still_leaves_out_a_test_package_named_recordings(project: pytest.Pytester) -> None:
+    # the plugin has no say over a directory that holds tests: pytest's --ignore still counts
+    project.makepyprojecttoml("[tool.hashreplay]\n")
+    (project.path / "tests" / "recordings" / "test_inside.py").write_text(TESTS)
+    result = project.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-q", "--ignore=tests/recordings"
+    )
+    result.assert_outcomes(passed=1)
+    assert "tests/recordings/test_inside.py" not in visited(project)

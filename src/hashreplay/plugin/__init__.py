@@ -119,7 +119,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """pytest does not walk a recordings directory (docs/design.md §4): it holds one file per
     recorded call and no test, and each file would cost collection its hooks. A directory of
-    that name that holds a Python file is left to pytest (a test package called so)."""
+    that name that holds a Python file is left to pytest (a test package called so): None,
+    not False, so that pytest's own `--ignore` and `norecursedirs` still have their say."""
     run = config.stash.get(RUN_KEY, None)
     if run is None:
         return None
@@ -128,9 +129,10 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         return None
     try:
         with os.scandir(collection_path) as entries:
-            return not any(entry.name.endswith(".py") for entry in entries)
+            holds_tests = any(entry.name.endswith(".py") for entry in entries)
     except OSError:  # a file of that name, or not readable: pytest decides
         return None
+    return None if holds_tests else True
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
