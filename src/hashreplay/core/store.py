@@ -206,10 +206,8 @@ class ReadAhead:
         """The run writes `path`: what was read of it before is out of date (and an index
         read while the write waits in the queue must not offer the old bytes)."""
         with self._lock:
-            self._written.add(path)
-            content = self._files.pop(path, None)
-            if content is not None:
-                self.held -= len(content)
+            self._written.add(path)  # no offer of it after this
+        self.take(path)
 
     def take(self, path: str) -> bytes | None:
         """The bytes offered for `path`, once (None: read the file)."""
