@@ -191,14 +191,11 @@ def make_project(where: Path, scenario: Scenario, tests: int) -> Path:
     return where
 
 
-#: set by `--instructions`: each timed run is counted under valgrind instead
-COUNT_INSTRUCTIONS = [False]
-
-
-def pytest_run(project: Path, env: dict[str, str], args: Sequence[str], expect: int) -> float:
-    """CPU seconds (user+sys, from `os.wait4`) of one whole pytest process; with
-    `COUNT_INSTRUCTIONS`, its user-space instructions in billions (callgrind, hash seed 0)."""
-    counting = COUNT_INSTRUCTIONS[0]
+def pytest_run(
+    project: Path, env: dict[str, str], args: Sequence[str], expect: int, *, counting: bool = False
+) -> float:
+    """CPU seconds (user+sys, from `os.wait4`) of one whole pytest process; with `counting`,
+    its user-space instructions in billions (callgrind, hash seed 0)."""
     command = [sys.executable, "-m", "pytest", "-q", "tests", *args]
     if counting:
         command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command]
@@ -322,20 +319,20 @@ def measure(
     instructions: bool = False,
 ) -> None:
     projects, url = prepare(work, scenario, sizes, variants, record=record)
-    COUNT_INSTRUCTIONS[0] = instructions  # the set-up and warm-up runs above are not counted
     by_name = {v.name: v for v in variants}
 
-    def run(name: str, size: int, base_url: str) -> float:
+    def run(name: str, size: int, base_url: str, *, counted: bool = instructions) -> float:
         variant = by_name[name]
         project = projects[name, size]
         if variant.clear is not None and record:
             shutil.rmtree(project / variant.clear, ignore_errors=True)
-        return pytest_run(project, {**variant.env, "BENCH_URL": base_url}, variant.args, size)
+        env = {**variant.env, "BENCH_URL": base_url}
+        return pytest_run(project, env, variant.args, size, counting=counted)
 
     if record:
         with fake_upstream() as fake:
-            for v in variants:  # warm
-                run(v.name, min(sizes), fake.url)
+            for v in variants:  # warm (never counted, as `prepare`'s runs)
+                run(v.name, min(sizes), fake.url, counted=False)
             for _, name in interleaved(list(by_name), rounds):
                 for size in sizes:
                     by_name[name].cpu.setdefault(size, []).append(run(name, size, fake.url))
@@ -381,14 +378,15 @@ class Fit:
 
 
 #: the units of a table: seconds of CPU, or (`--instructions`) billions of instructions
-CPU_UNITS = ("ms", "µs", "CPU s")
-INSTRUCTION_UNITS = ("M instructions", "k instructions", "G instructions")
-UNITS = [CPU_UNITS]
+#: a table's units (per run, per test, total): seconds of CPU, or billions of instructions
+Units = tuple[str, str, str]
+CPU_UNITS: Units = ("ms", "µs", "CPU s")
+INSTRUCTION_UNITS: Units = ("M instructions", "k instructions", "G instructions")
 
 
-def table(variants: list[Variant]) -> tuple[list[str], dict[str, Fit]]:
+def table(variants: list[Variant], units: Units) -> tuple[list[str], dict[str, Fit]]:
     fits = {v.name: Fit.of(v) for v in variants}
-    run_unit, test_unit, total_unit = UNITS[0]
+    run_unit, test_unit, total_unit = units
     ref_name = variants[0].name
     ref = fits[ref_name]
     sizes = sorted(variants[0].cpu)
@@ -418,15 +416,15 @@ def table(variants: list[Variant]) -> tuple[list[str], dict[str, Fit]]:
         f"{s} tests {min(floor.cpu[s]):.2f}–{max(floor.cpu[s]):.2f} {total_unit}" for s in sizes
     )
     lines.append(
-        f"\nNoise: the {ref_name}'s CPU ranged {spread} over {len(floor.cpu[sizes[0]])} rounds."
+        f"\nNoise: the {ref_name} ranged {spread} over {len(floor.cpu[sizes[0]])} rounds."
     )
     return lines, fits
 
 
-def ratios(variants: list[Variant], fits: dict[str, Fit]) -> list[str]:
+def ratios(variants: list[Variant], fits: dict[str, Fit], units: Units) -> list[str]:
     """hashreplay's cost above the reference against the other recorders' and the trees'."""
     base = fits[variants[0].name]
-    ms, us, _ = UNITS[0]
+    ms, us, _ = units
 
     def above(name: str) -> tuple[float, float]:
         return fits[name].per_run - base.per_run, fits[name].per_test - base.per_test
@@ -464,7 +462,7 @@ def ratios(variants: list[Variant], fits: dict[str, Fit]) -> list[str]:
     return lines
 
 
-def per_call(slopes: dict[str, dict[str, float]]) -> list[str]:
+def per_call(slopes: dict[str, dict[str, float]], units: Units) -> list[str]:
     """What one more call in a test costs above the floor: the 5-call suite's slope less the
     1-call suite's, over 4, per variant."""
     one, five = slopes.get("1 call/test"), slopes.get("5 calls/test")
@@ -474,7 +472,7 @@ def per_call(slopes: dict[str, dict[str, float]]) -> list[str]:
     floor = extra.get(FLOOR)
     if floor is None:
         return []
-    us = UNITS[0][1]
+    us = units[1]
     return [
         "### Per call (the 5-call suite's per-test CPU less the 1-call suite's, over 4)",
         f"| variant | per call, {us} | above the floor |",
@@ -490,18 +488,18 @@ def slopes_of(by_variant: dict[str, dict[int, list[float]]]) -> dict[str, float]
     return {n: Fit.of(Variant(n, {}, (), cpu=cpu)).per_test for n, cpu in by_variant.items()}
 
 
-def report(samples: dict[str, dict[str, dict[int, list[float]]]], kind: str) -> None:
+def report(samples: dict[str, dict[str, dict[int, list[float]]]], kind: str, units: Units) -> None:
     """Print each scenario's table, the ratios, and the per-call costs."""
     slopes: dict[str, dict[str, float]] = {}
     for label, by_variant in samples.items():
         variants = [Variant(n, {}, (), cpu=cpu) for n, cpu in by_variant.items()]
-        lines, fits = table(variants)
+        lines, fits = table(variants, units)
         print(f"### {kind}, {label}")
         print("\n".join(lines))
-        print("\n".join(ratios(variants, fits)), "\n")
+        print("\n".join(ratios(variants, fits, units)), "\n")
         slopes[label] = {n: f.per_test for n, f in fits.items()}
     if len(slopes) > 1:
-        print("\n".join(per_call(slopes)))
+        print("\n".join(per_call(slopes, units)))
 
 
 def main() -> None:
@@ -535,8 +533,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     kind = "Record" if args.record else "Replay"
-    if args.instructions:
-        UNITS[0] = INSTRUCTION_UNITS
+    units = INSTRUCTION_UNITS if args.instructions else CPU_UNITS
     if args.report:
         merged: dict[str, dict[str, dict[int, list[float]]]] = {}
         for path in args.report:
@@ -545,7 +542,7 @@ def main() -> None:
                     n: {int(s): cpu for s, cpu in by_size.items()}
                     for n, by_size in by_variant.items()
                 }
-        report(merged, kind)
+        report(merged, kind, units)
         return
     trees = parse_trees(args.tree, ROOT / "src")
     for name, src in trees.items():
@@ -575,12 +572,13 @@ def main() -> None:
                 instructions=args.instructions,
             )
             samples[scenario.label] = {v.name: v.cpu for v in variants}
-            report({scenario.label: samples[scenario.label]}, kind)
+            report({scenario.label: samples[scenario.label]}, kind, units)
             sys.stdout.flush()
             if args.json is not None:
                 args.json.write_text(json.dumps(samples, indent=1))
         if len(samples) > 1:
-            print("\n".join(per_call({label: slopes_of(s) for label, s in samples.items()})))
+            slopes = {label: slopes_of(s) for label, s in samples.items()}
+            print("\n".join(per_call(slopes, units)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
