@@ -415,9 +415,7 @@ def table(variants: list[Variant], units: Units) -> tuple[list[str], dict[str, F
     spread = "; ".join(
         f"{s} tests {min(floor.cpu[s]):.2f}–{max(floor.cpu[s]):.2f} {total_unit}" for s in sizes
     )
-    lines.append(
-        f"\nNoise: the {ref_name} ranged {spread} over {len(floor.cpu[sizes[0]])} rounds."
-    )
+    lines.append(f"\nNoise: the {ref_name} ranged {spread} over {len(floor.cpu[sizes[0]])} rounds.")
     return lines, fits
 
 
