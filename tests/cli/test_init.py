@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hashreplay.cli import build_parser
-from hashreplay.cli.review import TABLE
+from hashreplay.cli.setup import TABLE
 from tests.cli.conftest import Cli
 
 #: Comments, blank lines, odd spacing, a table after the one init adds, no final newline.

@@ -271,7 +271,7 @@ def test_terminal_output_is_a_table_with_colour(
 
 
 def test_progress_bar_is_drawn_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hashreplay.cli.console import PROGRESS_MIN, Console
+    from hashreplay.cli.output import PROGRESS_MIN, Console
 
     assert PROGRESS_MIN == 1000
     items = list(range(PROGRESS_MIN))

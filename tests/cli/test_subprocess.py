@@ -95,6 +95,6 @@ def test_start_up_imports_no_client_or_server(project: Project) -> None:
         check=True,
     )
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if "|" in line}
-    assert "hashreplay.cli.store" in imported  # the command really ran (its last-run line)
+    assert "hashreplay.cli.usage" in imported  # the command really ran (its last-run line)
     heavy = {"httpx", "httpx2", "openai", "anthropic", "uvicorn", "starlette", "pytest"}
     assert {name.split(".")[0] for name in imported} & heavy == set()

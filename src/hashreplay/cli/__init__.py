@@ -1,5 +1,7 @@
-"""The `hashreplay` command: its parser, `main(argv) -> int` (testable without a subprocess),
-and `status`, the one command that reports on a project whose config is invalid. Exit status:
+"""The `hashreplay` command: its parser, `main(argv) -> int` (testable without a subprocess)
+and the entry point; each command family lives in its own module (`status`, `setup`, `review`,
+`integrity`, `prune`, `imports`, `drift`, `usage`), imported only when its command runs. Exit
+status:
 0 when all went well, 1 when the command found problems (unreadable files, `verify` findings,
 `rehash` collisions, nothing to show), 2 for usage errors (an unknown command or option, a path
 that does not exist, an invalid `[tool.hashreplay]`). Start-up stays fast: no SDK, HTTP client
@@ -18,15 +20,10 @@ from types import ModuleType
 from typing import Any
 
 from hashreplay import __version__
-from hashreplay.cli.console import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Command, Console, Run
-from hashreplay.core.config import Config, ModeSource, load_config, load_config_reporting
-from hashreplay.core.constants import MODE_ENV
+from hashreplay.cli.output import Console
+from hashreplay.cli.run import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Command, Run
+from hashreplay.core.config import Config, load_config, load_config_reporting
 from hashreplay.core.errors import ConfigError, HashReplayError, PathNotFound
-from hashreplay.core.keys import hash_of_name, is_model_list_name
-from hashreplay.core.modes import MaxAge, age_in_days, today
-from hashreplay.core.transcript import Tokens, printable, response_tokens
-from hashreplay.engine.files import Loaded
-from hashreplay.engine.keys import newest_model_list
 
 
 def _add_root(parser: argparse.ArgumentParser) -> None:
@@ -166,9 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_review(sub)
 
-    from hashreplay.cli.store import configure as configure_import
-
-    configure_import(sub)
+    _add_import(sub)
 
     server = _server_cli()
     if server is not None:  # `hashreplay serve`: the proxy registers its own options
@@ -202,126 +197,66 @@ def _add_review(sub: Any) -> None:
     )
 
 
-def _mode_source(run: Run) -> str:
-    config = run.config
-    source = config.mode_source
-    if source is ModeSource.ENV:
-        return f"env ({MODE_ENV})"
-    if source is ModeSource.FILE and config.config_file is not None:
-        return f"config ({run.show_path(config.config_file)})"
-    return str(source)
-
-
-def status(run: Run) -> int:
-    console, config = run.console, run.config
-    files = run.files()
-    if run.args.paths_only:
-        # `git add $(hashreplay status --paths)`: every directory holding recordings
-        for directory in sorted({run.show_path(path.parent) for path in files}):
-            console.line(directory)
-        return EXIT_OK
-    if run.args.older_than is not None:  # checked before any file is read
-        limit = MaxAge.parse(run.args.older_than, source="--older-than")
-        return _older_than(run, run.load_all(files, "reading"), limit)
-    loaded = run.load_all(files, "reading")
-    console.line(f"mode: {console.style(config.mode.value, 'bold')}")
-    console.line(f"mode source: {_mode_source(run)}")
-    reason = "--root" if run.args.root is not None else config.root_reason
-    # the root absolute (which project was found); every other path relative to here
-    console.line(f"root: {config.root} (from {reason})")
-    shown = run.show_path(config.config_file) if config.config_file else None
-    if run.config_problem is not None:
-        console.line(
-            f"config: {shown or 'pyproject.toml'} is invalid: each setting in error takes its "
-            "default here (the problems are listed at the end)"
-        )
-    else:
-        console.line(f"config: {shown or 'none (defaults)'}")
-    console.line(f"common directory: {run.show_path(config.common_dir)}")
-
-    by_dir: dict[Path, list[int]] = {}
-    for path in files:
-        by_dir.setdefault(path.parent, []).append(_size(path))
-    rows = [
-        [run.show_path(d), str(len(sizes)), console.size(sum(sizes))]
-        for d, sizes in sorted(by_dir.items())
-    ]
-    total = sum(sum(s) for s in by_dir.values())
-    if console.tty and rows:
-        console.line()
-        console.table(
-            [*rows, ["total", str(len(files)), console.size(total)]],
-            ["recordings directory", "files", "size"],
-        )
-        console.line()
-    elif not console.tty:
-        for row in rows:
-            console.line(f"recordings: {row[0]}\t{row[1]} files\t{row[2]} bytes")
-        console.line(f"total: {len(files)} files\t{total} bytes")
-    if not files:
-        console.line("no recordings yet: INFERENCE_MODE=record-if-missing pytest records them")
-    for stray in run.strays():
-        console.line(f"stray: {run.show_path(stray.path)}: {stray.problem}")
-
-    tokens = Tokens()
-    for item in loaded:
-        for response in item.recording.responses:
-            tokens.add(response_tokens(response))
-    console.line(
-        f"tokens: {tokens.input} input + {tokens.output} output = "
-        f"{console.style(str(tokens.total), 'bold')} total in {tokens.responses} responses "
-        "(what every replayed run saves)"
+def _add_import(sub: Any) -> None:
+    """`import vcr` and `import ogx`, each with its options."""
+    parser = sub.add_parser("import", help="import vcrpy/pytest-recording cassettes or OGX files")
+    formats = parser.add_subparsers(dest="format", metavar="FORMAT", required=True)
+    vcr = formats.add_parser("vcr", help="vcrpy / pytest-recording cassettes (YAML or JSON)")
+    vcr.add_argument(
+        "--test-id",
+        metavar="ID",
+        help="the test id of a single cassette (default: the collected test whose "
+        "pytest-recording cassette it is)",
     )
-    from hashreplay.cli.store import last_run
-
-    last_run(run, loaded)
-    return run.status
-
-
-def _older_than(run: Run, loaded: list[Loaded], limit: MaxAge) -> int:
-    """`status --older-than AGE`: each recording whose oldest response is older than AGE,
-    oldest first (docs/recordings.md, "Age"); responses without a day are counted apart."""
-    day = today()
-    rows: list[tuple[int, str, str, str]] = []
-    undated = 0
-    lists: dict[str, list[Loaded]] = {}  # a shared model list is dated by its newest file
-    for item in loaded:
-        if is_model_list_name(item.path.name) and (hash_hex := hash_of_name(item.path.name)):
-            lists.setdefault(hash_hex, []).append(item)
-    older_sets: set[Path] = set()  # the model sets a newer file of the same list outdates
-    for group in lists.values():
-        newest = newest_model_list([(i.path, i.recording.response) for i in group])
-        older_sets.update(item.path for n, item in enumerate(group) if n != newest)
-    for item in loaded:
-        if item.path in older_sets:
-            continue
-        ages = [
-            (age, response.recorded_on or "")
-            for response in item.recording.responses
-            if (age := age_in_days(response.recorded_on, day)) is not None
-        ]
-        undated += len(item.recording.responses) - len(ages)
-        oldest = max(ages, default=None)
-        if oldest is not None and oldest[0] > limit.days:
-            shared = "(shared model list)" if is_model_list_name(item.path.name) else "(shared)"
-            test = item.recording.test_id or shared
-            rows.append((oldest[0], oldest[1], test, run.show_path(item.path)))
-    rows.sort(key=lambda row: (-row[0], row[3]))
-    console = run.console
-    for age, recorded_on, test, path in rows:
-        console.line(f"{age}d\t{recorded_on}\t{printable(test)}\t{path}")
-    summary = f"{len(rows)} of {len(loaded)} recording(s) older than {limit} (today {day})"
-    if undated:
-        summary += f"; {undated} response(s) have no recorded day (recorded before days were kept)"
-    console.line(summary)
-    return run.status
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
+    vcr.add_argument(
+        "--test-ids",
+        type=Path,
+        metavar="FILE",
+        help="the suite's test ids, one a line (`pytest --collect-only -q > FILE`), instead of "
+        "collecting them",
+    )
+    vcr.add_argument(
+        "--no-collect",
+        action="store_true",
+        help="do not run `pytest --collect-only`: guess each test id from pytest-recording's "
+        "layout, <dir>/cassettes/<module>/[<Class>.]<test>.yaml -> "
+        "<dir>/<module>.py::[<Class>::]<test> (wrong for parameters it changed)",
+    )
+    vcr.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="import only requests to this host (repeatable); others are skipped",
+    )
+    vcr.add_argument(
+        "--match-on",
+        action="append",
+        default=None,
+        metavar="PART",
+        help="key on this request part besides method and endpoint (repeatable; `body` makes "
+        "the import strict); default: as the cassette was matched (its vcr_config's match_on, "
+        "else vcrpy's method + URI)",
+    )
+    ogx = formats.add_parser("ogx", help="OGX (Llama Stack) api_recorder files")
+    for parser_ in (vcr, ogx):
+        parser_.add_argument(
+            "--root",
+            type=Path,
+            default=None,
+            help="project root (default: $HASHREPLAY_ROOT, else the current directory)",
+        )
+        parser_.add_argument(
+            "--dry-run", action="store_true", help="report what would be imported; write nothing"
+        )
+        parser_.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="replace existing recordings that differ from the import (default: keep them)",
+        )
+        parser_.add_argument(
+            "paths", nargs="+", type=Path, metavar="PATH", help="files or directories to import"
+        )
 
 
 def _server_cli() -> ModuleType | None:
@@ -332,22 +267,27 @@ def _server_cli() -> ModuleType | None:
         return None
 
 
-def _commands() -> dict[str, Command]:
-    from hashreplay.cli import console, review, store
+def _command(name: str) -> Command:
+    """The function that runs command `name`; only its own module is imported."""
+    module, function = _COMMANDS[name]
+    found: Command = getattr(importlib.import_module(f"{__name__}.{module}"), function)
+    return found
 
-    return {
-        "import": store.import_recordings,
-        "git-setup": review.git_setup,
-        "status": status,
-        "list": console.list_recordings,
-        "show": console.show,
-        "verify": review.verify,
-        "rehash": review.rehash,
-        "mv": store.move,
-        "normalize": store.normalize,
-        "prune": store.prune,
-        "drift-report": review.drift_report,
-    }
+
+#: Each command that runs in a project: the module of its family and its function.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "import": ("imports", "import_recordings"),
+    "git-setup": ("setup", "git_setup"),
+    "status": ("status", "status"),
+    "list": ("status", "list_recordings"),
+    "show": ("status", "show"),
+    "verify": ("integrity", "verify"),
+    "rehash": ("integrity", "rehash"),
+    "mv": ("integrity", "move"),
+    "normalize": ("integrity", "normalize"),
+    "prune": ("prune", "prune"),
+    "drift-report": ("drift", "drift_report"),
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -365,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = server.run(args)
         return code
     if args.command == "init":  # before any configuration is read: it may write the table
-        from hashreplay.cli.review import init
+        from hashreplay.cli.setup import init
 
         return init(args, Console())
     if args.command in ("textconv", "diff"):  # no project needed: they read the files given
@@ -375,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "textconv":
             return review.textconv(args.file, console)
         return review.diff(Run(args, console, Config()))
-    return _run(_commands()[args.command], args)
+    return _run(_command(args.command), args)
 
 
 def _run(command: Command, args: argparse.Namespace) -> int:
@@ -434,7 +374,7 @@ def normalize_script(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    from hashreplay.cli.store import normalize
+    from hashreplay.cli.integrity import normalize
 
     args.default_scope = "tests"
     return _run(normalize, args)
