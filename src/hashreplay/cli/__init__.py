@@ -11,6 +11,7 @@ or server is imported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -291,6 +292,32 @@ _COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit status. A reader that leaves before the output ends
+    (`hashreplay list | head`) stops the command quietly: exit 1 when it was cut short, as
+    Python's own convention for a broken pipe has it, its own status when only the last
+    flush found the reader gone."""
+    try:
+        code = _main(argv)
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_PROBLEMS
+    try:
+        sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
+    except BrokenPipeError:
+        _discard_stdout()
+    return code
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device, so that nothing more, the interpreter's final flush
+    included, meets the closed pipe (and prints "Exception ignored")."""
+    with contextlib.suppress(OSError, ValueError):  # a stdout without a file descriptor
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -342,10 +369,6 @@ def _run(command: Command, args: argparse.Namespace) -> int:
     except HashReplayError as exc:
         console.error(str(exc))
         return EXIT_PROBLEMS
-    except BrokenPipeError:  # `hashreplay list | head`: the reader left, nothing to report
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush is quiet
-        return EXIT_OK
     except KeyboardInterrupt:
         console.error("interrupted")
         return 130

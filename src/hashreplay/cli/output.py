@@ -5,6 +5,7 @@ Recorded text reaches the terminal only through `printable` (control characters 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -71,7 +72,8 @@ class Console:
 
     def _notice(self, label: str, colour: str, text: str) -> None:
         self._clear_bar()
-        self.out.flush()
+        with contextlib.suppress(BrokenPipeError):  # stdout's reader left; stderr may not have
+            self.out.flush()
         prefix = f"\x1b[{colour}m{label}\x1b[0m" if self.colour and _isatty(self.err) else label
         print(f"{prefix} {self.paths(text)}", file=self.err)
         self.err.flush()
