@@ -159,3 +159,28 @@ def test_after_init_plain_pytest_replays(
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["hashreplay: 0 replayed, 0 recorded, 1 missed (replay)"])
+
+
+@pytest.mark.parametrize(
+    "table",
+    [TABLE, "[tool.hashreplay]\n", "[tool]\nhashreplay = {}\n"],
+    ids=["init", "empty", "inline"],
+)
+def test_status_names_a_table_that_sets_nothing(project: Path, cli: Cli, table: str) -> None:
+    """The table `init` writes holds only comments: status says it is there, not that there
+    is no config (the project has opted in; every setting is at its default)."""
+    (project / "pyproject.toml").write_text('[project]\nname = "app"\n\n' + table)
+    result = cli("status")
+    assert result.code == 0, result.err
+    assert (
+        "config: pyproject.toml ([tool.hashreplay] sets nothing: every setting at its default)"
+        in result.lines
+    )
+    assert "mode source: default" in result.lines
+
+
+def test_status_without_a_table_says_the_defaults_are_all_there_is(project: Path, cli: Cli) -> None:
+    (project / "pyproject.toml").write_text('[project]\nname = "app"\n')
+    result = cli("status", "--root", str(project))
+    assert result.code == 0, result.err
+    assert "config: none (defaults)" in result.lines

@@ -23,6 +23,7 @@ from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import RecordedResponse, recording_from_json
 from hashreplay.core.keys import hash_of_name, is_model_list_name
 from hashreplay.core.modes import MaxAge, age_in_days, today
+from hashreplay.core.paths import PYPROJECT, has_hashreplay_table
 from hashreplay.core.transcript import (
     Tokens,
     conversation,
@@ -70,7 +71,7 @@ def status(run: Run) -> int:
             "default here (the problems are listed at the end)"
         )
     else:
-        console.line(f"config: {shown or 'none (defaults)'}")
+        console.line(f"config: {shown or _no_settings(run)}")
     console.line(f"common directory: {run.show_path(config.common_dir)}")
 
     by_dir: dict[Path, list[int]] = {}
@@ -110,6 +111,17 @@ def status(run: Run) -> int:
 
     last_run(run, loaded)
     return run.status
+
+
+def _no_settings(run: Run) -> str:
+    """What the config line says when no setting is read from a file: a `[tool.hashreplay]`
+    that is there but empty (or comments only, as `init` writes it) opts the project in all the
+    same, and is named; only without one are the defaults all there is."""
+    pyproject = run.config.root / PYPROJECT
+    if has_hashreplay_table(run.config.root):
+        shown = run.show_path(pyproject)
+        return f"{shown} ([tool.hashreplay] sets nothing: every setting at its default)"
+    return "none (defaults)"
 
 
 def _older_than(run: Run, loaded: list[Loaded], limit: MaxAge) -> int:
