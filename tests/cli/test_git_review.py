@@ -8,6 +8,7 @@ message as text, with none of the JSON around it.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from hashreplay.cli import main
-from tests.cli.conftest import CHAT, CLAUDE, STREAM, Cli, Project
+from tests.cli.conftest import CHAT, CLAUDE, STREAM, TOOLS, Cli, Project
 from tests.fakes.upstream import FakeUpstream
 
 SUITE = """
@@ -279,3 +280,25 @@ def test_git_setup_quotes_a_common_directory_git_would_split(
     again = cli("git-setup", "--root", str(tmp_path), "--textconv", "my-textconv")
     assert "already sends recordings" in again.out
     assert len((tmp_path / ".gitattributes").read_text().splitlines()) == 2
+
+
+def test_textconv_leaves_stable_tool_call_ids_out(project: Project, cli: Cli) -> None:
+    """A stable id is made from the request hash: it changes with every prompt, so a review
+    showing it would have a noise line per tool result. The tool's name, arguments and output
+    stay; an id the test chose itself stays too."""
+    second = max(project.of_test(TOOLS), key=lambda p: len(p.read_bytes()))
+    data = json.loads(second.read_text())
+    tool_message = data["request"]["body"]["messages"][-1]
+    assert tool_message["tool_call_id"].startswith("rec-")  # what the recording holds
+    view = cli("textconv", str(second)).out
+    assert "rec-" not in view
+    assert 'assistant: call lookup_weather({"query": "Paris"})' in view.splitlines()
+    assert "tool: sunny, 21 C" in view.splitlines()
+
+    placeholder, chosen = "<id:1>", "call_weather"
+    for call_id, shown in ((placeholder, "tool:"), (chosen, f"tool {chosen}:")):
+        tool_message["tool_call_id"] = call_id
+        second.write_text(json.dumps(data))
+        lines = cli("textconv", str(second)).out.splitlines()
+        assert f"{shown} sunny, 21 C" in lines, call_id
+        assert placeholder not in "\n".join(lines)

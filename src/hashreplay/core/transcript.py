@@ -16,6 +16,7 @@ import orjson
 import xxhash
 
 from hashreplay.core.bodies import BodyEncoding
+from hashreplay.core.constants import STABLE_ID_PREFIX
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import EndState, RecordedRequest, RecordedResponse, Recording
 from hashreplay.core.keys import model_ids
@@ -333,8 +334,24 @@ def _request_lines(recording: Recording) -> list[str]:
     elif body is not None:
         lines.append(f"body: {_body_text(request)}")
     if turns:
-        lines.extend(["", *(line for turn in turns for line in _said(turn.role, turn.text))])
+        lines.append("")
+        for turn in turns:
+            lines.extend(_said(_without_stable_id(turn.role), turn.text))
     return lines
+
+
+#: A numbered placeholder the normaliser put in place of a volatile value (`<uuid:1>`, `<id:2>`).
+_PLACEHOLDER = re.compile(r"<[\w-]+:\d+>")
+
+
+def _without_stable_id(role: str) -> str:
+    """`tool` for `tool rec-1a2b…-1` or `tool <id:1>`: a stable id is derived from the request
+    hash, so it changes with every prompt change and would add a line of noise to each review;
+    an id the test chose itself (`tool toolu_1`) says something and stays."""
+    who, _, call_id = role.partition(" ")
+    if call_id.startswith(STABLE_ID_PREFIX) or _PLACEHOLDER.fullmatch(call_id):
+        return who
+    return role
 
 
 def _tool_name(tool: Any) -> str:
