@@ -162,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_root(drift)
 
+    _add_used(sub)
     _add_review(sub)
 
     _add_import(sub)
@@ -170,6 +171,20 @@ def build_parser() -> argparse.ArgumentParser:
     if server is not None:  # `hashreplay serve`: the proxy registers its own options
         server.configure_parser(sub.add_parser("serve", help="record/replay HTTP proxy"))
     return parser
+
+
+def _add_used(sub: Any) -> None:
+    used = sub.add_parser(
+        "used",
+        help="the recordings each test of the last run replayed or wrote (per its usage log)",
+        description="Per test id of the last pytest run, the recording files it replayed or "
+        "wrote, as the usage log (.hashreplay/usage.json) has them.",
+    )
+    _add_root(used)
+    _add_usage_logs(used)
+    used.add_argument(
+        "--test", metavar="PATTERN", help="test ids containing PATTERN (a glob with * or ?)"
+    )
 
 
 def _add_review(sub: Any) -> None:
@@ -288,6 +303,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "normalize": ("integrity", "normalize"),
     "prune": ("prune", "prune"),
     "drift-report": ("drift", "drift_report"),
+    "used": ("usage", "used"),
 }
 
 

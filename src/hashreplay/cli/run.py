@@ -6,6 +6,7 @@ the exit codes every command returns.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -131,3 +132,13 @@ def _below(path: Path, directory: Path) -> bool:
 
 
 Command = Callable[[Run], int]
+
+
+def matches(value: str, pattern: str | None) -> bool:
+    """How `--test PATTERN` and `--endpoint PATTERN` select: `value` contains `pattern`, or
+    matches it as a glob when it has `*` or `?` (`[` stands for itself); no pattern, all."""
+    if pattern is None:
+        return True
+    if "*" in pattern or "?" in pattern:
+        return fnmatch.fnmatchcase(value, pattern.replace("[", "[[]"))
+    return pattern in value

@@ -6,7 +6,6 @@ readable form).
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import orjson
 
 from hashreplay.cli.output import printable
-from hashreplay.cli.run import EXIT_OK, EXIT_PROBLEMS, Run
+from hashreplay.cli.run import EXIT_OK, EXIT_PROBLEMS, Run, matches
 from hashreplay.core.blobs import parse_ref
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.config import ModeSource
@@ -173,14 +172,6 @@ def _size(path: Path) -> int:
 # --- list -----------------------------------------------------------------------------------
 
 
-def _matches(value: str, pattern: str | None) -> bool:
-    if pattern is None:
-        return True
-    if "*" in pattern or "?" in pattern:
-        return fnmatch.fnmatchcase(value, pattern.replace("[", "[[]"))
-    return pattern in value
-
-
 def _status(response: RecordedResponse) -> str:
     """`200`; `exception` for a failure; `-` for a call-layer result (no HTTP status)."""
     if response.is_exception:
@@ -196,7 +187,7 @@ def list_recordings(run: Run) -> int:
         recording = item.recording
         request = recording.request
         test = recording.test_id or ("(shared)" if item.is_model_list_file else "(no test)")
-        if not (_matches(test, args.test) and _matches(request.endpoint, args.endpoint)):
+        if not (matches(test, args.test) and matches(request.endpoint, args.endpoint)):
             continue
         row = [
             test,
