@@ -30,7 +30,9 @@ active_session = _state.active_session
 class Adapter(Protocol):
     """The seam of one client library, as a module: `install` patches the library for a
     session (idempotent: a second call only swaps the session), `uninstall` puts back what
-    it patched, `is_installed` says whether anything is patched now."""
+    it patched, `is_installed` says whether anything is patched now. The bookkeeping behind
+    the three (the lock, the installed flag, each replaced attribute and its original, the
+    hold on the session) is one `_shared.Patches` per adapter."""
 
     def install(self, session: Session) -> None: ...
 

@@ -5,6 +5,11 @@ The session they route through: one per process at a time, owned by the registry
 server's `install()`) holds it until it is uninstalled; the session is forgotten only when no
 holder is left, so one adapter's `uninstall` never takes it from another still installed.
 
+What each adapter patched (`Patches`): the attributes it replaced and their originals, whether
+it is installed, its lock and its hold on the session, so that every adapter installs
+idempotently and puts back exactly what it replaced, in reverse order; each adapter keeps only
+its own patch targets and I/O.
+
 Patching a client library on its first import, not before (importing httpx or aiohttp just to
 patch them costs tens of milliseconds): `when_imported(name, callback)` calls
 `callback(module)` now when `name` is imported already, else right after its first import, on
@@ -28,14 +33,15 @@ import errno
 import http.client
 import importlib.abc
 import importlib.machinery
+import inspect
 import io
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from http import HTTPStatus
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hashreplay.core.errors import assert_never
 from hashreplay.engine import scenarios as pacing
@@ -75,6 +81,100 @@ def detach_all() -> None:
     with _session_lock:
         _holders.clear()
         _active[0] = None
+
+
+class Patch(NamedTuple):
+    """One attribute an adapter replaced."""
+
+    owner: Any
+    attr: str
+    #: the attribute as it was stored (a function, a staticmethod or classmethod object)
+    original: Any
+    replacement: Any
+    #: whether `owner` held the attribute itself (else it was inherited, and is deleted again)
+    owned: bool
+    #: put back only while the attribute is still ours (another patch on top is left alone)
+    if_ours: bool
+
+
+class Patches:
+    """One adapter's bookkeeping: its lock, whether it is installed, what it replaced, and
+    (for `holder`, its name) its hold on the shared session; `holder` None for one that routes
+    through the session some other way (the network guard, the call layer)."""
+
+    def __init__(self, holder: str | None) -> None:
+        self.holder = holder
+        self.lock = threading.RLock()
+        #: installed (some patches may wait for their library's import, or be impossible)
+        self.installed = False
+        self._patches: list[Patch] = []
+        self._keys: dict[Hashable, Patch] = {}
+
+    def attach(self, session: Session) -> bool:
+        """Route through `session` from now on: True the first time, when the adapter
+        patches; False when it was installed already (only the session is swapped)."""
+        with self.lock:
+            if self.holder is not None:
+                attach(self.holder, session)
+            first = not self.installed
+            self.installed = True
+            return first
+
+    def replace(
+        self,
+        owner: Any,
+        attr: str,
+        replacement: Any,
+        *,
+        key: Hashable = None,
+        if_ours: bool = False,
+    ) -> Any:
+        """Set `owner.attr` to `replacement`, remembering what it was (returned), under
+        `key` when given (`get(key)`)."""
+        original = inspect.getattr_static(owner, attr)
+        try:
+            owned = attr in vars(owner)
+        except TypeError:  # an owner without a __dict__ (slots): the attribute was its own
+            owned = True
+        with self.lock:
+            setattr(owner, attr, replacement)
+            patch = Patch(owner, attr, original, replacement, owned, if_ours)
+            self._patches.append(patch)
+            if key is not None:
+                self._keys[key] = patch
+        return original
+
+    def get(self, key: Hashable) -> Patch | None:
+        """The patch made under `key`, while it is in place."""
+        with self.lock:
+            return self._keys.get(key)
+
+    def __len__(self) -> int:
+        """How many attributes are replaced now."""
+        return len(self._patches)
+
+    @property
+    def patched(self) -> bool:
+        """Whether anything is replaced now (tests check that nothing stays patched)."""
+        return bool(self._patches)
+
+    def restore(self) -> None:
+        """Put back everything, last patch first; the adapter is uninstalled and lets go of
+        the session."""
+        with self.lock:
+            for patch in reversed(self._patches):
+                current = inspect.getattr_static(patch.owner, patch.attr, None)
+                if patch.if_ours and current is not patch.replacement:
+                    continue
+                if patch.owned:
+                    setattr(patch.owner, patch.attr, patch.original)
+                else:
+                    delattr(patch.owner, patch.attr)
+            self._patches.clear()
+            self._keys.clear()
+            self.installed = False
+            if self.holder is not None:
+                detach(self.holder)
 
 
 Callback = Callable[[ModuleType], None]

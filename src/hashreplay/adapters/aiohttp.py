@@ -15,7 +15,6 @@ import contextlib
 import errno
 import inspect
 import re
-import threading
 import time
 import warnings
 from asyncio import AbstractEventLoop
@@ -32,6 +31,7 @@ from aiohttp.http import HttpVersion11, RawResponseMessage
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from hashreplay.adapters import _shared as _state
+from hashreplay.adapters._shared import Patches
 from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.errors import BodyTooLarge, HashReplayWarning, assert_never
 from hashreplay.core.keys import adapter_io
@@ -175,9 +175,7 @@ class TeeReader(StreamReader):
         super().set_exception(exc, *args)
 
 
-_lock = threading.Lock()
-
-_saved: list[Callable[..., Any]] = []  # the original `ClientSession._request`, while patched
+_patches = Patches("aiohttp")
 
 _warned: list[str] = []  # the seam problem already warned about (once per process)
 
@@ -185,14 +183,12 @@ _warned: list[str] = []  # the seam problem already warned about (once per proce
 def install(session: Session) -> None:
     """Route every aiohttp `ClientSession` request through `session`. Idempotent: a second
     call only swaps the session. Warns (and patches nothing) when the seam is missing."""
-    with _lock:
-        _state.attach("aiohttp", session)
-        if _saved:
+    with _patches.lock:
+        if not _patches.attach(session):
             return
         if (problem := seam_problem()) is None:
-            original = aiohttp.ClientSession._request
-            _saved.append(original)
-            aiohttp.ClientSession._request = _wrap(original)  # type: ignore[method-assign]
+            wrapped = _wrap(aiohttp.ClientSession._request)
+            _patches.replace(aiohttp.ClientSession, "_request", wrapped)
         elif problem not in _warned:
             _warned.append(problem)
             msg = (
@@ -205,14 +201,11 @@ def install(session: Session) -> None:
 
 def uninstall() -> None:
     """Restore `ClientSession._request` and forget the session."""
-    with _lock:
-        if _saved:
-            aiohttp.ClientSession._request = _saved.pop()  # type: ignore[method-assign]
-        _state.detach("aiohttp")
+    _patches.restore()
 
 
 def is_installed() -> bool:
-    return bool(_saved)
+    return _patches.patched
 
 
 def seam_problem() -> str | None:

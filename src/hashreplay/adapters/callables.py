@@ -13,11 +13,11 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from hashreplay.adapters import _shared as _state
+from hashreplay.adapters._shared import Patches
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.format import RecordedException, RecordedResponse
 from hashreplay.core.keys import inside_call
@@ -37,14 +37,9 @@ from hashreplay.engine.session import Session
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class _Patch(NamedTuple):
-    owner: Any
-    attr: str
-    original: Any  # the attribute as stored (function, staticmethod, classmethod)
-
-
-_lock = threading.Lock()
-_patches: dict[str, _Patch] = {}
+#: The targets patched by name (`module:qualname`, the key of each patch); the call layer
+#: routes through the session the registry holds.
+_patches = Patches(None)
 _packages: set[str] = set()
 
 
@@ -100,16 +95,12 @@ def patch_callables(specs: Iterable[str]) -> None:
 
 def unpatch_callables() -> None:
     """Restore every target patched by name."""
-    with _lock:
-        for patch in reversed(list(_patches.values())):
-            setattr(patch.owner, patch.attr, patch.original)
-        _patches.clear()
+    _patches.restore()
 
 
 def _patch(spec: str) -> Any:
-    with _lock:
-        if spec in _patches:
-            patch = _patches[spec]
+    with _patches.lock:
+        if (patch := _patches.get(spec)) is not None:
             return getattr(patch.owner, patch.attr)
         owner, attr, raw = resolve(spec)
         is_class = inspect.isclass(owner)
@@ -120,8 +111,7 @@ def _patch(spec: str) -> Any:
         else:
             wrapped = _wrap(raw, spec, skip_first=is_class)
         _packages.add(spec.split(":", 1)[0].split(".", maxsplit=1)[0])
-        setattr(owner, attr, wrapped)
-        _patches[spec] = _Patch(owner, attr, raw)
+        _patches.replace(owner, attr, wrapped, key=spec)
         return wrapped
 
 

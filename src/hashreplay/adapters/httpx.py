@@ -13,14 +13,13 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any
 
 from hashreplay.adapters import _shared as _state
-from hashreplay.adapters._shared import when_imported
+from hashreplay.adapters._shared import Patches, when_imported
 from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.errors import assert_never
 from hashreplay.core.keys import adapter_io
@@ -46,16 +45,7 @@ def error_class(kind: BreakKind) -> str:
     assert_never(kind)
 
 
-class _Patch(NamedTuple):
-    module: ModuleType
-    cls: type
-    attr: str
-    original: Callable[..., Any]
-
-
-_lock = threading.RLock()
-_patches: list[_Patch] = []
-_installed = [False]
+_patches = Patches("httpx")
 
 
 def active_session() -> Session | None:
@@ -66,11 +56,8 @@ def install(session: Session) -> None:
     """Route every real httpx/httpx2 request through `session`. A module imported already
     is patched now, one not imported yet when it is first imported (so a run that never uses
     it never pays for importing it). Idempotent: a second call only swaps the session."""
-    with _lock:
-        _state.attach("httpx", session)
-        if _installed[0]:
-            return
-        _installed[0] = True
+    if not _patches.attach(session):
+        return
     for name in MODULE_NAMES:
         if name in sys.modules or importlib.util.find_spec(name) is not None:
             when_imported(name, _patch_module_once)
@@ -78,24 +65,19 @@ def install(session: Session) -> None:
 
 def uninstall() -> None:
     """Restore the original transport methods and forget the session."""
-    with _lock:
-        for patch in reversed(_patches):
-            setattr(patch.cls, patch.attr, patch.original)
-        _patches.clear()
-        _installed[0] = False
-        _state.detach("httpx")
+    _patches.restore()
 
 
 def is_installed() -> bool:
     """Whether the transports are patched now (tests check that nothing stays patched)."""
-    return bool(_patches)
+    return _patches.patched
 
 
 def _patch_module_once(module: ModuleType) -> None:
     """Patch `module` unless it is patched already (`httpx2.alias_httpx()` makes `httpx` the
     same module) or the adapter was uninstalled meanwhile."""
-    with _lock:
-        if not _installed[0] or any(p.module is module for p in _patches):
+    with _patches.lock:
+        if not _patches.installed or _patches.get(module) is not None:
             return
         _patch_module(module)
 
@@ -121,10 +103,8 @@ def _patch_module(module: ModuleType) -> None:
 
     handle_request.__wrapped__ = sync_original  # type: ignore[attr-defined]
     handle_async_request.__wrapped__ = async_original  # type: ignore[attr-defined]
-    sync_cls.handle_request = handle_request
-    async_cls.handle_async_request = handle_async_request
-    _patches.append(_Patch(module, sync_cls, "handle_request", sync_original))
-    _patches.append(_Patch(module, async_cls, "handle_async_request", async_original))
+    _patches.replace(sync_cls, "handle_request", handle_request, key=module)
+    _patches.replace(async_cls, "handle_async_request", handle_async_request)
 
 
 # --- the two I/O edges ---------------------------------------------------------------------

@@ -35,7 +35,7 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
-from hashreplay.adapters._shared import when_imported
+from hashreplay.adapters._shared import Patches, when_imported
 from hashreplay.core.keys import current_test_id, has_own_test_context, in_adapter_io
 from hashreplay.core.network import grpc_target_hosts, is_loopback
 from hashreplay.engine.lifecycle import Connection, Reach
@@ -77,8 +77,8 @@ _own_names: set[str] = set()
 #: that kept the wrapper after `uninstall`)
 _real_getaddrinfo: list[Callable[..., Any] | None] = [None]
 _IMPORTED_GETADDRINFO = socket.getaddrinfo
-#: (module, function) → the original gRPC channel function
-_grpc_originals: dict[tuple[str, str], Callable[..., Any]] = {}
+#: gRPC's channel functions, each under its (module, function)
+_grpc = Patches(None)
 
 
 def install(session: Session) -> None:
@@ -105,12 +105,7 @@ def uninstall() -> None:
         real = _real_getaddrinfo[0]
         if real is not None and socket.getaddrinfo is _getaddrinfo:
             socket.getaddrinfo = real
-        for (name, function), original in list(_grpc_originals.items()):
-            module = sys.modules.get(name)
-            current = getattr(module, function, None)
-            if getattr(current, "__wrapped__", None) is original:  # still ours: put back
-                setattr(module, function, original)
-            del _grpc_originals[(name, function)]
+        _grpc.restore()
 
 
 def is_installed() -> bool:
@@ -238,10 +233,10 @@ def _patch_grpc(_: ModuleType) -> None:
             continue
         for function in _GRPC_FUNCTIONS:
             original = getattr(module, function, None)
-            if original is None or (name, function) in _grpc_originals:
+            if original is None or _grpc.get((name, function)) is not None:
                 continue
-            _grpc_originals[(name, function)] = original
-            setattr(module, function, _guarded_channel(original))
+            guarded = _guarded_channel(original)
+            _grpc.replace(module, function, guarded, key=(name, function), if_ours=True)
 
 
 def _guarded_channel(original: Callable[..., Any]) -> Callable[..., Any]:

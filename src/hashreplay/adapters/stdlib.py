@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import socket
-import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from typing import Any
 
 from hashreplay.adapters import _shared as _state
 from hashreplay.adapters._shared import (
+    Patches,
     body_bytes,
     find_exception_class,
     httplib_response,
@@ -54,37 +54,30 @@ from hashreplay.engine.session import Session
 
 _Conn = http.client.HTTPConnection
 _PATCHED = ("putrequest", "putheader", "endheaders", "send", "getresponse")
-_lock = threading.Lock()
-_originals: dict[str, Callable[..., Any]] = {}
+_patches = Patches("stdlib")
+_originals: dict[str, Callable[..., Any]] = {}  # by name, while patched
 _ATTR = "_hashreplay_request"
 
 
 def install(session: Session) -> None:
     """Route every `http.client` request through `session` (idempotent)."""
-    with _lock:
-        _state.attach("stdlib", session)
-        if _originals:
+    with _patches.lock:
+        if not _patches.attach(session):
             return
-        for name in _PATCHED:
-            _originals[name] = getattr(_Conn, name)
-        _Conn.putrequest = _putrequest  # type: ignore[method-assign]
-        _Conn.putheader = _putheader  # type: ignore[method-assign]
-        _Conn.endheaders = _endheaders  # type: ignore[method-assign]
-        _Conn.send = _send  # type: ignore[method-assign]
-        _Conn.getresponse = _getresponse  # type: ignore[method-assign]
+        mine = (_putrequest, _putheader, _endheaders, _send, _getresponse)
+        for name, replacement in zip(_PATCHED, mine, strict=True):
+            _originals[name] = _patches.replace(_Conn, name, replacement)
 
 
 def uninstall() -> None:
     """Restore the original `http.client.HTTPConnection` methods."""
-    with _lock:
-        for name, original in _originals.items():
-            setattr(_Conn, name, original)
+    with _patches.lock:
+        _patches.restore()
         _originals.clear()
-        _state.detach("stdlib")
 
 
 def is_installed() -> bool:
-    return bool(_originals)
+    return _patches.patched
 
 
 class _Request:

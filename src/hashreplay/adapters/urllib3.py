@@ -31,7 +31,6 @@ import importlib.metadata
 import inspect
 import io
 import socket
-import threading
 import time
 import warnings
 from collections.abc import Callable, Generator, Iterator
@@ -48,6 +47,7 @@ from urllib3.util.timeout import Timeout
 from hashreplay.adapters import _shared as _state
 from hashreplay.adapters._shared import (
     AbandonedRead,
+    Patches,
     body_bytes,
     caused_by,
     find_exception_class,
@@ -69,8 +69,7 @@ from hashreplay.engine.keys import Prepared
 from hashreplay.engine.replay import Miss, Passthrough, Record, Replay
 from hashreplay.engine.session import Session
 
-_lock = threading.Lock()
-_original: list[Callable[..., Any]] = []
+_patches = Patches("urllib3")
 #: True while `urlopen` runs on the engine's behalf: its own retries and redirects call
 #: `urlopen` again and are part of the same call.
 _busy: ContextVar[bool] = ContextVar("hashreplay_urllib3_busy", default=False)
@@ -87,9 +86,8 @@ _SEAM: tuple[tuple[str, type], ...] = (
 def install(session: Session) -> None:
     """Route every urllib3 request through `session`. Idempotent: a second call only swaps
     the session. A urllib3 without the seam gets a warning, and is left alone."""
-    with _lock:
-        _state.attach("urllib3", session)
-        if _original:
+    with _patches.lock:
+        if not _patches.attach(session):
             return
         original = getattr(HTTPConnectionPool, "urlopen", None)
         missing = [name for name, where in _SEAM if not callable(getattr(where, name, None))]
@@ -102,20 +100,16 @@ def install(session: Session) -> None:
                 stacklevel=3,
             )
             return
-        _original.append(original)
-        HTTPConnectionPool.urlopen = _patched(original)  # type: ignore[method-assign]
+        _patches.replace(HTTPConnectionPool, "urlopen", _patched(original))
 
 
 def uninstall() -> None:
     """Restore `HTTPConnectionPool.urlopen`."""
-    with _lock:
-        if _original:
-            HTTPConnectionPool.urlopen = _original.pop()  # type: ignore[method-assign]
-        _state.detach("urllib3")
+    _patches.restore()
 
 
 def is_installed() -> bool:
-    return bool(_original)
+    return _patches.patched
 
 
 def _patched(original: Callable[..., Any]) -> Callable[..., Any]:
