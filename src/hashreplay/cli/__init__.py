@@ -156,13 +156,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dry_run(prune, "would be deleted")
     _add_usage_logs(prune)
 
+    _add_used(sub)
+
     drift = sub.add_parser(
         "drift-report",
         help="the last `pytest --hashreplay-drift` result: each drifted test, every difference",
     )
     _add_root(drift)
 
-    _add_used(sub)
     _add_review(sub)
 
     _add_import(sub)

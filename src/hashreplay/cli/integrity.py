@@ -1,7 +1,8 @@
 """Holding recordings to the current rules: `verify` (readable, current, redacted, correctly
 named), `rehash` (re-key them after the hashing rules changed), `normalize` (re-apply the
 response normaliser) and `mv` (re-key a renamed or moved test's recordings under its new
-name). Each changes everything it can or nothing, and says which.
+name, moving all of them or none). `verify` only reads; the others print each file they
+change (with `--dry-run`, would change) and a summary.
 """
 
 from __future__ import annotations
