@@ -302,3 +302,44 @@ def test_textconv_leaves_stable_tool_call_ids_out(project: Project, cli: Cli) ->
         lines = cli("textconv", str(second)).out.splitlines()
         assert f"{shown} sunny, 21 C" in lines, call_id
         assert placeholder not in "\n".join(lines)
+
+
+def test_textconv_leaves_stable_ids_out_of_every_provider_shape(project: Project, cli: Cli) -> None:
+    """Anthropic's `tool_result` blocks and the Responses API's `function_call_output` items
+    name their call by id too: a stable one is left out there as well."""
+    path = project.one(CHAT)
+    data = json.loads(path.read_text())
+    anthropic_messages = [
+        {"role": "user", "content": "Rome?"},
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": "rec-0a1b2c3d4e5f-1",
+                    "name": "lookup",
+                    "input": {"q": "Rome"},
+                }
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "rec-0a1b2c3d4e5f-1", "content": "warm"}
+            ],
+        },
+    ]
+    responses_input = [
+        {"type": "function_call", "name": "lookup", "arguments": "{}", "call_id": "<id:2>"},
+        {"type": "function_call_output", "call_id": "<id:2>", "output": "cool"},
+    ]
+    for endpoint, body, said in (
+        ("/v1/messages", {"model": "m", "messages": anthropic_messages}, "tool: warm"),
+        ("/v1/responses", {"model": "m", "input": responses_input}, "tool: cool"),
+    ):
+        data["request"]["endpoint"] = endpoint
+        data["request"]["body"] = body
+        path.write_text(json.dumps(data))
+        view = cli("textconv", str(path)).out
+        assert said in view.splitlines(), view
+        assert "rec-" not in view and "<id:" not in view, view
