@@ -30,7 +30,14 @@ from hashreplay.core.constants import (
     RECORDINGS_DIRNAME,
 )
 from hashreplay.core.errors import ConfigError, explain
-from hashreplay.core.matching import DEFAULT_MATCH_ON, MatchRule, Repeat, parse_match_on, parse_path
+from hashreplay.core.matching import (
+    DEFAULT_MATCH_ON,
+    MatchRule,
+    Repeat,
+    RuleSource,
+    parse_match_on,
+    parse_path,
+)
 from hashreplay.core.modes import MaxAge, Mode, Pace, RecordFailures, Stale, Unconsumed
 from hashreplay.core.network import BlockNetwork, host_entry, passthrough_prefixes
 from hashreplay.core.normalise import compile_patterns
@@ -205,7 +212,7 @@ class Config(BaseModel):
     @property
     def match_rule(self) -> MatchRule:
         """The matching rule of the project (docs/design.md §14)."""
-        return MatchRule(self.ignore, self.match_on)
+        return MatchRule(self.ignore, self.match_on, RuleSource.PROJECT)
 
     @field_validator("allowed_hosts", mode="after")
     @classmethod

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from hashreplay.core.constants import FIXTURE_MARK, RECORD_COMMAND, RECORDINGS_DIRNAME
 from hashreplay.core.diff import count_differences, request_difference
-from hashreplay.core.errors import ConfigError, HashReplayError, RecordingError, unreadable_fix
+from hashreplay.core.errors import HashReplayError, RecordingError, unreadable_fix
 from hashreplay.core.keys import is_model_list_name, recording_name
-from hashreplay.core.matching import MatchRule
+from hashreplay.core.matching import MatchRule, file_rule
 from hashreplay.core.paths import SKIP_DIRS
 
 if TYPE_CHECKING:
@@ -156,23 +156,33 @@ def _nearest_lines(
     lines: list[str] = []
     if own == 0 and prep.test_id:
         lines.append("  this test has no recordings yet (a new test, or one renamed or moved)")
-    orphan = _orphan(candidates, prep, own, key_of, known)
+    gone = _Gone(root, known)
+    orphan = _orphan(candidates, prep, own, key_of, gone)
     if orphan is None and own == 0 and known is not None and prep.test_id:
-        # a moved directory: the old test's recordings lie in another recordings directory
+        # a moved test file: the old test's recordings lie in another recordings directory
         try:
-            far, _ = _candidates(store, prep, _other_dirs(store, root, prep, known))
+            far, _ = _candidates(store, prep, _other_dirs(store, root, prep))
         except (HashReplayError, OSError):  # a directory that cannot be searched: no hint
             far = []
-        orphan = _orphan(far, prep, own, key_of, known)
+        orphan = _orphan(far, prep, own, key_of, gone)
     if orphan is not None:
         old = orphan.recording.test_id
         assert old is not None and prep.shown_test_id is not None  # as `_orphan` found it
-        why = (
-            "recorded under another test id" if known is None else "which this run did not collect"
-        )
+        if known is None:
+            why = "recorded under another test id"
+        elif old.split("::", 1)[0] in gone.modules:
+            why = "which its test file, collected by this run, no longer has"
+        else:
+            why = "whose test file no longer exists"
+        if orphan.distance == 0:
+            what = "holds exactly this request"
+        else:
+            rule = _own_rule(orphan.recording)
+            assert rule is not None  # as `_same_request` found it
+            what = f"holds this request under the rule it was recorded with ({rule.describe()})"
         lines.append(
-            f"  {_rel(root, orphan.path)} holds exactly this request, recorded by test {old}, "
-            f"{why}: if that test was renamed or moved, keep its recordings with"
+            f"  {_rel(root, orphan.path)} {what}, recorded by test {old}, {why}: if that test "
+            "was renamed or moved, keep its recordings with"
         )
         lines.append(f"    {mv_command(old, prep.shown_test_id)}")
         return lines
@@ -187,12 +197,46 @@ def _nearest_lines(
         lines.append(f"  differs:   {diff.describe()}")
     if key_of is not None and best.tier <= 1:  # of this test
         renamed = key_of(best.recording.request, prep.shown_test_id, prep.rule)[0]
+        earlier = _earlier_project_rule(best.recording, prep.rule)
         if renamed == prep.hash:  # the same request under today's rules: named by others
             lines.append(
                 "  it matches this request under the current matching rules but was named by "
                 "other rules (or an older key_version): run `hashreplay rehash`"
             )
+        elif earlier is not None and _same_key(key_of, best.recording, prep, earlier):
+            now = "the default" if prep.rule is None else prep.rule.describe()
+            lines.append(
+                f"  it matches this request under the project rule it was recorded with "
+                f"({earlier.describe()}), but the rule for this test is now {now}: run "
+                "`hashreplay rehash` to re-key the store to the current rule, then record "
+                "what differs"
+            )
     return lines
+
+
+class _Gone:
+    """Whether a test id no longer exists, as far as a pytest run can tell: not collected
+    (nor deselected), and its test file either collected without it or gone from disk. A
+    test of a file the run did not collect (`pytest tests/test_a.py`) may still exist, so it
+    is never taken for gone. Outside pytest (`known` None) nothing is known."""
+
+    def __init__(self, root: Path, known: Collection[str] | None) -> None:
+        self.root = root
+        self.known = known
+        self.modules = frozenset(t.split("::", 1)[0] for t in known or ())
+
+    def __call__(self, test_id: str) -> bool:
+        if self.known is None:
+            return True
+        if test_id in self.known:
+            return False
+        module = test_id.split("::", 1)[0]
+        if module in self.modules:
+            return True
+        try:
+            return not (self.root / module).exists()
+        except (OSError, ValueError):  # a name the file system cannot hold: not a file here
+            return True
 
 
 def _orphan(
@@ -200,30 +244,30 @@ def _orphan(
     prep: Prepared,
     own: int,
     key_of: KeyOf | None,
-    known: Collection[str] | None,
+    gone: _Gone,
 ) -> _Candidate | None:
-    """The recording of exactly this request under a test id that no longer exists (in a
-    pytest run: one it did not collect; elsewhere, when this test has none: any other)."""
+    """The recording of this request under a test id that no longer exists (in a pytest
+    run: see `_Gone`; elsewhere, when this test has none: any other)."""
     if not prep.test_id or prep.shown_test_id is None or FIXTURE_MARK in prep.shown_test_id:
         return None
-    if known is None and own:
+    if gone.known is None and own:
         return None
     for candidate in candidates:
         old = candidate.recording.test_id
         if candidate.tier != 2 or old is None or FIXTURE_MARK in old:
             continue
-        if known is not None and old in known:
-            continue  # another test that exists makes the same request
+        if not gone(old):
+            continue  # another test that may still exist makes the same request
         if _same_request(candidate, prep, key_of):
             return candidate
     return None
 
 
-def _other_dirs(store: Store, root: Path, prep: Prepared, known: Collection[str]) -> list[Path]:
-    """The project's recordings directories that serve no test file of this run: where the
-    recordings of a moved directory's tests are left (searched only on such a miss)."""
+def _other_dirs(store: Store, root: Path, prep: Prepared) -> list[Path]:
+    """The project's recordings directories other than the test's own: where the recordings
+    of a test file moved to another directory are left (searched only on such a miss; only
+    files of tests that no longer exist count)."""
     skip = {*store.search_dirs(prep.test_id)}
-    skip.update(store.dir_for(test_id) for test_id in {t.split("::", 1)[0] for t in known})
     found: list[Path] = []
     for current, dirs, _files in os.walk(root):  # never follows a symlinked directory
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
@@ -237,21 +281,35 @@ def _other_dirs(store: Store, root: Path, prep: Prepared, known: Collection[str]
 
 def _same_request(candidate: _Candidate, prep: Prepared, key_of: KeyOf | None) -> bool:
     """Whether the recording, moved to this test id, would answer this request: the same
-    method, endpoint and body, or the same key under the narrower rule it was made with."""
+    method, endpoint and body, or the same key under the narrower rule it keeps as its own
+    (a marker's, an import's; a project rule only while the project still has it)."""
     if candidate.distance == 0:
         return True
-    match = candidate.recording.match
-    if key_of is None or match is None:
+    rule = _own_rule(candidate.recording)
+    if key_of is None or rule is None:
         return False
-    try:
-        rule = MatchRule.from_json(match)
-    except ConfigError:
-        return False
+    if rule.follows_project and rule != prep.rule:
+        return False  # a rule the configuration no longer gives: not how it is matched now
+    return _same_key(key_of, candidate.recording, prep, rule)
+
+
+def _same_key(key_of: KeyOf, recording: Recording, prep: Prepared, rule: MatchRule) -> bool:
     test_id = prep.shown_test_id
-    return (
-        key_of(candidate.recording.request, test_id, rule)[0]
-        == (key_of(prep.request, test_id, rule)[0])
-    )
+    return key_of(recording.request, test_id, rule)[0] == key_of(prep.request, test_id, rule)[0]
+
+
+def _own_rule(recording: Recording) -> MatchRule | None:
+    """The narrower rule a file was keyed by (its `match`); None: the default, or unreadable."""
+    rule = file_rule(recording.match)
+    return None if rule is None or rule.is_default else rule
+
+
+def _earlier_project_rule(recording: Recording, now: MatchRule | None) -> MatchRule | None:
+    """The project rule a file was keyed by when the rule for the request is now another."""
+    rule = _own_rule(recording)
+    if rule is None or not rule.follows_project or rule == now:
+        return None
+    return rule
 
 
 def mv_command(old: str, new: str) -> str:

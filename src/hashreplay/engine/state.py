@@ -418,7 +418,7 @@ def sequence_for(tests: Tests, view: StoreView, prep: Prepared) -> RecordedSeque
         if other is not None:
             hash_hex, rule, found = other
             seq = state.sequences.get(hash_hex)
-    own = rule.as_json() if rule is not None else None
+    own = rule.stored() if rule is not None else None
     if seq is None and found is None:
         path = view.store.path_for(prep.test_id, prep.hash)
         seq = RecordedSequence([], new_id_registry(prep.hash), path, own)
