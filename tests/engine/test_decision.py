@@ -159,6 +159,7 @@ def test_http_under_a_call_layer_target_goes_live_uncounted(tmp_path: Path) -> N
         "missed": 0,
         "passed_through": 0,
         "not_recorded": 0,
+        "server_missed": 0,
     }
 
 

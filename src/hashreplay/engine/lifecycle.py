@@ -35,7 +35,7 @@ from hashreplay.core.secret_values import SeenSecrets
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions
 from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody
 from hashreplay.engine.keys import Keyer, Prepared
-from hashreplay.engine.replay import Decision, Live, Replay
+from hashreplay.engine.replay import Decision, Live, Passthrough, Replay
 from hashreplay.engine.scenarios import FileIndex, Unused, unmatched_faults, unused
 from hashreplay.engine.state import Call, StaleUse, Stats, Tests
 
@@ -111,11 +111,20 @@ class TestBook:
             self.tests.state(test_id).calls.append(call)
         return decision
 
-    def live_status(self, decision: Decision, status: int) -> None:
+    def live_status(
+        self, decision: Decision, status: int, server_misses: str | None = None
+    ) -> None:
         """An adapter's report of the status of a live answer it passed on (any decision
         it sent to the network; only a `Live` one is listed here, a recorded one gets its
         status from its recording): the one way a live call's status reaches the test's
-        `calls`. A call that got no answer is never reported and keeps None."""
+        `calls`. A call that got no answer is never reported and keeps None.
+        `server_misses`: the answer's `X-HashReplay-Server-Misses`, counted for a
+        `passthrough` request (a server under test missed in its own upstream calls)."""
+        if server_misses is not None and type(decision) is Passthrough:
+            count = int(server_misses) if server_misses.strip().isdigit() else 1
+            with self.tests.lock:
+                self.stats.server_missed += count
+            return
         if type(decision) is not Live or decision.call is None:
             return
         noted = decision.call

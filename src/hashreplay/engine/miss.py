@@ -4,17 +4,29 @@ Built only on a miss, so the common path pays nothing: the nearest recording is 
 lazily among the files of the test's directory and the common directory. A recording of
 exactly this request under a test id that no longer exists (a renamed or moved test,
 docs/design.md §14) is named with the `hashreplay mv` command that keeps it.
+
+In a server under test (`hashreplay.install()` and its middleware, docs/design.md §8) the
+mode comes from the server's environment, so the report says to restart the server in a
+recording mode; the middleware marks the request (`ServerRequest`) and reads how many
+misses its upstream calls had.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hashreplay.core.constants import FIXTURE_MARK, RECORD_COMMAND, RECORDINGS_DIRNAME
+from hashreplay.core.constants import (
+    FIXTURE_MARK,
+    RECORD_COMMAND,
+    RECORDINGS_DIRNAME,
+    SERVER_RECORD_STEP,
+)
 from hashreplay.core.diff import count_differences, request_difference
 from hashreplay.core.errors import HashReplayError, RecordingError, unreadable_fix
 from hashreplay.core.keys import is_model_list_name, recording_name
@@ -41,6 +53,30 @@ _TIERS = {
     1: "same test, other endpoint",
     2: "same endpoint, other test",
 }
+
+
+class ServerRequest:
+    """A request a server under test serves for a test (`hashreplay.install()`'s session):
+    the misses its upstream calls had, counted as their reports are made (the tasks it
+    starts share it through their copied context)."""
+
+    __slots__ = ("misses",)
+
+    def __init__(self) -> None:
+        self.misses = 0
+
+
+_SERVING: ContextVar[ServerRequest | None] = ContextVar("hashreplay_serving", default=None)
+
+
+@contextmanager
+def serving(request: ServerRequest) -> Iterator[ServerRequest]:
+    """Run a server's handling of one request as `request` (the middlewares do)."""
+    token = _SERVING.set(request)
+    try:
+        yield request
+    finally:
+        _SERVING.reset(token)
 
 
 def _comparable(method: str, endpoint: str, body: Any) -> dict[str, Any]:
@@ -109,7 +145,11 @@ def miss_report(
     the command that records it. `url` is where the request really went (redacted), with
     its host and port, rather than the stored form (a loopback host without its port).
     `known`: the test ids of this pytest run (as recordings store them); None outside
-    pytest, where any other test id holding this request may be a renamed test's."""
+    pytest, where any other test id holding this request may be a renamed test's. In a
+    server under test (`serving`), the miss is counted for its request."""
+    server = _SERVING.get()
+    if server is not None:
+        server.misses += 1
     req = prep.request
     test = prep.shown_test_id or "(no test: a request outside any test)"
     lines = [
@@ -139,7 +179,8 @@ def miss_report(
         lines.append("  to fix it: do what the problem above says, then re-record the test")
     elif prep.test_id:
         target = record_target(prep.test_id, prep.shown_test_id)
-        lines.append(f"  to record it: {RECORD_COMMAND.format(nodeid=target)}")
+        step = SERVER_RECORD_STEP if server is not None else RECORD_COMMAND
+        lines.append(f"  to record it: {step.format(nodeid=target)}")
     else:
         lines.append("  to record it: run the same code with INFERENCE_MODE=record-if-missing")
     return "\n".join(lines)
