@@ -143,6 +143,29 @@ def test_passthrough_urls_are_never_intercepted(tmp_path: Path, mode: Mode) -> N
     assert not isinstance(s.decide(other, test_id=TEST), Passthrough)
 
 
+@pytest.mark.parametrize(
+    ("headers", "counted"),
+    [
+        ({"x-hashreplay-server-misses": "3"}, 3),  # the in-process middleware's count
+        ({"x-hashreplay-server-misses": "2", "x-hashreplay-miss": "1"}, 2),  # not twice
+        ({"x-hashreplay-miss": "1"}, 1),  # a miss answer itself (hashreplay serve's)
+        ({"content-type": "application/json"}, 0),
+    ],
+)
+def test_a_servers_misses_in_a_passthrough_answer_are_counted(
+    tmp_path: Path, headers: dict[str, str], counted: int
+) -> None:
+    s = session(tmp_path, Mode.REPLAY, passthrough=[SERVER])
+    decision = s.decide(IncomingRequest("POST", f"{SERVER}/chat", JSON, b"{}"), test_id=TEST)
+    assert isinstance(decision, Passthrough)
+    s.live_status(decision, 500, headers.get)
+    assert s.stats.server_missed == counted
+    assert s.stats.missed == 0  # the server's misses, not this process's
+    live = session(tmp_path, Mode.LIVE).decide(chat(), test_id=TEST)
+    s.live_status(live, 404, {"x-hashreplay-miss": "1"}.get)  # not a server under test
+    assert s.stats.server_missed == counted
+
+
 def test_passthrough_outside_a_test_adds_no_headers(tmp_path: Path) -> None:
     s = session(tmp_path, Mode.REPLAY, passthrough=[SERVER])
     decision = s.decide(IncomingRequest("GET", f"{SERVER}/x", [], b""), test_id=None)

@@ -32,7 +32,7 @@ from aiohttp.http import HttpVersion11, RawResponseMessage
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from hashreplay.adapters import _shared as _state
-from hashreplay.core.constants import MISSES_HEADER, TEST_ID_HEADER
+from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.errors import BodyTooLarge, HashReplayWarning, assert_never
 from hashreplay.core.keys import adapter_io
 from hashreplay.engine import scenarios as pacing
@@ -286,7 +286,7 @@ def _middleware(*, decompress: bool, read_timeout: float | None) -> Callable[...
         if not isinstance(decision, Record):
             with adapter_io():
                 passed = await handler(req)
-            session.live_status(decision, passed.status, passed.headers.get(MISSES_HEADER))
+            session.live_status(decision, passed.status, passed.headers.get)
             return passed
         started = time.monotonic()
         try:

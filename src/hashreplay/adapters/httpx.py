@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from hashreplay.adapters import _shared as _state
 from hashreplay.adapters._shared import when_imported
-from hashreplay.core.constants import MISSES_HEADER, TEST_ID_HEADER
+from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.errors import assert_never
 from hashreplay.core.keys import adapter_io
 from hashreplay.engine import scenarios as pacing
@@ -169,7 +169,7 @@ def _handle_sync(
     with adapter_io():
         if not isinstance(decision, Record):
             response = original(self, request)
-            session.live_status(decision, response.status_code, response.headers.get(MISSES_HEADER))
+            session.live_status(decision, response.status_code, response.headers.get)
             return response
         started = time.monotonic()
         try:
@@ -197,7 +197,7 @@ async def _handle_async(
     with adapter_io():
         if not isinstance(decision, Record):
             response = await original(self, request)
-            session.live_status(decision, response.status_code, response.headers.get(MISSES_HEADER))
+            session.live_status(decision, response.status_code, response.headers.get)
             return response
         started = time.monotonic()
         try:

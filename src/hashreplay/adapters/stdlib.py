@@ -40,7 +40,7 @@ from hashreplay.adapters._shared import (
     kind_exception,
     rebuild_exception,
 )
-from hashreplay.core.constants import MISSES_HEADER, TEST_ID_HEADER
+from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.keys import adapter_io, in_adapter_io
 from hashreplay.engine.http import (
     BreakKind,
@@ -194,9 +194,7 @@ def _getresponse(self: Any) -> Any:
         if request.prep is None or session is None:
             response = _originals["getresponse"](self)
             if session is not None and request.live is not None:
-                session.live_status(
-                    request.live, response.status, response.getheader(MISSES_HEADER)
-                )
+                session.live_status(request.live, response.status, response.getheader)
             return response
         try:
             response = _originals["getresponse"](self)

@@ -56,7 +56,7 @@ from hashreplay.adapters._shared import (
     rebuild_exception,
     seconds,
 )
-from hashreplay.core.constants import MISSES_HEADER, TEST_ID_HEADER
+from hashreplay.core.constants import TEST_ID_HEADER
 from hashreplay.core.errors import HashReplayWarning, assert_never
 from hashreplay.core.keys import adapter_io
 from hashreplay.engine.http import (
@@ -195,7 +195,7 @@ def _handle(session: Session, original: Callable[..., Any], call: _Call) -> Any:
         _add_headers(call, decision)
     if not isinstance(decision, Record):
         passed = call.call(original)
-        session.live_status(decision, passed.status, passed.headers.get(MISSES_HEADER))
+        session.live_status(decision, passed.status, passed.headers.get)
         return passed
     preload = bool(call.get("preload_content", True))
     if preload:  # read below, once the body is watched
