@@ -392,3 +392,33 @@ def test_undecodable_content_encoding_is_kept_with_the_raw_bytes(tmp_path: Path)
     plan = decision.plan()
     assert b"".join(plan.chunks) == raw
     assert ("content-encoding", "zz-unknown") in plan.headers
+
+
+def test_a_run_reads_the_other_recordings_directories_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A suite of new tests in replay: the first miss reads the project's other recordings
+    directories, the later misses of the same run reuse what it found."""
+    from hashreplay.engine import miss as miss_module
+
+    old = "tests/old/test_chat.py::test_one"
+    path = record(tmp_path, old, request(chat("moved along")))
+    walks: list[Path] = []
+    real = miss_module._recordings_dirs
+
+    def counted(root: Path) -> Any:
+        walks.append(root)
+        return real(root)
+
+    monkeypatch.setattr(miss_module, "_recordings_dirs", counted)
+    s = session(tmp_path, Mode.REPLAY)
+    new_ids = [f"tests/suite/test_chat.py::test_{n}" for n in ("a", "b", "c")]
+    s.replayer.known_tests = frozenset(new_ids)
+    reports = []
+    for test_id in new_ids:
+        s.begin_test(test_id)
+        decision = s.decide(request(chat("moved along")), test_id=test_id)
+        assert isinstance(decision, Miss)
+        reports.append(decision.error.report)
+    assert len(walks) == 1
+    assert all(f"tests/old/recordings/{path.name} holds exactly this request" in r for r in reports)

@@ -83,16 +83,10 @@ def _comparable(method: str, endpoint: str, body: Any) -> dict[str, Any]:
     return {"method": method, "endpoint": endpoint, "body": body}
 
 
-def _candidates(
-    store: Store, prep: Prepared, directories: Iterable[Path] | None = None
-) -> tuple[list[_Candidate], int]:
-    """Readable recordings near this request (in the test's search directories, else in
-    `directories`), and how many recordings the test has."""
-    found: list[_Candidate] = []
-    own = 0
-    incoming = _comparable(prep.request.method, prep.request.endpoint, prep.request.body)
+def _read(store: Store, directories: Iterable[Path]) -> Iterator[tuple[Path, Recording]]:
+    """The readable recordings of `directories` (model lists and unreadable files left out)."""
     seen: set[Path] = set()
-    for directory in store.search_dirs(prep.test_id) if directories is None else directories:
+    for directory in directories:
         if not directory.is_dir():
             continue
         for path in sorted(directory.glob("*.json")):
@@ -100,25 +94,33 @@ def _candidates(
                 continue
             seen.add(path)
             try:
-                recording = store.read(path)
+                yield path, store.read(path)
             except (RecordingError, OSError):
                 continue
-            same_test = recording.test_id == prep.shown_test_id
-            own += same_test
-            req = recording.request
-            same_endpoint = (
-                req.endpoint == prep.request.endpoint and req.method == prep.request.method
-            )
-            if same_test and same_endpoint:
-                tier = 0
-            elif same_test:
-                tier = 1
-            elif same_endpoint:
-                tier = 2
-            else:
-                continue
-            distance = count_differences(_comparable(req.method, req.endpoint, req.body), incoming)
-            found.append(_Candidate(path, recording, tier, distance))
+
+
+def _candidates(
+    prep: Prepared, files: Iterable[tuple[Path, Recording]]
+) -> tuple[list[_Candidate], int]:
+    """The recordings of `files` near this request, and how many of them are the test's."""
+    found: list[_Candidate] = []
+    own = 0
+    incoming = _comparable(prep.request.method, prep.request.endpoint, prep.request.body)
+    for path, recording in files:
+        same_test = recording.test_id == prep.shown_test_id
+        own += same_test
+        req = recording.request
+        same_endpoint = req.endpoint == prep.request.endpoint and req.method == prep.request.method
+        if same_test and same_endpoint:
+            tier = 0
+        elif same_test:
+            tier = 1
+        elif same_endpoint:
+            tier = 2
+        else:
+            continue
+        distance = count_differences(_comparable(req.method, req.endpoint, req.body), incoming)
+        found.append(_Candidate(path, recording, tier, distance))
     found.sort(key=lambda c: (c.tier, c.distance, c.path.name))
     return found, own
 
@@ -193,7 +195,7 @@ def _nearest_lines(
     key_of: KeyOf | None = None,
     known: Collection[str] | None = None,
 ) -> list[str]:
-    candidates, own = _candidates(store, prep)
+    candidates, own = _candidates(prep, _read(store, store.search_dirs(prep.test_id)))
     lines: list[str] = []
     if own == 0 and prep.test_id:
         lines.append("  this test has no recordings yet (a new test, or one renamed or moved)")
@@ -201,10 +203,9 @@ def _nearest_lines(
     orphan = _orphan(candidates, prep, own, key_of, gone)
     if orphan is None and own == 0 and known is not None and prep.test_id:
         # a moved test file: the old test's recordings lie in another recordings directory
-        try:
-            far, _ = _candidates(store, prep, _other_dirs(store, root, prep))
-        except (HashReplayError, OSError):  # a directory that cannot be searched: no hint
-            far = []
+        skip = set(store.search_dirs(prep.test_id))
+        elsewhere = [(p, r) for p, r in _gone_elsewhere(store, root, gone) if p.parent not in skip]
+        far, _ = _candidates(prep, elsewhere)
         orphan = _orphan(far, prep, own, key_of, gone)
     if orphan is not None:
         old = orphan.recording.test_id
@@ -304,20 +305,41 @@ def _orphan(
     return None
 
 
-def _other_dirs(store: Store, root: Path, prep: Prepared) -> list[Path]:
-    """The project's recordings directories other than the test's own: where the recordings
-    of a test file moved to another directory are left (searched only on such a miss; only
-    files of tests that no longer exist count)."""
-    skip = {*store.search_dirs(prep.test_id)}
-    found: list[Path] = []
-    for current, dirs, _files in os.walk(root):  # never follows a symlinked directory
+#: The recordings of gone tests across the project's recordings directories, for one run's
+#: `known` ids: read on the first miss of a test with no recordings, then kept (a replay run
+#: does not change its store), so a suite of new tests reads the project once, not per miss.
+_elsewhere: list[tuple[Collection[str], Path, list[tuple[Path, Recording]]]] = []
+
+
+def _gone_elsewhere(store: Store, root: Path, gone: _Gone) -> list[tuple[Path, Recording]]:
+    """The recordings, anywhere in the project, of test ids that no longer exist: where a
+    test file moved to another directory left its recordings (the old directory may still
+    serve other test files)."""
+    known = gone.known
+    assert known is not None  # only a pytest run knows which tests exist
+    if _elsewhere and _elsewhere[0][0] is known and _elsewhere[0][1] == root:
+        return _elsewhere[0][2]
+    try:
+        found = [
+            (path, recording)
+            for path, recording in _read(store, _recordings_dirs(root))
+            if recording.test_id is not None
+            and FIXTURE_MARK not in recording.test_id
+            and gone(recording.test_id)
+        ]
+    except (HashReplayError, OSError):  # a directory that cannot be searched: no hint
+        found = []
+    _elsewhere[:] = [(known, root, found)]
+    return found
+
+
+def _recordings_dirs(root: Path) -> Iterator[Path]:
+    """Every recordings directory of the project (symlinked directories are not followed)."""
+    for current, dirs, _files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
         if RECORDINGS_DIRNAME in dirs:
             dirs.remove(RECORDINGS_DIRNAME)  # a recordings directory holds files, not more
-            directory = Path(current, RECORDINGS_DIRNAME).resolve()
-            if directory not in skip:
-                found.append(directory)
-    return found
+            yield Path(current, RECORDINGS_DIRNAME).resolve()
 
 
 def _same_request(candidate: _Candidate, prep: Prepared, key_of: KeyOf | None) -> bool:
