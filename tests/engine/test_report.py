@@ -422,3 +422,28 @@ def test_a_run_reads_the_other_recordings_directories_once(
         reports.append(decision.error.report)
     assert len(walks) == 1
     assert all(f"tests/old/recordings/{path.name} holds exactly this request" in r for r in reports)
+
+
+def test_in_a_server_under_test_the_report_names_no_pytest_command(tmp_path: Path) -> None:
+    """`hashreplay.install()`'s middleware runs each request `serving`: its misses say to
+    restart the server recording, an unreadable file names no pytest command either, and
+    each miss is counted for the request."""
+    from hashreplay.engine.miss import ServerRequest, serving
+
+    record(tmp_path, TEST, request(chat("recorded")))
+    with serving(ServerRequest()) as served:
+        report = miss(tmp_path, TEST, request(chat("new")))
+        assert report.splitlines()[-1] == (
+            "  to record it: restart the server with INFERENCE_MODE=record-if-missing in its "
+            "environment (the mode given to pytest does not reach it), then run the test "
+            f"again: pytest {TEST}"
+        )
+        path = record(tmp_path, TEST, request(chat("broken")))
+        path.write_text("{not json")
+        broken = miss(tmp_path, TEST, request(chat("broken")))
+    assert served.misses == 2
+    assert "pytest" not in broken.splitlines()[-1]
+    assert "then re-record the test that made it" in broken.splitlines()[-1]
+    assert miss(tmp_path, TEST, request(chat("new"))).splitlines()[-1] == (
+        f"  to record it: INFERENCE_MODE=record-if-missing pytest {TEST}"
+    )

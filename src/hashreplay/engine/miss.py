@@ -175,7 +175,10 @@ def miss_report(
         lines.extend(_nearest_lines(store, root, prep, key_of, known))
     if problem is not None and problem.path is not None and problem.path.suffix == ".json":
         # record-if-missing would meet the same file again: name what replaces it
-        rerun = record_target(prep.test_id, prep.shown_test_id) if prep.test_id else None
+        # a server under test records in its own mode: no pytest command re-records it
+        rerun = None
+        if prep.test_id and server is None:
+            rerun = record_target(prep.test_id, prep.shown_test_id)
         lines.append(f"  to fix it: {unreadable_fix(_rel(root, problem.path), rerun)}")
     elif problem is not None:
         lines.append("  to fix it: do what the problem above says, then re-record the test")
@@ -219,7 +222,7 @@ def _nearest_lines(
         if orphan.distance == 0:
             what = "holds exactly this request"
         else:
-            rule = _own_rule(orphan.recording)
+            rule = _file_rule(orphan.recording)
             assert rule is not None  # as `_same_request` found it
             what = f"holds this request under the rule it was recorded with ({rule.describe()})"
         lines.append(
@@ -348,7 +351,7 @@ def _same_request(candidate: _Candidate, prep: Prepared, key_of: KeyOf | None) -
     (a marker's, an import's; a project rule only while the project still has it)."""
     if candidate.distance == 0:
         return True
-    rule = _own_rule(candidate.recording)
+    rule = _file_rule(candidate.recording)
     if key_of is None or rule is None:
         return False
     if rule.follows_project and rule != prep.rule:
@@ -361,7 +364,7 @@ def _same_key(key_of: KeyOf, recording: Recording, prep: Prepared, rule: MatchRu
     return key_of(recording.request, test_id, rule)[0] == key_of(prep.request, test_id, rule)[0]
 
 
-def _own_rule(recording: Recording) -> MatchRule | None:
+def _file_rule(recording: Recording) -> MatchRule | None:
     """The narrower rule a file was keyed by (its `match`); None: the default, or unreadable."""
     rule = file_rule(recording.match)
     return None if rule is None or rule.is_default else rule
@@ -369,7 +372,7 @@ def _own_rule(recording: Recording) -> MatchRule | None:
 
 def _earlier_project_rule(recording: Recording, now: MatchRule | None) -> MatchRule | None:
     """The project rule a file was keyed by when the rule for the request is now another."""
-    rule = _own_rule(recording)
+    rule = _file_rule(recording)
     if rule is None or not rule.follows_project or rule == now:
         return None
     return rule
