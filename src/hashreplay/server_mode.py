@@ -19,7 +19,11 @@ in-process calls of that test would be. A request without the header runs outsid
 conversation of the test (docs/design.md §12), as the proxy does; `X-HashReplay-Run` (sent by
 the pytest plugin) starts a new run of the test, replaying its identical requests from the
 first again. A replay miss answers the app's client with the miss response and its report is
-logged (logger `hashreplay`), since no pytest in this process fails the test with it.
+logged (logger `hashreplay`), since no pytest in this process fails the test with it; the
+report says to restart the server in a recording mode (the mode given to pytest does not
+reach it), and the response to the test's request carries `X-HashReplay-Server-Misses` (how
+many misses its upstream calls had before the response started), which the pytest plugin
+counts in its summary.
 
 A front end (docs/design.md §10): the adapters are imported only when `install()` runs, so
 `import hashreplay` stays free of HTTP clients. Pure ASGI and WSGI: no framework is imported,
@@ -35,9 +39,15 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple, TypeVar
 
 from hashreplay.core.config import load_config
-from hashreplay.core.constants import CONVERSATION_HEADER, RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.constants import (
+    CONVERSATION_HEADER,
+    MISSES_HEADER,
+    RUN_HEADER,
+    TEST_ID_HEADER,
+)
 from hashreplay.core.keys import conversation, test_context
 from hashreplay.engine.lifecycle import Placeholders
+from hashreplay.engine.miss import ServerRequest, serving
 from hashreplay.engine.session import Session
 
 logger = logging.getLogger("hashreplay")
@@ -155,6 +165,31 @@ def header_text(raw: bytes) -> str | None:
     return text.strip() or None
 
 
+def server_request(session: Session | None, test_id: str | None) -> ServerRequest | None:
+    """The request's miss counter when `install()`'s session serves it for a test; None for
+    the pytest plugin's session (an app served in-process: the plugin fails the test with
+    its misses itself) or a request outside any test."""
+    if session is None or test_id is None or session is not _installed[0]:
+        return None
+    return ServerRequest()
+
+
+@contextmanager
+def serving_context(request: ServerRequest | None) -> Iterator[None]:
+    if request is None:
+        yield
+        return
+    with serving(request):
+        yield
+
+
+def misses_header(request: ServerRequest | None) -> tuple[str, str] | None:
+    """`X-HashReplay-Server-Misses: <n>` for a response whose request had misses so far."""
+    if request is None or not request.misses:
+        return None
+    return MISSES_HEADER, str(request.misses)
+
+
 @contextmanager
 def conversation_context(name: str | None) -> Iterator[None]:
     """The request's `X-HashReplay-Conversation` as the context's conversation
@@ -227,11 +262,34 @@ class ASGITestIdMiddleware:
         test_id, run_id = test_and_run_ids(headers)
         session = self.session or installed_session()
         enter_request(session, test_id, run_id)
+        request = server_request(session, test_id)
+        marked = send if request is None else _marking(send, request)
         try:
-            with test_context(test_id), conversation_context(conversation_of(headers)):
-                await self.app(scope, receive, send)
+            with (
+                test_context(test_id),
+                conversation_context(conversation_of(headers)),
+                serving_context(request),
+            ):
+                await self.app(scope, receive, marked)
         finally:
             leave_request(session, test_id)
+
+
+def _marking(send: Send, request: ServerRequest) -> Send:
+    """`send`, adding `X-HashReplay-Server-Misses` to the response start when the request's
+    upstream calls had misses by then."""
+
+    async def send_marked(message: Message) -> None:
+        header = misses_header(request) if message.get("type") == "http.response.start" else None
+        if header is not None:
+            name, value = header
+            message = {
+                **message,
+                "headers": [*message.get("headers", ()), (name.encode(), value.encode())],
+            }
+        await send(message)
+
+    return send_marked
 
 
 StartResponse = Callable[..., Any]
@@ -260,10 +318,15 @@ class _Context(NamedTuple):
 
     test_id: str | None
     conversation: str | None
+    server: ServerRequest | None = None
 
 
 def _as(context: _Context, fn: Callable[..., _T], *args: Any) -> _T:
-    with test_context(context.test_id), conversation_context(context.conversation):
+    with (
+        test_context(context.test_id),
+        conversation_context(context.conversation),
+        serving_context(context.server),
+    ):
         return fn(*args)
 
 
@@ -307,7 +370,20 @@ class WSGITestIdMiddleware:
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         test_id = _environ_value(environ, _TEST_ID_ENVIRON)
         run_id = _environ_value(environ, _RUN_ENVIRON)
-        context = _Context(test_id, _environ_value(environ, _CONVERSATION_ENVIRON))
         session = self.session or installed_session()
+        request = server_request(session, test_id)
+        context = _Context(test_id, _environ_value(environ, _CONVERSATION_ENVIRON), request)
         enter_request(session, test_id, run_id)
-        return _Body(_as(context, self.app, environ, start_response), context, session)
+        start = start_response if request is None else _starting(start_response, request)
+        return _Body(_as(context, self.app, environ, start), context, session)
+
+
+def _starting(start_response: StartResponse, request: ServerRequest) -> StartResponse:
+    """`start_response`, adding `X-HashReplay-Server-Misses` when the request's upstream
+    calls had misses by then."""
+
+    def start_marked(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+        header = misses_header(request)
+        return start_response(status, headers if header is None else [*headers, header], *exc_info)
+
+    return start_marked

@@ -102,6 +102,7 @@ def test_mock_asgi_and_wsgi_transports_are_untouched(module: Any, recorder: Reco
         "missed": 0,
         "passed_through": 0,
         "not_recorded": 0,
+        "server_missed": 0,
     }
     assert recorder.files() == []
 

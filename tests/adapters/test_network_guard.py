@@ -121,6 +121,22 @@ def test_allowed_connections_pass(
     run.assert_outcomes(passed=3)
 
 
+def test_a_passthrough_url_opens_its_port_only(
+    pytester: pytest.Pytester, listener: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = listener + 1 if listener < 65535 else listener - 1
+    table = f'block_network = "all"\npassthrough = ["http://127.0.0.2:{other}"]'
+    proj = project(pytester, listener, monkeypatch, table)
+    replayed = proj.runpytest("-k", "raw_socket")
+    replayed.assert_outcomes(failed=1, deselected=2)
+    replayed.stdout.fnmatch_lines([f"*hashreplay: blocked a connection to 127.0.0.2:{listener}*"])
+    recorded = proj.runpytest("--inference-mode=record-if-missing", "-k", "raw_socket")
+    recorded.assert_outcomes(passed=1, deselected=2)
+    recorded.stdout.fnmatch_lines(
+        [f"hashreplay: 1 connection was not recorded: 127.0.0.2:{listener} from test_app"]
+    )
+
+
 def test_recording_modes_list_what_was_not_recorded(
     pytester: pytest.Pytester, listener: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,6 +5,7 @@ created, and the recording modes list loopback connections too."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -383,3 +384,72 @@ def test_rules_judge_the_address_and_only_a_resolved_name() -> None:
     assert rules.allows_name("cache") and rules.allows_name("DB.internal")
     assert not rules.allows_name("api.example.com")
     assert NetworkRules(BlockNetwork.OFF, [], []).allows_name("api.example.com")
+
+
+def test_a_passthrough_url_allows_its_port_only() -> None:
+    rules = NetworkRules(BlockNetwork.ALL, [], ["http://server.internal:8000/v1"])
+    assert rules.allows(8000, "10.1.2.3", "server.internal")
+    assert not rules.allows(8001, "10.1.2.3", "server.internal")
+    assert not rules.explicitly_allows(8001, "10.1.2.3", "server.internal")  # listed
+    assert rules.allows_name("server.internal")  # a lookup has no port
+    implied = NetworkRules(BlockNetwork.ALL, [], ["https://api.example.test"])
+    assert implied.allows(443, "10.1.2.3", "api.example.test")
+    assert not implied.allows(80, "10.1.2.3", "api.example.test")
+
+
+@pytest.mark.parametrize(
+    ("entry", "address", "allowed", "refused"),
+    [
+        ("db.internal", "db.internal", [5432, 1], []),
+        ("DB.internal.:5432", "db.internal", [5432], [5433]),
+        ("[::2]:9000", "::2", [9000], [9001]),
+        ("::2", "::2", [1, 9000], []),
+        ("http://db.internal:8080/api", "db.internal", [8080], [80]),
+        ("https://db.internal", "db.internal", [443], [8443]),
+    ],
+)
+def test_allowed_hosts_entries_name_a_host_and_maybe_its_port(
+    entry: str, address: str, allowed: list[int], refused: list[int]
+) -> None:
+    rules = NetworkRules(BlockNetwork.ALL, [entry], [])
+    for port in allowed:
+        assert rules.allows(port, address), (entry, port)
+    for port in refused:
+        assert not rules.allows(port, address), (entry, port)
+
+
+@pytest.mark.parametrize(
+    ("url", "under"),
+    [
+        ("http://localhost:8000/v1/chat", True),
+        ("http://LOCALHOST:8000/v1?x=1", True),
+        ("http://localhost:8000/v1", True),
+        ("http://localhost:8000/v10", False),
+        ("http://localhost:8001/v1/chat", False),
+        ("https://localhost:8000/v1/chat", False),
+        ("http://localhost/v1", False),
+    ],
+)
+def test_passthrough_urls_match_scheme_host_port_and_path(url: str, under: bool) -> None:
+    from hashreplay.core.network import under_passthrough
+
+    assert under_passthrough(("http://localhost:8000/v1",), url) is under
+    assert under_passthrough(("http://localhost:80",), "http://localhost/v1")  # implied port
+
+
+@pytest.mark.parametrize(
+    ("table", "named"),
+    [
+        ('allowed_hosts = ["db.internal:http"]', "allowed_hosts entry 'db.internal:http'"),
+        ('allowed_hosts = ["http://db:99999"]', "allowed_hosts entry 'http://db:99999'"),
+        ('passthrough = ["localhost:8000"]', "passthrough entry 'localhost:8000'"),
+    ],
+)
+def test_a_bad_network_entry_is_a_config_error_naming_it(
+    tmp_path: Path, table: str, named: str
+) -> None:
+    from hashreplay.core.errors import ConfigError
+
+    (tmp_path / "pyproject.toml").write_text(f"[tool.hashreplay]\n{table}\n")
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        load_config(tmp_path)

@@ -416,7 +416,7 @@ def test_a_recording_under_a_narrower_rule_moves_under_its_own_rule(
 ) -> None:
     root = tmp_path / "narrow"
     root.mkdir()
-    (root / "pyproject.toml").write_text("[tool.hashreplay]\n")
+    (root / "pyproject.toml").write_text('[tool.hashreplay]\nmatch_on = ["method", "endpoint"]\n')
     recorder = Recorder(root)
     try:
         session = recorder.start(Mode.RECORD, match_on=["method", "endpoint"])

@@ -134,12 +134,16 @@ def test_verify_reports_unreadable_files(project: Project, cli: Cli) -> None:
             "match.match_on: unknown request part 'bogus'; the parts are \"method\", "
             '"endpoint", "path", "query", "body"',
         ),
-        ({"ignore": [], "match_on": "method"}, "match.match_on: expected an array, found"),
+        ({"ignore": [], "match_on": "method"}, "match.match_on: 'method' must be a list"),
         ({"ignore": ["body.[["], "match_on": ["method"]}, "match.ignore: cannot parse 'body.[['"),
         ({"ignore": [3]}, "match.ignore[0]: expected a string, found an integer"),
         (
+            {"from": "conftest", "match_on": ["method"]},
+            'match.from: \'conftest\' is not valid; use one of "project", "marker", "import"',
+        ),
+        (
             {"match_on": ["method"], "strict": ["body"]},
-            "match: unknown key 'strict'; the keys are `ignore` and `match_on`",
+            "match: unknown key 'strict'; the keys are `ignore`, `match_on` and `from`",
         ),
     ],
 )
@@ -364,3 +368,73 @@ def test_rehash_drops_the_port_of_a_loopback_url_and_keeps_the_name(
     assert after["request"]["url"] == "http://localhost/v1/chat/completions"
     assert after["request"]["body"] == data["request"]["body"]
     assert cli("verify").code == 0
+
+
+def test_rehash_follows_the_project_rule_there_and_back(project: Project, cli: Cli) -> None:
+    """`ignore` added, `rehash`ed, removed again: the files the project's rule named are
+    re-keyed strict again, byte for byte as they were, and until then `verify` says why."""
+    pyproject = project.root / "pyproject.toml"
+    before = project.snapshot()
+    pyproject.write_text('[tool.hashreplay]\nignore = ["body.max_tokens"]\n')
+    narrowed = cli("rehash")
+    assert narrowed.code == 0, narrowed.out
+    assert narrowed.lines[-1] == "Summary: 8/9 files re-keyed"  # a model list: never narrowed
+    path = project.one(CHAT)
+    assert Project.data(path)["match"] == {
+        "from": "project",
+        "ignore": ["body.max_tokens"],
+        "match_on": ["method", "endpoint", "body"],
+    }
+    assert cli("verify").lines == ["Summary: 0/9 files with problems"]
+
+    pyproject.write_text("[tool.hashreplay]\n")
+    stale = cli("verify")
+    assert stale.code == 1
+    assert (
+        f"tests/recordings/{path.name}: keyed by an earlier project rule (ignore = "
+        "['body.max_tokens'], match_on = ['method', 'endpoint', 'body']); [tool.hashreplay] "
+        "now says match_on = ['method', 'endpoint', 'body'], so replay no longer finds it by "
+        "that rule: run `hashreplay rehash` to re-key it to the current rule"
+    ) in stale.lines
+    assert stale.lines[-1] == "Summary: 8/9 files with problems"
+    strict = cli("rehash")
+    assert strict.lines[-1] == "Summary: 8/9 files re-keyed"
+    after = project.snapshot()
+    pyproject.unlink()
+    assert after == before
+    assert cli("verify").lines == ["Summary: 0/9 files with problems"]
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ("marker", "a @pytest.mark.hashreplay rule"),
+        ("import", "the rule `hashreplay import` kept from its source"),
+        (None, "a rule the file keeps as its own (written before files said where it came from)"),
+    ],
+)
+def test_a_file_that_keeps_its_own_rule_says_so_and_rehash_leaves_it(
+    project: Project, cli: Cli, source: str | None, said: str
+) -> None:
+    (project.root / "pyproject.toml").write_text('[tool.hashreplay]\nignore = ["body.seed"]\n')
+    path = project.one(CHAT)
+    match: dict[str, Any] = {"ignore": [], "match_on": ["method", "endpoint"]}
+    if source is not None:
+        match["from"] = source
+    edit(path, lambda d: d.update(match=match))
+    renamed = cli("rehash")  # each file named by its rule: the project's, or its own
+    assert renamed.lines[-1] == "Summary: 8/9 files re-keyed"
+    (path,) = project.of_test(CHAT)
+    assert Project.data(path)["match"] == match
+    kept = project.snapshot()
+    result = cli("verify")
+    assert result.code == 0, result.out
+    assert result.lines == [
+        f"tests/recordings/{path.name}: note: keeps its own matching rule (match_on = "
+        f"['method', 'endpoint']), {said}, not the project's (ignore = ['body.seed'], match_on "
+        "= ['method', 'endpoint', 'body']): replay finds it by that rule and `hashreplay "
+        "rehash` leaves it so; to key it by the project's rule, re-record the test",
+        "Summary: 0/9 files with problems",
+    ]
+    cli("rehash")
+    assert project.snapshot() == kept

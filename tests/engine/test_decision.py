@@ -143,6 +143,29 @@ def test_passthrough_urls_are_never_intercepted(tmp_path: Path, mode: Mode) -> N
     assert not isinstance(s.decide(other, test_id=TEST), Passthrough)
 
 
+@pytest.mark.parametrize(
+    ("headers", "counted"),
+    [
+        ({"x-hashreplay-server-misses": "3"}, 3),  # the in-process middleware's count
+        ({"x-hashreplay-server-misses": "2", "x-hashreplay-miss": "1"}, 2),  # not twice
+        ({"x-hashreplay-miss": "1"}, 1),  # a miss answer itself (hashreplay serve's)
+        ({"content-type": "application/json"}, 0),
+    ],
+)
+def test_a_servers_misses_in_a_passthrough_answer_are_counted(
+    tmp_path: Path, headers: dict[str, str], counted: int
+) -> None:
+    s = session(tmp_path, Mode.REPLAY, passthrough=[SERVER])
+    decision = s.decide(IncomingRequest("POST", f"{SERVER}/chat", JSON, b"{}"), test_id=TEST)
+    assert isinstance(decision, Passthrough)
+    s.live_status(decision, 500, headers.get)
+    assert s.stats.server_missed == counted
+    assert s.stats.missed == 0  # the server's misses, not this process's
+    live = session(tmp_path, Mode.LIVE).decide(chat(), test_id=TEST)
+    s.live_status(live, 404, {"x-hashreplay-miss": "1"}.get)  # not a server under test
+    assert s.stats.server_missed == counted
+
+
 def test_passthrough_outside_a_test_adds_no_headers(tmp_path: Path) -> None:
     s = session(tmp_path, Mode.REPLAY, passthrough=[SERVER])
     decision = s.decide(IncomingRequest("GET", f"{SERVER}/x", [], b""), test_id=None)
@@ -159,6 +182,7 @@ def test_http_under_a_call_layer_target_goes_live_uncounted(tmp_path: Path) -> N
         "missed": 0,
         "passed_through": 0,
         "not_recorded": 0,
+        "server_missed": 0,
     }
 
 
@@ -290,15 +314,39 @@ def test_staging_redacts_a_live_exchange(tmp_path: Path) -> None:
     assert "a=b" not in text
 
 
+def test_a_file_of_a_project_rule_the_project_dropped_answers_nothing(tmp_path: Path) -> None:
+    """The configuration decides how requests match (docs/design.md §14): with the project's
+    `ignore` gone, the file it named no longer answers a request that differs in an ignored
+    field, and the miss says the rule changed and to run `hashreplay rehash`."""
+    narrower = session(tmp_path, Mode.RECORD, ignore=["body.messages[0].content"])
+    decision = narrower.decide(chat("recorded"), test_id=TEST)
+    assert isinstance(decision, Record)
+    path = narrower.record(decision.prep, answer("recorded"))
+    assert json.loads(path.read_text())["match"]["from"] == "project"
+    still = session(tmp_path, Mode.REPLAY, ignore=["body.messages[0].content"])
+    assert isinstance(still.decide(chat("changed"), test_id=TEST), Replay)  # rule in force
+
+    dropped = session(tmp_path, Mode.REPLAY).decide(chat("changed"), test_id=TEST)
+    assert isinstance(dropped, Miss)
+    assert (
+        "it matches this request under the project rule it was recorded with (ignore = "
+        "['body.messages[0].content'], match_on = ['method', 'endpoint', 'body']), but the "
+        "rule for this test is now the default: run `hashreplay rehash`"
+    ) in dropped.error.report
+
+
 def test_only_a_strict_miss_reads_the_rules_its_directory_holds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """docs/design.md §14: a strict hit never pays for the second look-up; a miss reads each
-    directory's rules once per session and finds a file recorded under a narrower rule."""
+    directory's rules once per session and finds a file recorded under a narrower rule that
+    it keeps as its own (a marker's)."""
     from hashreplay.core import matching
 
     strict = record(tmp_path, chat("strict"), answer("strict"))
-    narrower = session(tmp_path, Mode.RECORD, ignore=["body.messages[0].content"])
+    narrower = session(tmp_path, Mode.RECORD)
+    rule = matching.MatchRule(["body.messages[0].content"], source=matching.RuleSource.MARKER)
+    narrower.set_test_options(TEST, match=rule)
     decision = narrower.decide(chat("loose"), test_id=TEST)
     assert isinstance(decision, Record)
     loose = narrower.record(decision.prep, answer("loose"))

@@ -11,6 +11,7 @@ import pytest
 
 from hashreplay import HashReplayWarning, Mode
 from hashreplay.core.config import load_config
+from hashreplay.core.matching import MatchRule, RuleSource
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.replay import Miss, Replay
 from hashreplay.engine.session import Session
@@ -154,8 +155,8 @@ def test_in_a_pytest_run_only_an_uncollected_test_id_is_named(tmp_path: Path) ->
     gone = known_miss(tmp_path, TEST, request(chat("same request")), {TEST})
     assert (
         f"  tests/suite/recordings/{path.name} holds exactly this request, recorded by test "
-        f"{stored}, which this run did not collect: if that test was renamed or moved, keep "
-        "its recordings with\n"
+        f"{stored}, which its test file, collected by this run, no longer has: if that test "
+        "was renamed or moved, keep its recordings with\n"
         f"    hashreplay mv '{stored}' '{TEST}'\n"
     ) in gone
     # the test still exists (collected, its id as pytest gives it): a sibling, not an orphan
@@ -164,22 +165,62 @@ def test_in_a_pytest_run_only_an_uncollected_test_id_is_named(tmp_path: Path) ->
     assert "  nearest:   tests/suite/recordings/" in alive  # its own nearest recording
 
 
-def test_a_moved_directory_is_searched_only_where_no_collected_test_file_lives(
+def test_a_test_file_moved_to_another_directory_finds_its_old_recordings(
     tmp_path: Path,
 ) -> None:
+    """The old directory's `recordings/` is searched even while other test files there are
+    collected: only the moved test's own id has to be gone."""
     old = "tests/old/test_chat.py::test_one"
+    staying = "tests/old/test_other.py::test_two"
+    (tmp_path / "tests" / "old").mkdir(parents=True)
+    (tmp_path / "tests" / "old" / "test_other.py").write_text("def test_two(): pass\n")
+    record(tmp_path, staying, request(chat("stays here")))
     path = record(tmp_path, old, request(chat("moved along")))
-    report = known_miss(tmp_path, TEST, request(chat("moved along")), {TEST})
+    report = known_miss(tmp_path, TEST, request(chat("moved along")), {TEST, staying})
+    lines = report.splitlines()
+    assert "  this test has no recordings yet (a new test, or one renamed or moved)" in lines
     assert (
         f"  tests/old/recordings/{path.name} holds exactly this request, recorded by test "
-        f"{old}, which this run did not collect"
-    ) in report
-    assert f"    hashreplay mv '{old}' '{TEST}'" in report.splitlines()
-    # a directory that serves a test file of this run is not searched (its tests exist)
-    kept = known_miss(
-        tmp_path, TEST, request(chat("moved along")), {TEST, "tests/old/test_chat.py::test_two"}
-    )
+        f"{old}, whose test file no longer exists: if that test was renamed or moved, keep "
+        "its recordings with"
+    ) in lines
+    assert f"    hashreplay mv '{old}' '{TEST}'" in lines
+    # the old test still collected: a sibling making the same request, not an orphan
+    kept = known_miss(tmp_path, TEST, request(chat("moved along")), {TEST, staying, old})
     assert "hashreplay mv" not in kept
+
+
+def test_a_test_of_a_file_this_run_did_not_collect_is_never_taken_for_gone(
+    tmp_path: Path,
+) -> None:
+    """`pytest tests/suite/test_chat.py` collects nothing of tests/other: a test there whose
+    file still exists may well exist, so its recordings are not offered to `mv`."""
+    other = "tests/other/test_api.py::test_same_call"
+    (tmp_path / "tests" / "other").mkdir(parents=True)
+    (tmp_path / "tests" / "other" / "test_api.py").write_text("def test_same_call(): pass\n")
+    record(tmp_path, other, request(chat("same request")))
+    report = known_miss(tmp_path, TEST, request(chat("same request")), {TEST})
+    assert "hashreplay mv" not in report
+    assert "holds" not in report
+    # in the test's own directory too
+    sibling = "tests/suite/test_api.py::test_same_call"
+    (tmp_path / "tests" / "suite").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "tests" / "suite" / "test_api.py").write_text("def test_same_call(): pass\n")
+    record(tmp_path, sibling, request(chat("same request")))
+    report = known_miss(tmp_path, TEST, request(chat("same request")), {TEST})
+    assert "hashreplay mv" not in report
+    assert "  nearest:   tests/suite/recordings/" in report
+
+
+def test_another_request_is_never_offered_to_mv(tmp_path: Path) -> None:
+    """A recording of the same endpoint with another prompt is the nearest, never "exactly
+    this request", even when its test is gone."""
+    old = "tests/suite/test_chat.py::test_old_name"
+    record(tmp_path, old, request(chat("the old prompt")))
+    report = known_miss(tmp_path, TEST, request(chat("a new prompt")), {TEST})
+    assert "hashreplay mv" not in report
+    assert "holds" not in report
+    assert "body.messages[0].content: recorded 'the old prompt', incoming 'a new prompt'" in report
 
 
 def test_a_renamed_parametrised_case_names_the_whole_test(tmp_path: Path) -> None:
@@ -197,19 +238,38 @@ def test_a_renamed_parametrised_case_names_the_whole_test(tmp_path: Path) -> Non
     assert f"    hashreplay mv '{old}' '{other}'" in report.splitlines()
 
 
-def test_a_recording_under_a_narrower_rule_is_named_when_its_rule_matches(
+def test_a_recording_under_a_markers_rule_is_named_when_its_rule_matches(
     tmp_path: Path,
 ) -> None:
     old = "tests/suite/test_chat.py::test_old_name"
-    s = session(tmp_path, Mode.RECORD, match_on=["method", "endpoint"])
+    s = session(tmp_path, Mode.RECORD)
+    rule = MatchRule(match_on=["method", "endpoint"], source=RuleSource.MARKER)
     s.begin_test(old)
+    s.set_test_options(old, match=rule)
     prep = s.prepare(request(chat("any words")), test_id=old)
     body = b'{"id": "chatcmpl-1", "choices": []}'
     path = s.record(prep, LiveExchange(200, [("content-type", "application/json")], [body]))
     assert path is not None
     report = known_miss(tmp_path, TEST, request(chat("other words")), {TEST})
     assert f"    hashreplay mv '{old}' '{TEST}'" in report.splitlines()
-    assert f"{path.name} holds exactly this request" in report
+    assert (
+        f"{path.name} holds this request under the rule it was recorded with "
+        "(match_on = ['method', 'endpoint']), recorded by test"
+    ) in report
+
+
+def test_a_project_rule_the_project_dropped_names_no_orphan(tmp_path: Path) -> None:
+    """A file keyed by a project rule that is no longer configured is not "this request"
+    for another prompt: the configuration decides how requests match."""
+    old = "tests/suite/test_chat.py::test_old_name"
+    s = session(tmp_path, Mode.RECORD, match_on=["method", "endpoint"])
+    s.begin_test(old)
+    prep = s.prepare(request(chat("any words")), test_id=old)
+    body = b'{"id": "chatcmpl-1", "choices": []}'
+    assert s.record(prep, LiveExchange(200, [("content-type", "application/json")], [body]))
+    report = known_miss(tmp_path, TEST, request(chat("other words")), {TEST})
+    assert "hashreplay mv" not in report
+    assert "holds" not in report
 
 
 def test_beyond_the_recorded_sequence_says_how_many(tmp_path: Path) -> None:
@@ -332,3 +392,58 @@ def test_undecodable_content_encoding_is_kept_with_the_raw_bytes(tmp_path: Path)
     plan = decision.plan()
     assert b"".join(plan.chunks) == raw
     assert ("content-encoding", "zz-unknown") in plan.headers
+
+
+def test_a_run_reads_the_other_recordings_directories_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A suite of new tests in replay: the first miss reads the project's other recordings
+    directories, the later misses of the same run reuse what it found."""
+    from hashreplay.engine import miss as miss_module
+
+    old = "tests/old/test_chat.py::test_one"
+    path = record(tmp_path, old, request(chat("moved along")))
+    walks: list[Path] = []
+    real = miss_module._recordings_dirs
+
+    def counted(root: Path) -> Any:
+        walks.append(root)
+        return real(root)
+
+    monkeypatch.setattr(miss_module, "_recordings_dirs", counted)
+    s = session(tmp_path, Mode.REPLAY)
+    new_ids = [f"tests/suite/test_chat.py::test_{n}" for n in ("a", "b", "c")]
+    s.replayer.known_tests = frozenset(new_ids)
+    reports = []
+    for test_id in new_ids:
+        s.begin_test(test_id)
+        decision = s.decide(request(chat("moved along")), test_id=test_id)
+        assert isinstance(decision, Miss)
+        reports.append(decision.error.report)
+    assert len(walks) == 1
+    assert all(f"tests/old/recordings/{path.name} holds exactly this request" in r for r in reports)
+
+
+def test_in_a_server_under_test_the_report_names_no_pytest_command(tmp_path: Path) -> None:
+    """`hashreplay.install()`'s middleware runs each request `serving`: its misses say to
+    restart the server recording, an unreadable file names no pytest command either, and
+    each miss is counted for the request."""
+    from hashreplay.engine.miss import ServerRequest, serving
+
+    record(tmp_path, TEST, request(chat("recorded")))
+    with serving(ServerRequest()) as served:
+        report = miss(tmp_path, TEST, request(chat("new")))
+        assert report.splitlines()[-1] == (
+            "  to record it: restart the server with INFERENCE_MODE=record-if-missing in its "
+            "environment (the mode given to pytest does not reach it), then run the test "
+            f"again: pytest {TEST}"
+        )
+        path = record(tmp_path, TEST, request(chat("broken")))
+        path.write_text("{not json")
+        broken = miss(tmp_path, TEST, request(chat("broken")))
+    assert served.misses == 2
+    assert "pytest" not in broken.splitlines()[-1]
+    assert "then re-record the test that made it" in broken.splitlines()[-1]
+    assert miss(tmp_path, TEST, request(chat("new"))).splitlines()[-1] == (
+        f"  to record it: INFERENCE_MODE=record-if-missing pytest {TEST}"
+    )

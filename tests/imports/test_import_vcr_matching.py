@@ -79,7 +79,7 @@ def test_an_imported_cassette_replays_a_drifted_request_as_vcrpy_did(
     assert _import(str(recorded.path)) == 0
     (file,) = (recorded.path / "tests" / "recordings").glob("*.json")
     data = json.loads(file.read_text())
-    assert data["match"] == {"ignore": [], "match_on": ["method", "endpoint"]}
+    assert data["match"] == {"from": "import", "ignore": [], "match_on": ["method", "endpoint"]}
     assert data["test_id"] == "tests/test_app.py::test_two_calls"
 
     # no [tool.hashreplay] matching settings at all: the file says how it matches
@@ -120,6 +120,7 @@ def test_the_match_on_of_vcr_config_is_kept_without_importing_the_conftest(
     assert len(files) == 2  # the bodies differ, and vcrpy matched on them
     for f in files:
         assert json.loads(f.read_text())["match"] == {
+            "from": "import",
             "ignore": [],
             "match_on": ["method", "path", "body"],
         }

@@ -1,10 +1,13 @@
 """Matching that fits real code (docs/design.md §14): `ignore` paths and `match_on` from the
-config and the marker, recordings made under a narrower rule replayed with no configuration,
-`repeat`, and the errors of each setting, all through pytest runs."""
+config and the marker, the configuration in charge of the files its rule made (a rule
+removed: a miss naming `hashreplay rehash`), `repeat`, and the errors of each setting, all
+through pytest runs."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,7 +59,7 @@ IGNORE = """ignore = ["body.max_tokens", "body.messages[*].content[*].cache_cont
 """
 
 
-def test_ignored_paths_drift_and_replay_then_with_no_configuration(
+def test_ignored_paths_drift_and_replay_while_the_project_keeps_the_rule(
     project: pytest.Pytester, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     project.makepyprojecttoml(PYPROJECT + IGNORE)
@@ -64,6 +67,7 @@ def test_ignored_paths_drift_and_replay_then_with_no_configuration(
     project.runpytest("--inference-mode=record").assert_outcomes(passed=1)
     (data,) = recordings(project.path)
     assert data["match"] == {
+        "from": "project",
         "ignore": [
             "body.max_tokens",
             "body.messages[*].content[*].cache_control",
@@ -78,11 +82,51 @@ def test_ignored_paths_drift_and_replay_then_with_no_configuration(
     monkeypatch.setenv("DRIFT", "1")
     project.runpytest().assert_outcomes(passed=1)
 
-    # the file says which rule named it: a project without the setting still replays it
+
+def test_the_project_rule_removed_a_changed_field_misses_and_rehash_makes_it_strict(
+    project: pytest.Pytester, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The configuration stays in charge: with `ignore` gone, the file made under it no
+    longer answers a request that differs in an ignored field; the miss says the rule
+    changed and to run `hashreplay rehash`, which re-keys the file strict again."""
+    project.makepyprojecttoml(PYPROJECT + IGNORE)
+    project.makepyfile(test_app=TESTS)
+    project.runpytest("--inference-mode=record").assert_outcomes(passed=1)
+    upstream.stop()
     project.makepyprojecttoml(PYPROJECT)
-    project.runpytest().assert_outcomes(passed=1)
+
+    monkeypatch.setenv("DRIFT", "1")
+    drifted = project.runpytest()
+    drifted.assert_outcomes(failed=1)
+    out = drifted.stdout.str()
+    assert "  differs:   endpoint: recorded '/v1/chat/completions?ts=1', incoming" in out
+    assert (
+        "  it matches this request under the project rule it was recorded with (ignore = "
+        "['body.max_tokens', 'body.messages[*].content[*].cache_control', 'query.ts'], "
+        "match_on = ['method', 'endpoint', 'body']), but the rule for this test is now the "
+        "default: run `hashreplay rehash` to re-key the store to the current rule, then "
+        "record what differs"
+    ) in out
     monkeypatch.delenv("DRIFT")
+    same = project.runpytest()  # the very request recorded: named by the rule now gone
+    same.assert_outcomes(failed=1)
+    same.stdout.fnmatch_lines(["*named by other rules (or an older key_version): run `hashr*"])
+
+    rehashed = subprocess.run(
+        [sys.executable, "-m", "hashreplay", "rehash"],
+        cwd=project.path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert rehashed.returncode == 0, rehashed.stderr
+    assert "Summary: 1/1 files re-keyed" in rehashed.stdout
+    (data,) = recordings(project.path)
+    assert "match" not in data  # strict again
     project.runpytest().assert_outcomes(passed=1)
+    monkeypatch.setenv("DRIFT", "1")
+    project.runpytest().assert_outcomes(failed=1)
 
 
 def test_without_the_rule_a_drift_is_a_miss_and_strict_files_have_no_match_field(
@@ -124,7 +168,7 @@ def test_match_on_method_and_endpoint_answers_in_recorded_order(
     project.makepyfile(test_app=VCR_LIKE)
     project.runpytest("--inference-mode=record").assert_outcomes(passed=1)
     (data,) = recordings(project.path)  # one file: both calls share the key
-    assert data["match"] == {"ignore": [], "match_on": ["method", "endpoint"]}
+    assert data["match"] == {"from": "project", "ignore": [], "match_on": ["method", "endpoint"]}
     assert len(data["later_responses"]) == 1  # type: ignore[arg-type]
 
     upstream.stop()
@@ -136,8 +180,9 @@ def test_match_on_method_and_endpoint_answers_in_recorded_order(
         )
     )
     project.runpytest().assert_outcomes(passed=1)
-    project.makepyprojecttoml(PYPROJECT)  # and with no configuration
-    project.runpytest().assert_outcomes(passed=1)
+    # the project's rule, not the file, decides: without it the changed bodies miss
+    project.makepyprojecttoml(PYPROJECT)
+    project.runpytest().assert_outcomes(failed=1)
 
 
 POLLING = """
@@ -277,6 +322,7 @@ def test_a_rule_change_misses_naming_rehash_which_re_keys_the_store(
     project.makepyfile(test_app=TESTS)
     project.runpytest("--inference-mode=record").assert_outcomes(passed=1)
     (strict,) = project.path.rglob("recordings/*.json")
+    strict_bytes = strict.read_bytes()
     upstream.stop()
     project.makepyprojecttoml(PYPROJECT + IGNORE)
     monkeypatch.setenv("DRIFT", "1")
@@ -294,12 +340,17 @@ def test_a_rule_change_misses_naming_rehash_which_re_keys_the_store(
         "query.ts",
     ]
     project.runpytest().assert_outcomes(passed=1)
-    # a second rehash changes nothing; the file keeps its own rule without the setting
+    # a second rehash changes nothing; without the setting the file is strict again, as
+    # it was recorded, and the drifted request is a miss
     assert main(["rehash", "--root", str(project.path)]) == 0
     assert "0/1 files re-keyed" in capsys.readouterr().out
     project.makepyprojecttoml(PYPROJECT)
     assert main(["rehash", "--root", str(project.path)]) == 0
-    assert "0/1 files re-keyed" in capsys.readouterr().out
+    assert "1/1 files re-keyed" in capsys.readouterr().out
+    (again,) = project.path.rglob("recordings/*.json")
+    assert (again.name, again.read_bytes()) == (strict.name, strict_bytes)
+    project.runpytest().assert_outcomes(failed=1)
+    monkeypatch.delenv("DRIFT")
     project.runpytest().assert_outcomes(passed=1)
 
 
@@ -335,7 +386,11 @@ def test_an_index_in_an_ignore_path_leaves_out_that_element_only(
     project.makepyfile(test_app=INDEXED)
     project.runpytest("--inference-mode=record").assert_outcomes(passed=1)
     (data,) = recordings(project.path)
-    assert data["match"] == {"ignore": [path], "match_on": ["method", "endpoint", "body"]}
+    assert data["match"] == {
+        "from": "project",
+        "ignore": [path],
+        "match_on": ["method", "endpoint", "body"],
+    }
     upstream.stop()
     monkeypatch.setenv(ignored, "changed")  # the element the path names: still a hit
     project.runpytest().assert_outcomes(passed=1)

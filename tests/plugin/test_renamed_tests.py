@@ -83,8 +83,8 @@ def test_the_miss_report_names_the_renamed_tests_recording_and_its_mv_command(
     out = missed.stdout.str()
     assert re.search(
         r"tests/recordings/[0-9a-f]{32}\.json holds exactly this request, recorded by test "
-        r"tests/test_app\.py::test_x, which this run did not collect: if that test was "
-        r"renamed or moved, keep its recordings with",
+        r"tests/test_app\.py::test_x, which its test file, collected by this run, no longer "
+        r"has: if that test was renamed or moved, keep its recordings with",
         out,
     ), out
     commands = sorted(set(re.findall(r"^ +(hashreplay mv .+)$", out, re.MULTILINE)))
@@ -110,3 +110,39 @@ def test_the_miss_report_names_the_renamed_tests_recording_and_its_mv_command(
     assert "Summary: 0/4 files pruned" in pruned.stdout
     assert recordings(pytester.path) == after
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=4)
+
+
+def test_a_test_file_moved_to_another_directory_is_offered_its_old_recordings(
+    pytester: pytest.Pytester, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`git mv tests/old/test_app.py tests/new/`: the old directory keeps another test file
+    (so its `recordings/` still serves this run), and the moved tests' misses name their old
+    files and the `mv` command; the same requests of the tests that stayed are never named."""
+    monkeypatch.setenv("FAKE_URL", upstream.url)
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("INFERENCE_MODE", raising=False)
+    monkeypatch.delenv("HASHREPLAY_ROOT", raising=False)
+    pytester.makepyprojecttoml(PYPROJECT)
+    old, new = pytester.path / "tests" / "old", pytester.path / "tests" / "new"
+    old.mkdir(parents=True)
+    new.mkdir()
+    source = TESTS.replace("test_NAME", "test_x").replace("test_PNAME", "test_p")
+    (old / "test_app.py").write_text(source)
+    (old / "test_stays.py").write_text(source.replace("test_untouched", "test_kept"))
+    recorded = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--inference-mode=record")
+    recorded.assert_outcomes(passed=8)
+
+    upstream.stop()
+    (old / "test_app.py").rename(new / "test_app.py")
+    missed = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    missed.assert_outcomes(passed=4, failed=4)
+    out = missed.stdout.str()
+    assert "tests/old/test_app.py::test_x, whose test file no longer exists" in out, out
+    commands = sorted(set(re.findall(r"^ +(hashreplay mv .+)$", out, re.MULTILINE)))
+    assert commands == [
+        "hashreplay mv 'tests/old/test_app.py::test_p' 'tests/new/test_app.py::test_p'",
+        "hashreplay mv 'tests/old/test_app.py::test_untouched' "
+        "'tests/new/test_app.py::test_untouched'",
+        "hashreplay mv 'tests/old/test_app.py::test_x' 'tests/new/test_app.py::test_x'",
+    ]
+    assert "test_stays.py::" not in out  # its tests exist: the same requests are theirs

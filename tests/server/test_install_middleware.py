@@ -296,3 +296,98 @@ def test_install_applies_the_projects_scrub_patterns_to_what_is_keyed_and_writte
     again = httpx2.post(upstream.url + CHAT, json=chat("about ticket-7"))
     assert again.status_code == 200, again.text
     assert again.json()["note"] == "opened ticket-N"
+
+
+SERVER_STEP = (
+    "  to record it: restart the server with INFERENCE_MODE=record-if-missing in its "
+    "environment (the mode given to pytest does not reach it), then run the test again: "
+    f"pytest {TEST_ID}"
+)
+
+
+async def test_an_asgi_miss_says_to_restart_the_server_and_marks_the_response(
+    installed: Path,
+    upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv("INFERENCE_MODE", "replay")
+    hashreplay.install()
+    upstream.stop()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        async with httpx2.AsyncClient(base_url=upstream.url) as client:
+            answers = [await client.post(CHAT, json=chat(word)) for word in ("a", "b")]
+        body = json.dumps([a.status_code for a in answers]).encode()
+        await send({"type": "http.response.start", "status": 502, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    transport = httpx2.ASGITransport(app=AsgiMiddleware(app))
+    with caplog.at_level(logging.WARNING, logger="hashreplay"):
+        async with httpx2.AsyncClient(transport=transport, base_url="http://app") as client:
+            tagged = await client.post("/", headers={"X-HashReplay-Test-Id": TEST_ID})
+            untagged = await client.post("/")
+    assert tagged.json() == [404, 404]
+    assert tagged.headers["x-hashreplay-server-misses"] == "2"
+    assert "x-hashreplay-server-misses" not in untagged.headers  # no test: nobody counts it
+    reports = [r.getMessage() for r in caplog.records if "no recording for" in r.getMessage()]
+    tagged_reports = [report for report in reports if f"test:      {TEST_ID}" in report]
+    assert len(reports) == 4 and len(tagged_reports) == 2
+    assert all(report.splitlines()[-1] == SERVER_STEP for report in tagged_reports)
+
+
+def test_a_wsgi_miss_says_to_restart_the_server_and_marks_the_response(
+    installed: Path,
+    upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv("INFERENCE_MODE", "replay")
+    hashreplay.install()
+    upstream.stop()
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        with httpx2.Client(base_url=upstream.url) as client:
+            status = client.post(CHAT, json=chat("w")).status_code
+        start_response("502 Bad Gateway", [("content-type", "text/plain")])
+        return [str(status).encode()]
+
+    with (
+        caplog.at_level(logging.WARNING, logger="hashreplay"),
+        httpx2.Client(
+            transport=httpx2.WSGITransport(app=WsgiMiddleware(app)), base_url="http://app"
+        ) as client,
+    ):
+        response = client.get("/", headers={"X-HashReplay-Test-Id": TEST_ID})
+    assert response.text == "404"
+    assert response.headers["x-hashreplay-server-misses"] == "1"
+    [report] = [r.getMessage() for r in caplog.records if "no recording for" in r.getMessage()]
+    assert report.splitlines()[-1] == SERVER_STEP
+
+
+def test_the_plugins_session_keeps_the_pytest_command(root: Path, upstream: FakeUpstream) -> None:
+    """An app served in-process under the plugin's session: the pytest command does record
+    it there, and the plugin fails the test with the miss (no header)."""
+    plugin_session = Session(load_config(root, env={}, mode="replay"))
+    httpx_adapter.install(plugin_session)
+    upstream.stop()
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        with httpx2.Client(base_url=upstream.url) as client:
+            client.post(CHAT, json=chat("w"))
+        start_response("502 Bad Gateway", [])
+        return [b""]
+
+    try:
+        with httpx2.Client(
+            transport=httpx2.WSGITransport(app=WsgiMiddleware(app)), base_url="http://app"
+        ) as client:
+            response = client.get("/", headers={"X-HashReplay-Test-Id": TEST_ID})
+    finally:
+        httpx_adapter.uninstall()
+    assert "x-hashreplay-server-misses" not in response.headers
+    [miss] = plugin_session.take_misses(TEST_ID)
+    assert miss.report.splitlines()[-1] == (
+        f"  to record it: INFERENCE_MODE=record-if-missing pytest {TEST_ID}"
+    )

@@ -149,6 +149,7 @@ def test_a_server_under_test_records_per_test_and_replays_offline(
         "missed": 0,
         "passed_through": 0,
         "not_recorded": 0,
+        "server_missed": 0,
     }
 
     files = sorted((project / "suite" / "recordings").glob("*.json"))
@@ -181,5 +182,68 @@ def test_a_server_under_test_records_per_test_and_replays_offline(
         "missed": 0,
         "passed_through": 0,
         "not_recorded": 0,
+        "server_missed": 0,
     }
     assert [f.read_bytes() for f in files] == recorded_bytes
+
+
+MISSING = """
+import os
+
+import httpx2
+
+APP = os.environ["APP_URL"]
+
+
+def test_never_recorded():
+    response = httpx2.post(APP + "/ask", json={"q": "never recorded"}, timeout=10)
+    assert response.status_code == 500  # the app's SDK got the miss answer
+"""
+
+
+def test_a_miss_in_the_server_says_to_restart_it_recording_and_the_suite_counts_it(
+    pytester: pytest.Pytester,
+    servers: Servers,
+    upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server's mode comes from its own environment: its miss report says to restart
+    it with INFERENCE_MODE=record-if-missing (not the pytest command, which would change
+    nothing there), and the test side's summary counts the miss its answer reported."""
+    project = pytester.path
+    port = free_port()
+    app_url = f"http://127.0.0.1:{port}"
+    pytester.makepyprojecttoml(
+        '[tool.pytest.ini_options]\nasyncio_default_fixture_loop_scope = "function"\n'
+        f'[tool.hashreplay]\npassthrough = ["{app_url}"]\n'
+    )
+    (project / "app.py").write_text(APP)
+    (project / "suite").mkdir()
+    (project / "suite" / "test_gap.py").write_text(MISSING)
+    monkeypatch.setenv("APP_URL", app_url)
+    monkeypatch.delenv("INFERENCE_MODE", raising=False)
+    upstream.stop()
+    argv = [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)]
+    env = {"HASHREPLAY_ROOT": str(project), "INFERENCE_MODE": "replay", "UPSTREAM_URL": "x"}
+    server = servers.start(
+        [*argv, "--app-dir", str(project)], port=port, env=env, cwd=project, ready_path="/stats"
+    )
+
+    run = pytester.runpytest("suite")
+    run.assert_outcomes(passed=1)
+    run.stdout.fnmatch_lines(
+        [
+            "hashreplay: 0 replayed, 0 recorded, 0 missed (replay); 1 passed through",
+            "hashreplay: 1 missed in a server under test (its log holds each report); to "
+            "record them, restart the server with INFERENCE_MODE=record-if-missing in its "
+            "environment and run the tests again",
+        ]
+    )
+    log = server.log()
+    assert "hashreplay: no recording for POST" in log
+    assert (
+        "  to record it: restart the server with INFERENCE_MODE=record-if-missing in its "
+        "environment (the mode given to pytest does not reach it), then run the test again: "
+        "pytest suite/test_gap.py::test_never_recorded"
+    ) in log
+    assert "INFERENCE_MODE=record-if-missing pytest suite/" not in log

@@ -279,7 +279,7 @@ def _middleware(*, decompress: bool, read_timeout: float | None) -> Callable[...
         if not isinstance(decision, Record):
             with adapter_io():
                 passed = await handler(req)
-            session.live_status(decision, passed.status)
+            session.live_status(decision, passed.status, passed.headers.get)
             return passed
         started = time.monotonic()
         try:

@@ -149,7 +149,7 @@ def _handle_sync(
     with adapter_io():
         if not isinstance(decision, Record):
             response = original(self, request)
-            session.live_status(decision, response.status_code)
+            session.live_status(decision, response.status_code, response.headers.get)
             return response
         started = time.monotonic()
         try:
@@ -177,7 +177,7 @@ async def _handle_async(
     with adapter_io():
         if not isinstance(decision, Record):
             response = await original(self, request)
-            session.live_status(decision, response.status_code)
+            session.live_status(decision, response.status_code, response.headers.get)
             return response
         started = time.monotonic()
         try:

@@ -187,7 +187,7 @@ def _getresponse(self: Any) -> Any:
         if request.prep is None or session is None:
             response = _originals["getresponse"](self)
             if session is not None and request.live is not None:
-                session.live_status(request.live, response.status)
+                session.live_status(request.live, response.status, response.getheader)
             return response
         try:
             response = _originals["getresponse"](self)

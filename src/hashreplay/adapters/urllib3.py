@@ -189,7 +189,7 @@ def _handle(session: Session, original: Callable[..., Any], call: _Call) -> Any:
         _add_headers(call, decision)
     if not isinstance(decision, Record):
         passed = call.call(original)
-        session.live_status(decision, passed.status)
+        session.live_status(decision, passed.status, passed.headers.get)
         return passed
     preload = bool(call.get("preload_content", True))
     if preload:  # read below, once the body is watched

@@ -27,6 +27,9 @@ def verify(run: Run) -> int:
             problems = [f"unreadable: {exc.problem}; to fix it: {run.unreadable_fix(path)}"]
         else:
             problems = verify_file(item, rules)
+            note = rules.rule_note(item.recording)  # not a problem: said, not counted
+            if note is not None:
+                run.console.line(printable(f"{run.show_path(path)}: note: {note}"))
         bad += bool(problems)
         for problem in problems:  # problems quote recorded values: shown, never interpreted
             run.console.line(printable(f"{run.show_path(path)}: {problem}"))

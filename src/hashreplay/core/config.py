@@ -30,9 +30,16 @@ from hashreplay.core.constants import (
     RECORDINGS_DIRNAME,
 )
 from hashreplay.core.errors import ConfigError, explain
-from hashreplay.core.matching import DEFAULT_MATCH_ON, MatchRule, Repeat, parse_match_on, parse_path
+from hashreplay.core.matching import (
+    DEFAULT_MATCH_ON,
+    MatchRule,
+    Repeat,
+    RuleSource,
+    parse_match_on,
+    parse_path,
+)
 from hashreplay.core.modes import MaxAge, Mode, Pace, RecordFailures, Stale, Unconsumed
-from hashreplay.core.network import BlockNetwork
+from hashreplay.core.network import BlockNetwork, host_entry, passthrough_prefixes
 from hashreplay.core.normalise import compile_patterns
 from hashreplay.core.paths import PYPROJECT, find_root
 
@@ -205,7 +212,20 @@ class Config(BaseModel):
     @property
     def match_rule(self) -> MatchRule:
         """The matching rule of the project (docs/design.md §14)."""
-        return MatchRule(self.ignore, self.match_on)
+        return MatchRule(self.ignore, self.match_on, RuleSource.PROJECT)
+
+    @field_validator("allowed_hosts", mode="after")
+    @classmethod
+    def _check_hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            host_entry(entry)  # raises ValueError naming the bad entry and the forms
+        return value
+
+    @field_validator("passthrough", mode="after")
+    @classmethod
+    def _check_passthrough(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        passthrough_prefixes(value)  # raises ValueError naming an entry that is not a URL
+        return value
 
     @field_validator("match_headers", "keep_response_headers", mode="after")
     @classmethod

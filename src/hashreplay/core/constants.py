@@ -73,11 +73,20 @@ RECORD_COMMAND: Final = "INFERENCE_MODE=record-if-missing pytest {nodeid}"
 #: The command that replaces a recording file that cannot be read: record-if-missing
 #: refuses such a file again (it is there, but unusable); record overwrites it.
 RERECORD_COMMAND: Final = "INFERENCE_MODE=record pytest {nodeid}"
+#: What records a miss of a server under test (`hashreplay.install()`, docs/design.md §8):
+#: its mode comes from its own environment, which the pytest command does not change.
+SERVER_RECORD_STEP: Final = (
+    "restart the server with INFERENCE_MODE=record-if-missing in its environment (the mode "
+    "given to pytest does not reach it), then run the test again: pytest {nodeid}"
+)
 
 #: Status and headers of the answer to a replay miss: not retried by the OpenAI/Anthropic
 #: SDKs (`x-should-retry: false`) nor by plain clients (4xx other than 408/409/429).
 MISS_STATUS: Final = 404
 MISS_HEADER: Final = "x-hashreplay-miss"
+#: What the in-process server middleware adds to a response whose request had replay misses
+#: in the server's own upstream calls (their count), so the test side counts them.
+MISSES_HEADER: Final = "x-hashreplay-server-misses"
 #: On an answer from a recording older than `max_age`, from a front end with no test end
 #: (the proxy): its age, `<days>d` (docs/server.md, "Stale recordings").
 STALE_HEADER: Final = "x-hashreplay-stale"

@@ -187,8 +187,10 @@ class Recording(_Model):
     #: Stable facts only: which stable id replaced the value of which field.
     id_normalization_mapping: dict[str, StrictStr] = {}
     #: The matching rule that named the file (`ignore`, `match_on`) when it is narrower than
-    #: the default (docs/design.md §14); absent: the default rule.
-    match: dict[str, list[StrictStr]] | None = None
+    #: the default, and where it came from (`from`: "project", "marker", "import"; absent in
+    #: files written before, which keep their rule as their own) (docs/design.md §14);
+    #: absent: the default rule.
+    match: dict[str, list[StrictStr] | StrictStr] | None = None
 
     @property
     def responses(self) -> list[RecordedResponse]:
@@ -226,9 +228,16 @@ _ENUMS: dict[tuple[str, ...], type[Enum]] = {
 }
 
 
+#: The member tags pydantic puts in the location of an error inside a union (`match`'s
+#: values): not part of the field's path.
+_UNION_TAGS = frozenset({"list[str]", "str"})
+
+
 def _path(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
+        if part in _UNION_TAGS:
+            continue
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 

@@ -11,7 +11,10 @@ Pure: a rule projects a request's method, endpoint and body to what is hashed; t
 hashes the projection with the rule itself (`MatchRule.as_json`), so a key made under one
 rule never equals a key made under another, and the default rule adds nothing to the hash
 (every strict key stays what it was). A file recorded under a narrower rule stores it as
-`match`, so replay and `hashreplay rehash` recompute its name from the file alone.
+`match`, with where the rule came from (`from`, a `RuleSource`): a project's rule follows
+the configuration (replay does not look a file up by a project rule it no longer has, and
+`hashreplay rehash` re-keys it to the current one), a marker's or an import's stays the
+file's own.
 """
 
 from __future__ import annotations
@@ -58,6 +61,28 @@ class Repeat(Choice):
             ' ("last" answers calls past the end of a recorded sequence with its last '
             'response, "strict" makes them a miss)'
         )
+
+
+class RuleSource(Choice):
+    """Where a file's narrower rule came from (`match.from`)."""
+
+    #: `[tool.hashreplay]` `ignore` / `match_on`: the configuration stays in charge
+    PROJECT = "project"
+    #: `@pytest.mark.hashreplay(ignore=…, match_on=…)`: the file keeps it
+    MARKER = "marker"
+    #: `hashreplay import` (a cassette's `match_on`): the file keeps it
+    IMPORT = "import"
+
+    @classmethod
+    def hint(cls) -> str:
+        return (
+            ' ("project" follows [tool.hashreplay], "marker" and "import" stay the file\'s '
+            "own rule)"
+        )
+
+
+#: The key of `match` that says where the rule came from; not part of the key.
+SOURCE_KEY: Final = "from"
 
 
 def parse_path(text: object, *, source: str = "ignore") -> tuple[str, tuple[Step, ...]]:
@@ -142,11 +167,19 @@ def parse_match_on(value: object, *, source: str = "match_on") -> tuple[str, ...
 class MatchRule:
     """`ignore` paths and `match_on` parts: what of a request goes into its key."""
 
-    __slots__ = ("_body", "_query", "ignore", "match_on")
+    __slots__ = ("_body", "_query", "ignore", "match_on", "source")
 
-    def __init__(self, ignore: Iterable[str] = (), match_on: Iterable[str] = DEFAULT_MATCH_ON):
+    def __init__(
+        self,
+        ignore: Iterable[str] = (),
+        match_on: Iterable[str] = DEFAULT_MATCH_ON,
+        source: RuleSource | None = None,
+    ):
         self.ignore = tuple(sorted(set(ignore)))
         self.match_on = tuple(match_on)
+        #: where it came from; None in a file written before files said so (kept as its own).
+        #: Not part of the rule: two rules that key alike are equal whatever their source
+        self.source = source
         self._body: list[tuple[Step, ...]] = []
         self._query: set[str] = set()
         for text in self.ignore:
@@ -163,15 +196,17 @@ class MatchRule:
         match_on: object = DEFAULT_MATCH_ON,
         *,
         source: str = "[tool.hashreplay]",
+        origin: RuleSource | None = None,
     ) -> MatchRule:
-        """A rule from user input; a ConfigError names `source` and the setting."""
+        """A rule from user input (`origin`: where it was given); a ConfigError names
+        `source` and the setting."""
         if isinstance(ignore, str) or not isinstance(ignore, Iterable):
             msg = f"{source} ignore: {ignore!r} must be a list of request paths; use {PATH_FORMS}"
             raise ConfigError(msg)
         paths = list(ignore)
         for path in paths:
             parse_path(path, source=f"{source} ignore")
-        return cls(paths, parse_match_on(match_on, source=f"{source} match_on"))
+        return cls(paths, parse_match_on(match_on, source=f"{source} match_on"), origin)
 
     @classmethod
     def from_json(cls, value: object, *, source: str = "match") -> MatchRule:
@@ -179,10 +214,16 @@ class MatchRule:
         if not isinstance(value, Mapping):
             msg = f"{source}: {value!r} must be an object with `ignore` and `match_on`"
             raise ConfigError(msg)
-        unknown = sorted(str(k) for k in value if k not in ("ignore", "match_on"))
+        unknown = sorted(str(k) for k in value if k not in ("ignore", "match_on", SOURCE_KEY))
         if unknown:
-            msg = f"{source}: unknown key {unknown[0]!r}; the keys are `ignore` and `match_on`"
+            msg = (
+                f"{source}: unknown key {unknown[0]!r}; the keys are `ignore`, `match_on` and "
+                f"`{SOURCE_KEY}`"
+            )
             raise ConfigError(msg)
+        origin = value.get(SOURCE_KEY)
+        if origin is not None:
+            origin = RuleSource.parse(origin, source=f"{source}.{SOURCE_KEY}")
         ignore = value.get("ignore", ())
         if isinstance(ignore, str) or not isinstance(ignore, Iterable):
             msg = f"{source}.ignore: {ignore!r} must be a list of request paths"
@@ -192,15 +233,32 @@ class MatchRule:
         match_on = parse_match_on(
             value.get("match_on", DEFAULT_MATCH_ON), source=f"{source}.match_on"
         )
-        return cls(ignore, match_on)
+        return cls(ignore, match_on, origin)
 
     @property
     def is_default(self) -> bool:
         return not self.ignore and self.match_on == DEFAULT_MATCH_ON
 
     def as_json(self) -> dict[str, list[str]]:
-        """The rule as a file stores it and the key hashes it."""
+        """The rule as the key hashes it (without its source)."""
         return {"ignore": list(self.ignore), "match_on": list(self.match_on)}
+
+    def stored(self) -> dict[str, Any]:
+        """The rule as a file stores it (`match`): `as_json` and, when known, its source."""
+        value: dict[str, Any] = {}
+        if self.source is not None:
+            value[SOURCE_KEY] = self.source.value
+        value.update(self.as_json())
+        return value
+
+    @property
+    def follows_project(self) -> bool:
+        """Whether it is a project rule (`[tool.hashreplay]`): the configuration decides how
+        its files are keyed, not the file."""
+        return self.source is RuleSource.PROJECT
+
+    def with_source(self, source: RuleSource | None) -> MatchRule:
+        return MatchRule(self.ignore, self.match_on, source)
 
     def project(self, method: str, endpoint: str, body: Any) -> tuple[str, str, Any]:
         """What of a request is hashed under this rule: method, endpoint, body."""
@@ -225,6 +283,16 @@ class MatchRule:
             parts.insert(0, f"ignore = {list(self.ignore)}")
         return ", ".join(parts)
 
+    def described_source(self) -> str:
+        """Where it came from, in words, for a report."""
+        if self.source is RuleSource.PROJECT:
+            return "the project's [tool.hashreplay] rule"
+        if self.source is RuleSource.MARKER:
+            return "a @pytest.mark.hashreplay rule"
+        if self.source is RuleSource.IMPORT:
+            return "the rule `hashreplay import` kept from its source"
+        return "a rule the file keeps as its own (written before files said where it came from)"
+
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, MatchRule)
@@ -242,15 +310,26 @@ class MatchRule:
 DEFAULT_RULE: Final = MatchRule()
 
 
+def file_rule(match: Mapping[str, Any] | None) -> MatchRule | None:
+    """The rule a file's `match` names; None for none or one that cannot be read (the file
+    is keyed as if it had none; `hashreplay verify` names it)."""
+    if match is None:
+        return None
+    try:
+        return MatchRule.from_json(match)
+    except ConfigError:
+        return None
+
+
 _MATCH_FIELD = b'\n  "match": '
 
 
 def directory_rules(directory: Path) -> list[MatchRule]:
-    """The narrower rules the recordings of one directory were made under, each once (files
-    without `match` use the default rule and are not listed). Read when a request of a test
-    there misses under its own rule, once per directory and session: a file that does not
-    mention `match` is not parsed, and one whose rule cannot be read is left out
-    (`hashreplay verify` names it)."""
+    """The narrower rules the recordings of one directory were made under, each once with
+    each source (files without `match` use the default rule and are not listed). Read when
+    a request of a test there misses under its own rule, once per directory and session: a
+    file that does not mention `match` is not parsed, and one whose rule cannot be read is
+    left out (`hashreplay verify` names it)."""
     found: list[MatchRule] = []
     try:
         paths = sorted(directory.glob("*.json"))
@@ -279,9 +358,13 @@ def directory_rules(directory: Path) -> list[MatchRule]:
             rule = MatchRule.from_json(value)
         except (orjson.JSONDecodeError, ConfigError):
             continue
-        if rule not in found and not rule.is_default:
+        if not rule.is_default and not any(_same(rule, r) for r in found):
             found.append(rule)
     return found
+
+
+def _same(a: MatchRule, b: MatchRule) -> bool:
+    return a == b and a.source is b.source
 
 
 class RuleIndex:
@@ -296,11 +379,29 @@ class RuleIndex:
     ) -> list[MatchRule | None]:
         """The rules to try after `own` (None: the default) missed: the default first (a
         store recorded before the project narrowed its rule), then every narrower rule the
-        directories' files were made under."""
+        directories' files keep as their own (a marker's, an import's)."""
         found: list[MatchRule | None] = [] if own is None else [None]
+        for directory in self._rules(directories):
+            # a project rule the project no longer has does not answer: the configuration
+            # decides (`hashreplay rehash` re-keys its files, the miss report says so)
+            found.extend(
+                r for r in directory if not r.follows_project and r != own and r not in found
+            )
+        return found
+
+    def stale_project_rules(
+        self, directories: Iterable[Path], own: MatchRule | None
+    ) -> list[MatchRule]:
+        """The project rules files in `directories` were made under that differ from `own`
+        (the request's rule now): a miss they would answer is the rule change's."""
+        found: list[MatchRule] = []
+        for directory in self._rules(directories):
+            found.extend(r for r in directory if r.follows_project and r != own and r not in found)
+        return found
+
+    def _rules(self, directories: Iterable[Path]) -> Iterable[list[MatchRule]]:
         for directory in directories:
             rules = self._dirs.get(directory)
             if rules is None:
                 rules = self._dirs[directory] = directory_rules(directory)
-            found.extend(r for r in rules if r != own and r not in found)
-        return found
+            yield rules

@@ -9,8 +9,11 @@ record or live mode, where a real key must be the user's own.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from enum import Enum
+from typing import Final
 from urllib.parse import urlsplit
 
 from hashreplay.core.keys import is_loopback_host
@@ -40,35 +43,140 @@ def is_loopback(host: str) -> bool:
     return is_loopback_host(host.split("%", 1)[0])
 
 
-def passthrough_hosts(prefixes: Iterable[str]) -> set[str]:
-    """`host` and `host:port` of each `passthrough` URL prefix."""
-    hosts: set[str] = set()
-    for prefix in prefixes:
-        parts = urlsplit(prefix)
-        if parts.hostname:
-            hosts.add(parts.hostname.lower())
-            if parts.port:
-                hosts.add(f"{parts.hostname.lower()}:{parts.port}")
-    return hosts
+#: The port a URL's scheme implies when it names none.
+DEFAULT_PORTS: Final = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+@dataclass(frozen=True)
+class HostEntry:
+    """One host a connection may reach: `host` (lower-cased, no brackets or trailing dot)
+    and its port, None for every port."""
+
+    host: str
+    port: int | None = None
+
+    def covers(self, host: str, port: int) -> bool:
+        return self.host == _bare(host) and self.port in (None, port)
+
+
+@dataclass(frozen=True)
+class UrlPrefix:
+    """A `passthrough` entry: the scheme, host and port a URL must have (the port the scheme
+    implies when the entry names none) and the path it must start with, at a `/`, `?` or `#`
+    (`http://localhost:8000/v1` passes `/v1` and `/v1/chat`, not `/v10` nor port 8001)."""
+
+    scheme: str
+    host: str
+    port: int | None
+    path: str
+
+    @classmethod
+    def parse(cls, text: str) -> UrlPrefix:
+        """A `passthrough` URL; a ValueError naming the entry for anything else."""
+        try:
+            parts = urlsplit(text.strip())
+            port = parts.port
+        except ValueError as exc:
+            msg = f"passthrough entry {text!r}: {exc}; write a URL like http://localhost:8000"
+            raise ValueError(msg) from None
+        if not parts.scheme or not parts.hostname:
+            msg = (
+                f"passthrough entry {text!r} is not a URL with a scheme and a host; write one "
+                "like http://localhost:8000 or https://api.example.com/v1"
+            )
+            raise ValueError(msg)
+        scheme = parts.scheme.lower()
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        port = port if port is not None else DEFAULT_PORTS.get(scheme)
+        return cls(scheme, _bare(parts.hostname), port, "" if path == "/" else path)
+
+    @property
+    def entry(self) -> HostEntry:
+        """What the network guard lets through for it: its host at its port."""
+        return HostEntry(self.host, self.port)
+
+    def matches(self, url: str) -> bool:
+        """Whether `url` has this scheme, host and port and starts with this path."""
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            return False
+        scheme = parts.scheme.lower()
+        if scheme != self.scheme or _bare(parts.hostname or "") != self.host:
+            return False
+        if (port if port is not None else DEFAULT_PORTS.get(scheme)) != self.port:
+            return False
+        prefix = self.path
+        if not prefix:
+            return True
+        rest = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        if not rest.startswith(prefix):
+            return False
+        return len(rest) == len(prefix) or prefix[-1] in "/?#" or rest[len(prefix)] in "/?#"
+
+
+def host_entry(text: str) -> HostEntry:
+    """An `allowed_hosts` entry: `host` (every port), `host:port`, `[v6]:port`, a bare IPv6
+    address (every port) or a URL (its host at the port it names or its scheme implies); a
+    ValueError naming the entry for anything else."""
+    entry = text.strip()
+    if "://" in entry:
+        try:
+            return UrlPrefix.parse(entry).entry
+        except ValueError as exc:
+            msg = str(exc).replace("passthrough entry", "allowed_hosts entry", 1)
+            raise ValueError(msg) from None
+    host, port = entry, ""
+    if entry.startswith("["):
+        host, _, tail = entry[1:].partition("]")
+        if tail and not tail.startswith(":"):
+            host = ""
+        port = tail.removeprefix(":")
+    elif entry.count(":") == 1:
+        host, _, port = entry.partition(":")
+    if not host or "/" in host or (port and not (port.isdigit() and 0 < int(port) < 65536)):
+        msg = (
+            f"allowed_hosts entry {text!r} is not a host: write `name` or an address (every "
+            "port), `name:port`, `[v6]:port` or a URL such as http://name:8000"
+        )
+        raise ValueError(msg)
+    return HostEntry(_bare(host), int(port) if port else None)
+
+
+def passthrough_prefixes(prefixes: Iterable[str]) -> tuple[UrlPrefix, ...]:
+    """The `passthrough` entries, parsed (a ValueError names one that is not a URL)."""
+    return tuple(UrlPrefix.parse(prefix) for prefix in prefixes)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(prefixes: tuple[str, ...]) -> tuple[UrlPrefix, ...]:
+    return passthrough_prefixes(prefixes)
+
+
+def under_passthrough(prefixes: tuple[str, ...], url: str) -> bool:
+    """Whether `url` is under one of the `passthrough` URLs (same scheme, host and port, and
+    the entry's path at a `/`, `?` or `#`)."""
+    return any(prefix.matches(url) for prefix in _parsed(prefixes))
 
 
 class NetworkRules:
-    """Whether a connection that no adapter handled may be opened."""
+    """Whether a connection that no adapter handled may be opened. An `allowed_hosts` entry
+    without a port allows every port of its host; one with a port (or a URL) and each
+    `passthrough` URL allow that port only (docs/usage.md, "The network guard")."""
 
     def __init__(
         self, block: BlockNetwork, allowed_hosts: Iterable[str], passthrough: Iterable[str]
     ) -> None:
         self.block = block
-        self.allowed = {_bare(h) for h in allowed_hosts} | passthrough_hosts(passthrough)
+        entries = [host_entry(h) for h in allowed_hosts]
+        entries.extend(prefix.entry for prefix in passthrough_prefixes(passthrough))
+        self.entries = tuple(dict.fromkeys(entries))
 
     def listed(self, port: int, *hosts: str) -> bool:
-        """Whether one of `hosts` (with or without `port`) is in `allowed_hosts` or
-        `passthrough`: the user said it may be reached."""
-        for host in hosts:
-            name = _bare(host)
-            if name in self.allowed or f"{name}:{port}" in self.allowed:
-                return True
-        return False
+        """Whether one of `hosts` at `port` is in `allowed_hosts` or `passthrough`: the user
+        said it may be reached."""
+        return any(entry.covers(host, port) for host in hosts for entry in self.entries)
 
     def allows(self, port: int, address: str, name: str | None = None) -> bool:
         """Whether a replay-mode test may reach `address:port`. The address alone decides
@@ -90,11 +198,11 @@ class NetworkRules:
 
     def allows_name(self, name: str) -> bool:
         """Whether a test may look up `name` (a lookup reaches the resolver, not the host):
-        `allowed_hosts` or `passthrough` names it, with any port."""
+        `allowed_hosts` or `passthrough` names it, at any port."""
         if self.block is BlockNetwork.OFF:
             return True
         bare = _bare(name)
-        return any(entry == bare or entry.startswith(f"{bare}:") for entry in self.allowed)
+        return any(entry.host == bare for entry in self.entries)
 
 
 def _bare(host: str) -> str:

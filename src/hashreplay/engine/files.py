@@ -25,7 +25,7 @@ from hashreplay.core.constants import (
     RECORDINGS_DIRNAME,
 )
 from hashreplay.core.diff import first_difference
-from hashreplay.core.errors import ConfigError, PathNotFound, RecordingError
+from hashreplay.core.errors import PathNotFound, RecordingError
 from hashreplay.core.format import EndState, Recording, is_no_response
 from hashreplay.core.keys import (
     hash_of_name,
@@ -35,7 +35,7 @@ from hashreplay.core.keys import (
     recording_name,
     stored_url,
 )
-from hashreplay.core.matching import MatchRule
+from hashreplay.core.matching import DEFAULT_RULE, MatchRule, file_rule
 from hashreplay.core.modes import RecordFailures
 from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_request_body
 from hashreplay.core.normalise_response import normalise_response
@@ -215,15 +215,42 @@ class Rules:
         return self.engine.keyer.key_of(request, recording.test_id, self.rule_of(recording))[0]
 
     def rule_of(self, recording: Recording) -> MatchRule | None:
-        """The matching rule a file is named by: its own `match`, else the project's (None:
-        the default). A `match` that cannot be read counts as absent."""
-        if recording.match is not None:
-            try:
-                rule = MatchRule.from_json(recording.match)
-            except ConfigError:
-                return self.engine.keyer.rule
+        """The matching rule a file is named by: the one it keeps as its own (`match` from
+        a marker or an import, or written before files said where a rule came from), else
+        the project's current rule (None: the default), also for a file made under an
+        earlier project rule (docs/design.md §14)."""
+        rule = file_rule(recording.match)
+        if rule is not None and not rule.follows_project:
             return None if rule.is_default else rule
         return self.engine.keyer.rule
+
+    def earlier_project_rule(self, recording: Recording) -> str | None:
+        """The problem of a file keyed by a project rule the project no longer has: no test
+        finds it by that rule, and `hashreplay rehash` re-keys it to the current one."""
+        rule = file_rule(recording.match)
+        project = self.engine.keyer.rule or DEFAULT_RULE
+        if rule is None or not rule.follows_project or rule == project:
+            return None
+        if self.is_shared(recording):  # a model list is never narrowed: rehash drops it
+            return None
+        return (
+            f"keyed by an earlier project rule ({rule.describe()}); [tool.hashreplay] now "
+            f"says {project.describe()}, so replay no longer finds it by that rule: run "
+            "`hashreplay rehash` to re-key it to the current rule"
+        )
+
+    def rule_note(self, recording: Recording) -> str | None:
+        """What `hashreplay verify` says of a file that keeps its own matching rule where it
+        differs from the project's: rehash leaves it so, and replay finds it by it."""
+        rule, project = file_rule(recording.match), self.engine.keyer.rule
+        if rule is None or rule.follows_project or rule == (project or DEFAULT_RULE):
+            return None
+        current = "the default" if project is None else project.describe()
+        return (
+            f"keeps its own matching rule ({rule.describe()}), {rule.described_source()}, "
+            f"not the project's ({current}): replay finds it by that rule and `hashreplay "
+            "rehash` leaves it so; to key it by the project's rule, re-record the test"
+        )
 
     def file_name(self, recording: Recording, body: Any) -> str:
         """The name the engine gives a file holding this request (with this stored body)."""
@@ -261,7 +288,10 @@ def verify(loaded: Loaded, rules: Rules) -> list[str]:
         )
     name = loaded.path.name
     expected = rules.file_name(recording, recording.request.body)
-    if name != expected:
+    earlier = rules.earlier_project_rule(recording)
+    if earlier is not None:
+        problems.append(earlier)
+    elif name != expected:
         problems.append(_name_problem(name, expected, recording, outdated))
     elif not outdated:
         current = rules.file_name(recording, rules.renormalised_body(recording))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from hashreplay.core.bodies import decode_body, decoder_for
-from hashreplay.core.constants import MISS_HEADER, MISS_STATUS
+from hashreplay.core.constants import MISS_HEADER, MISS_STATUS, MISSES_HEADER
 from hashreplay.core.errors import BodyTooLarge, RecordingError, ReplayMiss, error_body
 from hashreplay.core.format import EndState, RecordedResponse, Timing
 from hashreplay.core.streams import render_stream, stream_finished, stream_format_for
@@ -404,6 +404,17 @@ def miss_plan(
         [body],
         False,
     )
+
+
+def server_misses(header: Callable[[str], str | None]) -> int:
+    """How many misses a server under test reports in its answer to a `passthrough` request
+    (`header` looks up the answer's headers): the in-process middleware's
+    `X-HashReplay-Server-Misses` count, else one for a miss answer itself (`miss_plan`'s
+    `X-HashReplay-Miss`: `hashreplay serve`'s, or one the app passed on as it got it)."""
+    counted = header(MISSES_HEADER)
+    if counted is not None:
+        return int(counted) if counted.strip().isdigit() else 1
+    return 1 if header(MISS_HEADER) is not None else 0
 
 
 def timing_of(exchange: LiveExchange) -> Timing | None:

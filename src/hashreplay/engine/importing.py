@@ -20,7 +20,7 @@ from hashreplay.core.constants import BLOBS_DIRNAME, RECORDINGS_DIRNAME, STATE_D
 from hashreplay.core.errors import ConfigError, HashReplayError
 from hashreplay.core.format import RecordedResponse
 from hashreplay.core.keys import MODEL_LIST_SUFFIXES, test_context
-from hashreplay.core.matching import MatchRule
+from hashreplay.core.matching import MatchRule, RuleSource
 from hashreplay.core.modes import Mode
 from hashreplay.core.paths import SKIP_DIRS, write_bytes_atomic
 from hashreplay.core.store import Store
@@ -202,11 +202,11 @@ def _record(
     assert entry.request is not None and entry.exchange is not None  # the readers' duty
     prep = session.prepare(entry.request, test_id=entry.test_id)
     if entry.match_on is not None:  # keyed as its source matched it, so it replays as it did
-        narrowed = MatchRule(session.config.ignore, entry.match_on)
+        narrowed = MatchRule(session.config.ignore, entry.match_on, RuleSource.IMPORT)
         earlier = kept(entry.test_id, prep.shown_test_id)
         earlier = [r for r in earlier if r.match_on == narrowed.match_on]
         if len(earlier) == 1:
-            narrowed = earlier[0]
+            narrowed = earlier[0].with_source(RuleSource.IMPORT)
         rule = None if narrowed.is_default else narrowed
         key = session.keyer.key_of(prep.request, prep.shown_test_id, rule)[0]
         prep = prep._replace(hash=key, rule=rule)

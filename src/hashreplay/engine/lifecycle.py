@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from enum import Enum
 from typing import NamedTuple
 
@@ -33,9 +33,9 @@ from hashreplay.core.network import NetworkRules, missing, replay_env_values
 from hashreplay.core.redact import Redactor
 from hashreplay.core.secret_values import SeenSecrets
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions
-from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody
+from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody, server_misses
 from hashreplay.engine.keys import Keyer, Prepared
-from hashreplay.engine.replay import Decision, Live, Replay
+from hashreplay.engine.replay import Decision, Live, Passthrough, Replay
 from hashreplay.engine.scenarios import FileIndex, Unused, unmatched_faults, unused
 from hashreplay.engine.state import Call, StaleUse, Stats, Tests
 
@@ -111,11 +111,21 @@ class TestBook:
             self.tests.state(test_id).calls.append(call)
         return decision
 
-    def live_status(self, decision: Decision, status: int) -> None:
+    def live_status(
+        self, decision: Decision, status: int, header: Callable[[str], str | None] | None = None
+    ) -> None:
         """An adapter's report of the status of a live answer it passed on (any decision
         it sent to the network; only a `Live` one is listed here, a recorded one gets its
         status from its recording): the one way a live call's status reaches the test's
-        `calls`. A call that got no answer is never reported and keeps None."""
+        `calls`. A call that got no answer is never reported and keeps None. `header`
+        looks up the answer's headers: the answer to a `passthrough` request counts the
+        misses a server under test reports in it (`server_misses`)."""
+        if header is not None and type(decision) is Passthrough:
+            count = server_misses(header)
+            if count:
+                with self.tests.lock:
+                    self.stats.server_missed += count
+            return
         if type(decision) is not Live or decision.call is None:
             return
         noted = decision.call

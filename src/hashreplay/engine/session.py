@@ -247,13 +247,11 @@ class Session(TestBook):
         return None
 
     def is_passthrough(self, url: str) -> bool:
-        """Whether `url` is under a `passthrough` prefix (ending at a `/`, `?` or `#`)."""
-        for prefix in self._passthrough:
-            if url.startswith(prefix) and (
-                len(url) == len(prefix) or prefix[-1] in "/?#" or url[len(prefix)] in "/?#"
-            ):
-                return True
-        return False
+        """Whether `url` is under a `passthrough` URL: its scheme, host and port, and its
+        path ending at a `/`, `?` or `#` (docs/usage.md, "The network guard")."""
+        from hashreplay.core.network import under_passthrough  # the rule lives with the guard's
+
+        return under_passthrough(self._passthrough, url)
 
     # --- keying ---------------------------------------------------------------------------
 

@@ -46,7 +46,14 @@ KeyOf = Callable[[RecordedRequest, "str | None", "MatchRule | None"], tuple[str,
 
 
 class Stats:
-    __slots__ = ("missed", "not_recorded", "passed_through", "recorded", "replayed")
+    __slots__ = (
+        "missed",
+        "not_recorded",
+        "passed_through",
+        "recorded",
+        "replayed",
+        "server_missed",
+    )
 
     def __init__(
         self,
@@ -55,6 +62,8 @@ class Stats:
         missed: int = 0,
         passed_through: int = 0,
         not_recorded: int = 0,
+        *,
+        server_missed: int = 0,
     ) -> None:
         self.replayed = replayed
         self.recorded = recorded
@@ -63,6 +72,9 @@ class Stats:
         #: calls of a recording mode that got no HTTP response, so wrote nothing
         #: (docs/design.md, "Only answers are recorded")
         self.not_recorded = not_recorded
+        #: misses a server under test had in its own upstream calls for this run's requests
+        #: (`X-HashReplay-Server-Misses` on its answers to passthrough requests)
+        self.server_missed = server_missed
 
     def merge(self, other: Stats) -> None:
         self.replayed += other.replayed
@@ -70,6 +82,7 @@ class Stats:
         self.missed += other.missed
         self.passed_through += other.passed_through
         self.not_recorded += other.not_recorded
+        self.server_missed += other.server_missed
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -78,6 +91,7 @@ class Stats:
             "missed": self.missed,
             "passed_through": self.passed_through,
             "not_recorded": self.not_recorded,
+            "server_missed": self.server_missed,
         }
 
 
@@ -418,7 +432,7 @@ def sequence_for(tests: Tests, view: StoreView, prep: Prepared) -> RecordedSeque
         if other is not None:
             hash_hex, rule, found = other
             seq = state.sequences.get(hash_hex)
-    own = rule.as_json() if rule is not None else None
+    own = rule.stored() if rule is not None else None
     if seq is None and found is None:
         path = view.store.path_for(prep.test_id, prep.hash)
         seq = RecordedSequence([], new_id_registry(prep.hash), path, own)

@@ -32,7 +32,7 @@ import pytest
 from hashreplay.core.constants import FAULT_MARKER, RECORD_HOOK, REQUEST_HOOK
 from hashreplay.core.errors import ConfigError, HashReplayWarning, RecordingError
 from hashreplay.core.keys import conversation
-from hashreplay.core.matching import DEFAULT_MATCH_ON, MatchRule, Repeat
+from hashreplay.core.matching import DEFAULT_MATCH_ON, MatchRule, Repeat, RuleSource
 from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
 
 if TYPE_CHECKING:  # the engine loads when a project opts in, not with the plugin
@@ -145,6 +145,7 @@ def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | Non
             options.get("ignore", session.config.ignore),
             options.get("match_on", session.config.match_on or DEFAULT_MATCH_ON),
             source=source,
+            origin=RuleSource.MARKER,
         )
     repeat = options.get("repeat")
     if repeat is not None:

@@ -220,6 +220,13 @@ class PluginRun:
             line += f"; {self.unconsumed} recorded response(s) left unused"
         write = terminalreporter.write_line
         write(line)
+        if stats.server_missed:  # docs/server.md, "Server mode: `hashreplay.install()`"
+            write(
+                f"hashreplay: {stats.server_missed} missed in a server under test (its log "
+                "holds each report); to record them, restart the server with "
+                "INFERENCE_MODE=record-if-missing in its environment and run the tests again",
+                yellow=True,
+            )
         unrecorded = self.session.connections.summary()  # workers' merged by testnodedown
         if unrecorded:
             write(f"hashreplay: {unrecorded}", yellow=True)
