@@ -140,6 +140,7 @@ def test_a_pytest_recording_suite_records_and_replays_unchanged(
         (["--record-mode=new_episodes"], None, "record-if-missing"),
         (["--record-mode=rewrite"], None, "record"),
         (["--record-mode=all"], None, "record"),
+        (["--disable-recording", "--record-mode=all"], None, "live"),
         # hashreplay's own names win over pytest-recording's, wherever they are given
         (["--record-mode=all"], "replay", "replay"),
         (["--record-mode=none", "--inference-mode=record"], "live", "record"),
@@ -308,6 +309,10 @@ def test_block_network_and_allowed_hosts_options(
         "-k", "default",
     )  # fmt: skip
     allowed.assert_outcomes(passed=1)
+    private = pytester.runpytest_subprocess(
+        "-p", "no:recording", "--block-network", "--allow-private-ips", "-k", "default"
+    )
+    private.assert_outcomes(passed=1)
 
 
 @pytest.mark.parametrize(

@@ -163,7 +163,8 @@ def _collect(root: Path) -> tuple[CollectedTests | None, str, list[str]]:
     import sys
     import tempfile
 
-    from hashreplay.engine.import_vcr import CollectedTests, collection_failure
+    from hashreplay.engine.import_vcr import CollectedTests
+    from hashreplay.plugin.recording import collection_failure
 
     script = "import sys, hashreplay.plugin.markers as m; m.collect_test_ids(sys.argv[1])"
     with tempfile.TemporaryDirectory(prefix="hashreplay-collect-") as temp:
@@ -208,7 +209,7 @@ def import_recordings(run: Run) -> int:
         return EXIT_PROBLEMS
     reader = _reader(run)
     if args.format == "vcr":
-        from hashreplay.engine.import_vcr import keep_vcrpy_note, vcr_importers
+        from hashreplay.plugin.recording import keep_vcrpy_note, vcr_importers
 
         importers = vcr_importers(run.config.root)
         if importers:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import os
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -438,71 +437,3 @@ def yaml_loader() -> Callable[[bytes], Any]:
         return yaml.load(content, Loader=Loader)
 
     return loads
-
-
-# --- what the suite itself needs of vcrpy, and why its collection failed --------------------
-
-#: Directories no test suite lives in.
-_NOT_TESTS = frozenset({"node_modules", "site-packages", "__pycache__", "cassettes", "recordings"})
-
-
-def vcr_importers(root: Path) -> list[str]:
-    """`path:line` of each `import vcr` / `from vcr… import` in the project's conftest and test
-    files (read with `ast`, never imported): code that needs vcrpy itself, which hashreplay
-    does not stand in for, so vcrpy must stay installed when pytest-recording goes."""
-    found: list[str] = []
-    top = root.resolve()
-    for directory, dirs, files in os.walk(top):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_TESTS)
-        for name in sorted(files):
-            if not (name == "conftest.py" or (name.startswith("test") and name.endswith(".py"))):
-                continue
-            path = Path(directory, name)
-            try:
-                source = path.read_bytes()
-                tree = ast.parse(source) if b"vcr" in source else None
-            except (OSError, SyntaxError, ValueError):
-                continue
-            for node in ast.walk(tree) if tree is not None else ():
-                if isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and not node.level:
-                    names = [node.module or ""]
-                else:
-                    continue
-                if any(n == "vcr" or n.startswith("vcr.") for n in names):
-                    found.append(f"{_shown(path, top)}:{node.lineno}")
-    return found
-
-
-def keep_vcrpy_note(importers: list[str]) -> str:
-    """What `hashreplay import vcr` says when the suite imports vcr itself."""
-    more = len(importers) - 5
-    shown = ", ".join(importers[:5]) + (f" and {more} more" if more > 0 else "")
-    return (
-        f"the suite imports vcr itself ({shown}): keep vcrpy installed when you "
-        "`pip uninstall pytest-recording` (hashreplay answers pytest-recording's markers, "
-        "fixtures, hook and options, not vcrpy's module), or remove those imports"
-    )
-
-
-#: How many lines of a failed collection's output the import shows.
-COLLECTION_LINES = 12
-
-
-def collection_failure(output: str, ids: Iterable[str] = ()) -> list[str]:
-    """The first lines of what `pytest --collect-only -q` printed when it failed (a conftest
-    that does not import, a module with an error), without the test ids it listed, its
-    banners and blank lines."""
-    listed = set(ids)
-    lines: list[str] = []
-    for line in output.splitlines():
-        text = line.rstrip()
-        core = text.strip().strip("=_- ")  # a banner's words, without its rule
-        if core and core not in _BANNERS and text.strip() not in listed:
-            lines.append(core if core != text.strip() else text)
-    return lines[:COLLECTION_LINES]
-
-
-#: pytest's banners that say nothing about the failure itself.
-_BANNERS = frozenset({"ERRORS", "short test summary info"})

@@ -114,8 +114,8 @@ def pytest_configure(config: pytest.Config) -> None:
     from hashreplay.plugin.run import PluginRun
 
     overrides = {} if legacy is None else legacy.overrides()
-    if option is None and not os.environ.get(MODE_ENV) and legacy and legacy.record_mode:
-        option = legacy.record_mode.mode.value  # hashreplay's own names win over it
+    if option is None and not os.environ.get(MODE_ENV) and legacy and legacy.mode:
+        option = legacy.mode.value  # hashreplay's own names win over pytest-recording's
     try:
         settings = load_config(config.rootpath, mode=option, **overrides)
         run = PluginRun(config, settings, has_table=has_table)

@@ -10,15 +10,21 @@ answers what tests read from a vcrpy `Cassette` out of the test's exchanges.
 
 Where pytest-recording is installed it keeps every one of these names: hashreplay registers
 none of them, and its report header says once how to hand them over.
+
+For `hashreplay import vcr`: where a suite's own code imports vcr (which hashreplay does not
+stand in for: vcrpy stays installed), and the first lines of a failed collection's output.
+Files are read, never imported: the suite's conftest files do not load in the CLI's process.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
 import re
 import sys
+from collections.abc import Iterable
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -115,6 +121,21 @@ def add_options(parser: pytest.Parser) -> None:
         "no adapter handled, loopback too, unless --allowed-hosts names it",
     )
     group.addoption(
+        "--allow-private-ips",
+        dest="allow_private_ips",
+        action="store_true",
+        default=False,
+        help='with --block-network: block_network = "non-loopback" (loopback stays reachable)',
+    )
+    group.addoption(
+        "--disable-recording",
+        dest="disable_recording",
+        action="store_true",
+        default=False,
+        help="live mode (nothing intercepted or written), below --inference-mode and "
+        "INFERENCE_MODE as --record-mode is",
+    )
+    group.addoption(
         "--allowed-hosts",
         dest="allowed_hosts",
         default=None,
@@ -130,7 +151,10 @@ class Options:
     def __init__(self, config: pytest.Config) -> None:
         record = config.getoption("record_mode", None)
         self.record_mode = None if record is None else RecordMode.parse(str(record))
-        self.block_network = BlockNetwork.ALL if config.getoption("block_network", False) else None
+        self.disabled = bool(config.getoption("disable_recording", False))
+        private = bool(config.getoption("allow_private_ips", False))
+        blocked = BlockNetwork.NON_LOOPBACK if private else BlockNetwork.ALL
+        self.block_network = blocked if config.getoption("block_network", False) else None
         hosts = config.getoption("allowed_hosts", None)
         self.allowed_hosts = (
             None if hosts is None else host_names(str(hosts).split(","), "--allowed-hosts")
@@ -139,9 +163,17 @@ class Options:
     @property
     def given(self) -> list[str]:
         """The options given, as typed."""
-        names = ("--record-mode", "--block-network", "--allowed-hosts")
-        values = (self.record_mode, self.block_network, self.allowed_hosts)
+        names = ("--record-mode", "--disable-recording", "--block-network", "--allowed-hosts")
+        values = (self.record_mode, self.disabled or None, self.block_network, self.allowed_hosts)
         return [name for name, value in zip(names, values, strict=True) if value is not None]
+
+    @property
+    def mode(self) -> Mode | None:
+        """The mode these options name (`--disable-recording` wins, as it did over
+        `--record-mode`); None: none given."""
+        if self.disabled:
+            return Mode.LIVE
+        return None if self.record_mode is None else self.record_mode.mode
 
     def overrides(self) -> dict[str, Any]:
         """Keyword arguments of `load_config` (None: the file's)."""
@@ -342,3 +374,71 @@ def plug_in(config: pytest.Config, session: Session | None) -> None:
     if session is not None:
         config.stash[SESSION_KEY] = session
         config.pluginmanager.register(sys.modules[__name__], "hashreplay-recording")
+
+
+# --- `hashreplay import vcr`: what a suite needs beyond this surface, why collecting failed ---
+
+#: Directories no test suite lives in.
+_NOT_TESTS = frozenset({"node_modules", "site-packages", "__pycache__", "cassettes", "recordings"})
+
+
+def vcr_importers(root: Path) -> list[str]:
+    """`path:line` of each `import vcr` / `from vcr… import` in the project's conftest and test
+    files (read with `ast`, never imported): code that needs vcrpy itself, which hashreplay
+    does not stand in for, so vcrpy must stay installed when pytest-recording goes."""
+    found: list[str] = []
+    top = root.resolve()
+    for directory, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_TESTS)
+        for name in sorted(files):
+            if not (name == "conftest.py" or (name.startswith("test") and name.endswith(".py"))):
+                continue
+            path = Path(directory, name)
+            try:
+                source = path.read_bytes()
+                tree = ast.parse(source) if b"vcr" in source else None
+            except (OSError, SyntaxError, ValueError):
+                continue
+            for node in ast.walk(tree) if tree is not None else ():
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    names = [node.module or ""]
+                else:
+                    continue
+                if any(n == "vcr" or n.startswith("vcr.") for n in names):
+                    found.append(f"{path.relative_to(top).as_posix()}:{node.lineno}")
+    return found
+
+
+def keep_vcrpy_note(importers: list[str]) -> str:
+    """What `hashreplay import vcr` says when the suite imports vcr itself."""
+    more = len(importers) - 5
+    shown = ", ".join(importers[:5]) + (f" and {more} more" if more > 0 else "")
+    return (
+        f"the suite imports vcr itself ({shown}): keep vcrpy installed when you "
+        "`pip uninstall pytest-recording` (hashreplay answers pytest-recording's markers, "
+        "fixtures, hook and options, not vcrpy's module), or remove those imports"
+    )
+
+
+#: How many lines of a failed collection's output the import shows.
+COLLECTION_LINES = 12
+
+
+def collection_failure(output: str, ids: Iterable[str] = ()) -> list[str]:
+    """The first lines of what `pytest --collect-only -q` printed when it failed (a conftest
+    that does not import, a module with an error), without the test ids it listed, its
+    banners and blank lines."""
+    listed = set(ids)
+    lines: list[str] = []
+    for line in output.splitlines():
+        text = line.rstrip()
+        core = text.strip().strip("=_- ")  # a banner's words, without its rule
+        if core and core not in _BANNERS and text.strip() not in listed:
+            lines.append(core if core != text.strip() else text)
+    return lines[:COLLECTION_LINES]
+
+
+#: pytest's banners that say nothing about the failure itself.
+_BANNERS = frozenset({"ERRORS", "short test summary info"})
