@@ -219,7 +219,13 @@ def test_cassettes_of_no_test_or_of_several_are_skipped_naming_test_id(
 
     code, out, err = _import(capsys, project.path, "tests")
     assert code == 1
-    assert out[0].startswith("Test ids: 10 collected by pytest --collect-only (it reported errors")
+    assert out[0] == "Test ids: 10 collected by pytest --collect-only (it reported errors, exit 2)"
+    # what pytest said, without the ids it listed: the module that does not import
+    assert out[1] == "pytest --collect-only said:"
+    said = out[2 : out.index(next(line for line in out[2:] if not line.startswith("  ")))]
+    assert "  ERROR collecting tests/test_broken.py" in said
+    assert "  E   ModuleNotFoundError: No module named 'not_installed_anywhere'" in said
+    assert not any("::" in line for line in said)
     first = "tests/test_shared.py::test_s[x/y]"
     assert (
         f"error: skipped: {shared}: the cassette name 'test_s[x-y]' is pytest-recording's name "

@@ -101,12 +101,12 @@ def test_the_migration_guide_works_step_by_step(
     _git(root, "add", "-A")
     _git(root, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "vcr")
 
-    # 1. hashreplay init
+    # hashreplay init
     code, out = _cli(capsys, "init")
     assert code == 0, out
     assert "pyproject.toml: added [tool.hashreplay]" in out
 
-    # 2. hashreplay import vcr --dry-run tests; hashreplay import vcr tests
+    # hashreplay import vcr --dry-run tests; hashreplay import vcr tests
     code, out = _cli(capsys, "import", "vcr", "--dry-run", "tests")
     assert code == 0, out
     assert out.splitlines()[0] == "Test ids: 3 collected by pytest --collect-only"
@@ -121,7 +121,7 @@ def test_the_migration_guide_works_step_by_step(
         "0 overwritten, 0 kept), 0 blobs, 0 skipped"
     )
 
-    # 3. review: hashreplay verify; git add -A tests && git diff --cached --stat; git diff --cached
+    # review: hashreplay verify; git add -A tests && git diff --cached --stat; git diff --cached
     code, out = _cli(capsys, "verify")
     assert code == 0, out
     assert out.splitlines()[-1] == "Summary: 0/3 files with problems"
@@ -133,7 +133,8 @@ def test_the_migration_guide_works_step_by_step(
     stored = "".join(p.read_text() for p in (root / "tests" / "recordings").glob("*.json"))
     assert "sk-migrating" not in stored
 
-    # 4. pip uninstall pytest-recording vcrpy; pytest (replay, offline, markers still there)
+    # pip uninstall pytest-recording (vcrpy too: nothing imports it); pytest (replay, offline,
+    # markers still there)
     upstream.stop()
     monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:recording")  # as if uninstalled
     replayed = pytester.runpytest_subprocess("-s")  # a fresh process: nothing of vcrpy loaded
@@ -146,9 +147,9 @@ def test_the_migration_guide_works_step_by_step(
     assert code == 0, out
     assert "(0 new, 3 unchanged, 0 overwritten, 0 kept)" in out
 
-    # 5. vcr_config moved (its match_on lives in each imported file) and deleted
+    # vcr_config moved (its match_on lives in each imported file) and deleted
     (root / "tests" / "conftest.py").unlink()
-    # 6. git rm -r -q tests/cassettes; pytest
+    # git rm -r -q tests/cassettes; pytest
     _git(root, "rm", "-r", "-q", "tests/cassettes")
     assert not cassettes.exists()
     after = pytester.runpytest_subprocess("-s")

@@ -83,8 +83,8 @@ def test_record_timing_and_its_alias_and_the_fixture(
         (
             "record_timming=True",
             "*@pytest.mark.hashreplay has no keyword 'record_timming'; it takes mode=, "
-            "record_timing=, pace=, unconsumed=, max_age=, stale=, ignore=, match_on=, repeat= "
-            "(timing= is an alias of record_timing=)",
+            "record_timing=, pace=, unconsumed=, max_age=, stale=, ignore=, match_on=, repeat=, "
+            "block_network=, allowed_hosts= (timing= is an alias of record_timing=)",
         ),
         (
             "timing=True, record_timing=False",

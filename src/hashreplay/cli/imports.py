@@ -76,23 +76,29 @@ def _collected(run: Run) -> CollectedTests | None:
     if args.no_collect:
         run.console.line(_LAYOUT.format(why="as --no-collect asks"))
         return None
-    found, why = _collect(root)
+    found, why, said = _collect(root)
     if found is None:
         run.console.line(_LAYOUT.format(why=f"not collected: {why}"))
-        return None
-    run.console.line(f"Test ids: {len(found.ids)} collected by pytest --collect-only{why}")
+    else:
+        run.console.line(f"Test ids: {len(found.ids)} collected by pytest --collect-only{why}")
+    if said:
+        run.console.line("pytest --collect-only said:")
+        for line in said:
+            run.console.line(f"  {line}")
     return found
 
 
-def _collect(root: Path) -> tuple[CollectedTests | None, str]:
+def _collect(root: Path) -> tuple[CollectedTests | None, str, list[str]]:
     """`pytest --collect-only` in the project (with the hashreplay plugin off, so it writes
-    nothing), in a subprocess: the ids and a remark, or None and why not."""
+    nothing), in a subprocess: the ids (or None), a remark or why there are none, and the
+    first lines of its output when it failed."""
     import json
     import subprocess
     import sys
     import tempfile
 
     from hashreplay.engine.import_vcr import CollectedTests
+    from hashreplay.plugin.recording import collection_failure
 
     script = "import sys, hashreplay.plugin.markers as m; m.collect_test_ids(sys.argv[1])"
     with tempfile.TemporaryDirectory(prefix="hashreplay-collect-") as temp:
@@ -107,21 +113,23 @@ def _collect(root: Path) -> tuple[CollectedTests | None, str]:
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            return None, f"pytest --collect-only took over {COLLECT_TIMEOUT} s"
+            return None, f"pytest --collect-only took over {COLLECT_TIMEOUT} s", []
         except OSError as exc:
-            return None, f"cannot run {sys.executable}: {exc}"
+            return None, f"cannot run {sys.executable}: {exc}", []
         try:
             result = json.loads(out.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            return None, f"pytest --collect-only failed ({tail[0]})"
+            said = collection_failure(done.stderr + done.stdout) or ["no output"]
+            return None, f"pytest --collect-only failed (exit {done.returncode})", said
     ids = tuple(str(i) for i in result["ids"])
+    failed = result["exit"] not in (0, 5)
+    said = collection_failure(done.stderr + done.stdout, ids) if failed else []
     if not ids:
-        return None, f"pytest --collect-only in {root} found no tests (exit {result['exit']})"
-    remark = ""
-    if result["exit"] not in (0, 5):
-        remark = f" (it reported errors, exit {result['exit']}: pytest --collect-only shows them)"
-    return CollectedTests(ids, Path(result["rootdir"]), "pytest --collect-only"), remark
+        what = "failed" if failed else "found no tests"
+        why = f"pytest --collect-only in {root} {what} (exit {result['exit']})"
+        return None, why, said
+    remark = f" (it reported errors, exit {result['exit']})" if failed else ""
+    return CollectedTests(ids, Path(result["rootdir"]), "pytest --collect-only"), remark, said
 
 
 def import_recordings(run: Run) -> int:
@@ -133,9 +141,14 @@ def import_recordings(run: Run) -> int:
             "import them one at a time, or drop --test-id to use pytest-recording's layout"
         )
         return EXIT_PROBLEMS
-    report = run_import(
-        run.config, files, _reader(run), dry_run=args.dry_run, overwrite=args.overwrite
-    )
+    reader = _reader(run)
+    if args.format == "vcr":
+        from hashreplay.plugin.recording import keep_vcrpy_note, vcr_importers
+
+        importers = vcr_importers(run.config.root)
+        if importers:
+            run.console.line(f"Note: {keep_vcrpy_note(importers)}")
+    report = run_import(run.config, files, reader, dry_run=args.dry_run, overwrite=args.overwrite)
     _print(run, report, len(files))
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 

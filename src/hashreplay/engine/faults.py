@@ -27,6 +27,7 @@ from hashreplay.core.constants import FAULT_MARKER
 from hashreplay.core.errors import ConfigError, HashReplayError
 from hashreplay.core.matching import MatchRule, Repeat
 from hashreplay.core.modes import MaxAge, Pace, Stale, Unconsumed
+from hashreplay.core.network import NetworkRules
 from hashreplay.engine.http import BreakKind
 
 #: The `error=` values a fault may name.
@@ -317,6 +318,7 @@ class TestOptions:
         "header_faults",
         "match",
         "max_age",
+        "network",
         "pace",
         "recorded_first",
         "repeat",
@@ -336,7 +338,10 @@ class TestOptions:
         stale: Stale | None = None,
         match: MatchRule | None = None,
         repeat: Repeat | None = None,
+        network: NetworkRules | None = None,
     ) -> None:
+        #: the test's network guard rules (its marker's block_network, allowed_hosts)
+        self.network = network
         #: the marker's `max_age` and `stale` (None: the configuration's)
         self.max_age = max_age
         self.stale = stale

@@ -29,7 +29,7 @@ from hashreplay.core.errors import BodyTooLarge, NetworkBlocked, ReplayFailure
 from hashreplay.core.keys import endpoint_of, in_call
 from hashreplay.core.matching import MatchRule, Repeat
 from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
-from hashreplay.core.network import NetworkRules, missing, replay_env_values
+from hashreplay.core.network import BlockNetwork, NetworkRules, missing, replay_env_values
 from hashreplay.core.redact import Redactor
 from hashreplay.core.secret_values import SeenSecrets
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions
@@ -78,9 +78,16 @@ class TestBook:
         stale: Stale | None = None,
         match: MatchRule | None = None,
         repeat: Repeat | None = None,
+        block_network: BlockNetwork | None = None,
+        allowed_hosts: tuple[str, ...] | None = None,
     ) -> None:
-        """A test's scenario and matching options (the markers); None keeps the
+        """A test's scenario, matching and network options (the markers); None keeps the
         configuration's."""
+        network = None
+        if block_network is not None or allowed_hosts is not None:
+            c = self.config
+            hosts = c.allowed_hosts if allowed_hosts is None else allowed_hosts
+            network = NetworkRules(block_network or c.block_network, hosts, c.passthrough)
         with self.tests.lock:
             self.tests.state(test_id).options = TestOptions(
                 timing,
@@ -91,6 +98,7 @@ class TestBook:
                 stale=stale,
                 match=match,
                 repeat=repeat,
+                network=network,
             )
 
     def noted(self, decision: Decision, test_id: str | None, request: object = None) -> Decision:
@@ -322,13 +330,13 @@ class Connections:
         if mode is not Mode.REPLAY:
             # listed unless the user allowed it on purpose: loopback too, since a local
             # server reached through a client no adapter covers records nothing either
-            if not self._allowed(connection, explicitly=True):
+            if not self._allowed(connection, explicitly=True, test_id=test_id):
                 with self.tests.lock:
                     self.unrecorded.setdefault(connection.label, set()).add(
                         connection.opener.split(".", 1)[0]
                     )
             return None
-        if self._allowed(connection, explicitly=False):
+        if self._allowed(connection, explicitly=False, test_id=test_id):
             return None  # loopback (by default), allowed hosts, passthrough
         failure = NetworkBlocked(blocked_report(test_id, connection), test_id=test_id)
         with self.tests.lock:
@@ -336,8 +344,9 @@ class Connections:
             self.tests.state(test_id).misses.append(failure)
         return failure
 
-    def _allowed(self, connection: Connection, *, explicitly: bool) -> bool:
-        rules = self.rules
+    def _allowed(self, connection: Connection, *, explicitly: bool, test_id: str) -> bool:
+        state = self.tests.get(test_id)  # a test's marker may have its own rules
+        rules = state.options.network if state and state.options.network else self.rules
         if connection.reach is Reach.LOOKUP:  # a name: no port to it, nothing is sent there
             return rules.allows_name(connection.address)
         port, address, name = connection.port, connection.address, connection.name

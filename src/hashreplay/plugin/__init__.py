@@ -22,8 +22,8 @@ from hashreplay.core.constants import MODE_ENV, MODE_OPTION, RECORDINGS_DIRNAME
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.modes import Mode
 from hashreplay.core.paths import has_hashreplay_table
-from hashreplay.plugin import markers
-from hashreplay.plugin.markers import MARKER_LINES, VCR_MARKER_LINE
+from hashreplay.plugin import markers, recording
+from hashreplay.plugin.markers import MARKER_LINES
 
 if TYPE_CHECKING:
     from hashreplay.plugin.markers import HashReplayFixture
@@ -55,7 +55,9 @@ NOT_OPTED_IN = (
 )
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    if not recording.recording_installed(pluginmanager):  # its options are its own otherwise
+        recording.add_options(parser)
     group = parser.getgroup("hashreplay", "hashreplay: record and replay LLM/HTTP calls")
     group.addoption(
         MODE_OPTION,
@@ -96,24 +98,44 @@ def pytest_configure(config: pytest.Config) -> None:
         has_table = has_hashreplay_table(config.rootpath)
     except ConfigError as exc:
         raise pytest.UsageError(f"hashreplay: {exc}") from None
+    answers_recording = not recording.recording_installed(config.pluginmanager)
+    try:
+        legacy = recording.Options(config) if answers_recording else None
+    except ConfigError as exc:
+        raise pytest.UsageError(f"hashreplay: {exc}") from None
     if not (has_table or option or os.environ.get(MODE_ENV)):
         for flag in ("prune", "drift"):
             if config.getoption(f"hashreplay_{flag}"):
                 raise pytest.UsageError(f"hashreplay: --hashreplay-{flag}: {NOT_OPTED_IN}")
+        if legacy is not None and legacy.given:
+            raise pytest.UsageError(f"hashreplay: {', '.join(legacy.given)}: {NOT_OPTED_IN}")
         return
-    if not config.pluginmanager.has_plugin("recording"):  # pytest-recording's own otherwise
-        config.addinivalue_line("markers", VCR_MARKER_LINE)
     from hashreplay.core.config import load_config
     from hashreplay.plugin.run import PluginRun
 
+    overrides = {} if legacy is None else legacy.overrides()
+    if option is None and not os.environ.get(MODE_ENV) and legacy and legacy.mode:
+        option = legacy.mode.value  # hashreplay's own names win over pytest-recording's
     try:
-        settings = load_config(config.rootpath, mode=option)
+        settings = load_config(config.rootpath, mode=option, **overrides)
         run = PluginRun(config, settings, has_table=has_table)
+        run.answers_recording = answers_recording
         markers.plug_in(config, run.session.keyer.hooks)
+        if answers_recording:
+            recording.plug_in(config, run.session)
         run.start()
     except ConfigError as exc:
         raise pytest.UsageError(f"hashreplay: {exc}") from None
     config.stash[RUN_KEY] = run
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """Once a run: in an opted-in project where pytest-recording is installed, which of
+    its names stay its own and how to hand them to hashreplay."""
+    run = config.stash.get(RUN_KEY, None)
+    if run is None or run.answers_recording:
+        return None
+    return recording.RECORDING_INSTALLED
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

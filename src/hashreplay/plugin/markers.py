@@ -34,6 +34,8 @@ from hashreplay.core.errors import ConfigError, HashReplayWarning, RecordingErro
 from hashreplay.core.keys import conversation
 from hashreplay.core.matching import DEFAULT_MATCH_ON, MatchRule, Repeat, RuleSource
 from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
+from hashreplay.core.network import BlockNetwork
+from hashreplay.plugin import recording
 
 if TYPE_CHECKING:  # the engine loads when a project opts in, not with the plugin
     from hashreplay.engine.keys import HookImpls, Hooks
@@ -59,6 +61,8 @@ MARKER_KEYWORDS = (
     "ignore",
     "match_on",
     "repeat",
+    "block_network",
+    "allowed_hosts",
 )
 
 
@@ -66,23 +70,17 @@ _ALIASES = {"timing": "record_timing"}
 
 
 #: The `markers` ini lines: what `pytest --markers` shows.
-#: pytest-recording's marker, for a project that opted in to hashreplay while its tests still
-#: carry it: accepted (so `--strict-markers` does not fail) and ignored (docs/usage.md,
-#: "Moving off pytest-recording"); registered only where pytest-recording is not installed.
-VCR_MARKER_LINE = (
-    "vcr(*cassettes, **config): pytest-recording's marker, accepted and ignored by hashreplay "
-    "(which records every call of an opted-in project); remove it at leisure"
-)
-
 MARKER_LINES = (
     f"{MARKER}(mode=None, record_timing=None, pace=None, unconsumed=None, max_age=None, "
-    f"stale=None, ignore=None, match_on=None, repeat=None): run this test in another "
+    f"stale=None, ignore=None, match_on=None, repeat=None, block_network=None, "
+    f"allowed_hosts=None): run this test in another "
     f"hashreplay mode ({_MODES}), record timing (alias: timing=), pace its replay "
     '("instant", "recorded", "fixed:<ms>"), treat unused recordings ("warn", "fail", '
     '"ignore") and recordings older than max_age ("180d", "26w") ("warn", "fail", "refresh"), '
     'leave request paths out of the key (ignore=["body.max_tokens"]), key on fewer parts '
     '(match_on=["method", "endpoint"]), answer calls past a recorded sequence with its last '
-    'response (repeat="last")',
+    'response (repeat="last"), guard its network on its own terms (block_network="all", '
+    'allowed_hosts=["db.internal"])',
     f"{FAULT_MARKER}(status=None, headers=None, body=None, endpoint=None, times=None, "
     "call=None, error=None, after_chunks=None, hang=False): answer matching requests with "
     'a fault instead of their recording (error: "read_timeout", "connect_error", '
@@ -116,11 +114,21 @@ def marker_options(marker: pytest.Mark | None) -> dict[str, Any]:
     return options
 
 
-def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | None) -> Mode | None:
-    """Hand the test's scenario options (its closest `hashreplay` marker, its fault markers)
-    to the engine and return the marker's mode (None: the run's); a ConfigError names the
-    marker."""
+def apply_markers(
+    item: pytest.Item,
+    session: Session,
+    marker: pytest.Mark | None,
+    *,
+    answers_recording: bool = False,
+) -> Mode | None:
+    """Hand the test's scenario options (its closest `hashreplay` marker, its fault markers,
+    and with `answers_recording` pytest-recording's `block_network` marker, which the `hashreplay`
+    marker's keywords override) to the engine and return the marker's mode (None: the
+    run's); a ConfigError names the marker."""
     options = marker_options(marker)
+    blocking = item.get_closest_marker("block_network") if answers_recording else None
+    if blocking is not None:
+        options = {**recording.block_network_options(blocking), **options}
     source = f"@pytest.mark.{MARKER}"
     mode = options.get("mode")
     timing = options.get("record_timing")
@@ -150,7 +158,15 @@ def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | Non
     repeat = options.get("repeat")
     if repeat is not None:
         repeat = Repeat.parse(repeat, source=f"{source} repeat")
-    given = (timing, pace, unconsumed, max_age, stale, match, repeat)
+    block, hosts = options.get("block_network"), options.get("allowed_hosts")
+    if block is not None:
+        try:
+            block = BlockNetwork.parse(block)
+        except ValueError as exc:
+            raise ConfigError(f"{source} block_network={block!r} {exc}") from None
+    if hosts is not None:
+        hosts = recording.host_names(hosts, f"{source} allowed_hosts")
+    given = (timing, pace, unconsumed, max_age, stale, match, repeat, block, hosts)
     if faults or any(value is not None for value in given):
         session.set_test_options(
             item.nodeid,
@@ -164,6 +180,8 @@ def apply_markers(item: pytest.Item, session: Session, marker: pytest.Mark | Non
             stale=None if stale is None else Stale.parse(stale, source=f"{source} stale"),
             match=match,
             repeat=repeat,
+            block_network=block,
+            allowed_hosts=hosts,
         )
     return None if mode is None else Mode.parse(mode, source=f"{source} mode")
 
@@ -392,7 +410,8 @@ def _where(plugin_name: str, function: Callable[..., object]) -> str:
 class _CollectProbe:
     """Stands in for the hashreplay plugin in a `--collect-only` run that must write nothing
     (no usage log, no placeholders): registers the markers and hookspecs the project may use
-    (so `--strict-markers` and its conftest hooks still load) and keeps the collected ids."""
+    (so `--strict-markers` and its conftest hooks still load; pytest-recording's too where it
+    is not installed) and keeps the collected ids."""
 
     def __init__(self) -> None:
         self.ids: list[str] = []
@@ -404,8 +423,8 @@ class _CollectProbe:
     def pytest_configure(self, config: pytest.Config) -> None:
         for line in MARKER_LINES:
             config.addinivalue_line("markers", line)
-        if not config.pluginmanager.has_plugin("recording"):
-            config.addinivalue_line("markers", VCR_MARKER_LINE)
+        if not recording.recording_installed(config.pluginmanager):
+            recording.plug_in(config, None)  # its markers and hook, as a replay run has them
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.ids = [item.nodeid for item in session.items]

@@ -43,6 +43,7 @@ class PluginRun:
 
     def __init__(self, config: pytest.Config, settings: Config, *, has_table: bool) -> None:
         self.config = config
+        self.answers_recording = False  # pytest-recording's names (plugin/recording.py)
         self.session = Session(settings, write_behind=True)  # no disk latency per call
         if hasattr(config, "workerinput"):  # an xdist worker replays a share of a directory:
             self.session.store.ahead = None  # the rest, read ahead, would only be held
@@ -113,7 +114,9 @@ class PluginRun:
 
     def runtest_setup(self, item: pytest.Item) -> None:
         try:
-            mode = apply_markers(item, self.session, item.get_closest_marker(MARKER))
+            marker = item.get_closest_marker(MARKER)
+            answers = self.answers_recording
+            mode = apply_markers(item, self.session, marker, answers_recording=answers)
         except ConfigError as exc:
             raise pytest.UsageError(f"hashreplay: {item.nodeid}: {exc}") from None
         if mode is not None:
