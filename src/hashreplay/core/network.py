@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from enum import Enum
-from typing import Final
+from typing import Final, NamedTuple
 from urllib.parse import urlsplit
 
 from hashreplay.core.keys import is_loopback_host
@@ -47,8 +46,7 @@ def is_loopback(host: str) -> bool:
 DEFAULT_PORTS: Final = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 
-@dataclass(frozen=True)
-class HostEntry:
+class HostEntry(NamedTuple):
     """One host a connection may reach: `host` (lower-cased, no brackets or trailing dot)
     and its port, None for every port."""
 
@@ -59,8 +57,7 @@ class HostEntry:
         return self.host == _bare(host) and self.port in (None, port)
 
 
-@dataclass(frozen=True)
-class UrlPrefix:
+class UrlPrefix(NamedTuple):
     """A `passthrough` entry: the scheme, host and port a URL must have (the port the scheme
     implies when the entry names none) and the path it must start with, at a `/`, `?` or `#`
     (`http://localhost:8000/v1` passes `/v1` and `/v1/chat`, not `/v10` nor port 8001)."""
