@@ -79,11 +79,9 @@ _ALL_HEADERS: frozenset[str] = frozenset()
 
 
 def _scrubbed(value: Any, scrub: Callable[[str], str]) -> Any:
-    if isinstance(value, str):
-        return scrub(value)
     if isinstance(value, list):
         return [_scrubbed(item, scrub) for item in value]
-    return value
+    return scrub(value) if isinstance(value, str) else value
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -120,23 +118,16 @@ class DriftCheck:
     def note(
         self, test_id: str | None, entry: dict[str, Any], secrets: SecretValues = NO_SECRETS
     ) -> None:
-        """Keep one entry of `test_id`, redacted as a recording is (docs/design.md §7): field
-        names and event types come from a live answer, so a key the upstream echoed (the
-        request's own credentials, `secrets`, or any secret-shaped value) never reaches
-        `drift.json` or a terminal."""
-        scrub = self._scrubber(secrets)
-        kept = {k: _scrubbed(v, scrub) for k, v in entry.items()}
-        with self._lock:
-            self.entries.setdefault(scrub(test_id or "(no test)"), []).append(kept)
-
-    def _scrubber(self, secrets: SecretValues) -> Callable[[str], str]:
-        redactor = self.session.redactor
-        seen = self.session.seen_secrets.scrubber
+        """Keep an entry redacted as a recording is (docs/design.md §7): field names come from
+        the live answer, so a key it echoes (the request's own, `secrets`) is removed too."""
+        redactor, seen = self.session.redactor, self.session.seen_secrets.scrubber
 
         def scrub(text: str) -> str:
             return seen.text(secrets.text(redactor.text(text)))
 
-        return scrub
+        kept = {k: _scrubbed(v, scrub) for k, v in entry.items()}
+        with self._lock:
+            self.entries.setdefault(scrub(test_id or "(no test)"), []).append(kept)
 
     def check(
         self,
@@ -331,9 +322,8 @@ def drift_path(root: Path) -> Path:
 
 
 def clear_result(root: Path) -> None:
-    """At the start of a drift run: remove the previous run's `drift.json`, so a run that
-    is interrupted (and writes none) never leaves an older result for `drift-report` to
-    show as this one's."""
+    """Remove the last run's `drift.json` as a run starts: an interrupted run writes none,
+    and must not leave an older one for `drift-report` to show."""
     drift_path(root).unlink(missing_ok=True)
 
 
@@ -367,8 +357,8 @@ def read_result(root: Path) -> dict[str, Any] | None:
 
 
 def _cell(text: str) -> str:
-    """One line of a table or list, shown as `hashreplay show` shows recorded text: control
-    characters escaped, and newlines too, so a field name cannot forge a line."""
+    """Text from a live answer as `hashreplay show` shows it (control characters escaped),
+    newlines too: it never acts on a terminal nor forges a line."""
     return printable(str(text)).replace("\n", "\\n").replace("\t", "\\t")
 
 
@@ -405,9 +395,8 @@ def render(
     result: Mapping[str, Any], *, every: bool = False, where: str | None = None
 ) -> list[str]:
     """A drift result as lines: a headline, the drifted tests as a table (test, endpoint,
-    first differences; `every`: all of them, with each file), the calls not checked. Every
-    control character is shown escaped (`\\x1b`), as `hashreplay show` does: field names
-    and event types come from a live answer and never act on a terminal."""
+    first differences; `every`: all of them, with each file), the calls not checked; control
+    characters escaped (`_cell`)."""
     drifted: Mapping[str, list[dict[str, Any]]] = result.get("drifted") or {}
     unchecked: Mapping[str, list[dict[str, Any]]] = result.get("could_not_check") or {}
     calls = sum(len(v) for v in unchecked.values())
