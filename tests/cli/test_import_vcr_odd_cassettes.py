@@ -13,13 +13,13 @@ from tests.imports.test_import_vcr import cassette, in_tmp, interaction, recordi
 
 __all__ = ["in_tmp"]
 
-NOT_A_MAPPING = "unknown shape: no `interactions` list: the document is"
+NOT_A_MAPPING = "unknown shape: no `interactions` list"
 ODD = {
-    "empty": ("", "empty: it holds no YAML document"),
-    "comments only": ("# recorded by hand\n# nothing here\n", "empty: it holds no YAML document"),
-    "a scalar": ("just words\n", f"{NOT_A_MAPPING} a str scalar, not a mapping"),
-    "a number": ("42\n", f"{NOT_A_MAPPING} a int scalar, not a mapping"),
-    "a list": ("- 1\n- 2\n", f"{NOT_A_MAPPING} a list, not a mapping"),
+    "empty": ("", f"{NOT_A_MAPPING} (empty, or comments only: not a vcrpy cassette?)"),
+    "comments only": ("# by hand\n# nothing here\n", f"{NOT_A_MAPPING} (empty, or comments only"),
+    "a scalar": ("just words\n", f"{NOT_A_MAPPING} (a str: not a vcrpy cassette?)"),
+    "a number": ("42\n", f"{NOT_A_MAPPING} (a int: not a vcrpy cassette?)"),
+    "a list": ("- 1\n- 2\n", f"{NOT_A_MAPPING} (a list: not a vcrpy cassette?)"),
 }
 BAD_URIS = {
     "http://[::1": "interaction 1 is unreadable: ValueError: Invalid IPv6 URL",

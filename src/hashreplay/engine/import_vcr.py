@@ -272,15 +272,10 @@ def read_cassette(
     path: Path, test_id: str, hosts: tuple[str, ...] = (), max_bytes: int = DEFAULT_MAX_BODY_BYTES
 ) -> Read:
     data = _load(path, max_bytes)
-    if data is None:  # an empty file, or one of comments only
-        raise UnreadableSource("empty: it holds no YAML document (not a vcrpy cassette?)")
-    if not isinstance(data, dict):
-        kind = "a list" if isinstance(data, list) else f"a {type(data).__name__} scalar"
-        msg = f"unknown shape: no `interactions` list: the document is {kind}, not a mapping"
-        msg += " (not a vcrpy cassette?)"
+    if not isinstance(data, dict) or not isinstance(data.get("interactions"), list):
+        what = "empty, or comments only" if data is None else f"a {type(data).__name__}"
+        msg = f"unknown shape: no `interactions` list ({what}: not a vcrpy cassette?)"
         raise UnreadableSource(msg)
-    if not isinstance(data.get("interactions"), list):
-        raise UnreadableSource("unknown shape: no `interactions` list (not a vcrpy cassette?)")
     if (version := data.get("version", 1)) != 1:
         raise UnreadableSource(f"cassette format version {version!r}; only version 1 is known")
     found = Read()
@@ -288,7 +283,6 @@ def read_cassette(
         source = f"{path}#{index}"
         try:
             incoming, exchange = _interaction(interaction, max_bytes)
-            host = urlsplit(incoming.url).hostname or ""
         except DecodedTooLarge as exc:
             msg = (
                 f"interaction {index}: {exc}, over max_body_bytes ({exc.limit}) (a "
@@ -299,6 +293,7 @@ def read_cassette(
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             msg = f"interaction {index} is unreadable: {type(exc).__name__}: {exc}"
             raise UnreadableSource(msg) from None
+        host = urlsplit(incoming.url).hostname or ""
         if hosts and host not in hosts:
             reason = f"host {host} is not one of --host {', '.join(hosts)}"
             found.skipped.append(Skipped(source, reason, fatal=False))
@@ -348,10 +343,9 @@ def _interaction(item: dict[str, Any], max_bytes: int) -> tuple[IncomingRequest,
     if isinstance(body, dict):  # some serialisers wrap request bodies like responses
         body = body.get("string")
     method, uri = str(request["method"]).upper(), str(request["uri"])
-    parts = urlsplit(uri)  # `http://[::1` raises ValueError here, naming the interaction
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    parts = urlsplit(uri)  # `http://[::1` and `http://h:99999` raise ValueError (`port`)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.port == -1:
         raise ValueError(f"uri {uri!r} is not an http(s) URL with a host")
-    parts.port  # noqa: B018 - parsing is the check (`http://h:99999`)
     incoming = IncomingRequest(method, uri, _headers(request.get("headers")), _bytes(body))
     if "status_code" in response:  # the old httpx layout
         status, content = int(response["status_code"]), response.get("content")
@@ -382,7 +376,7 @@ def check_expansion(data: Any, size: int, max_bytes: int) -> None:
     """Refuse a cassette whose YAML aliases (`&a`, `*a`) expand it more than `max_bytes` past the
     file's size (a "billion laughs" document), or make it contain itself. The loader shares one
     object per anchor, so the size is counted over those, once each, never building the whole."""
-    if _is_leaf(data):  # a scalar or nothing: no alias to expand
+    if _is_leaf(data):  # a scalar, or nothing (an empty file): no alias to expand
         return
     limit = size + max_bytes
     sizes: dict[int, int] = {}
