@@ -20,7 +20,7 @@ from hashreplay.core.constants import GIT_DIFF_DRIVER, GITATTRIBUTES_PATTERN, RE
 from hashreplay.core.errors import ConfigError, RecordingError
 from hashreplay.core.paths import PYPROJECT, find_root
 from hashreplay.core.transcript import textconv as textconv_bytes
-from hashreplay.engine.files import Rules, load
+from hashreplay.engine.files import Rules, load, outside_problem
 from hashreplay.engine.files import verify as verify_file
 
 #: How long a git command may take before the review gives up on it.
@@ -349,12 +349,15 @@ def verify(run: Run) -> int:
     rules = Rules(run.config)
     bad = 0
     for path in run.console.progress(files, "verifying"):
-        try:
-            item = load(path, run.store)
-        except RecordingError as exc:
-            problems = [f"unreadable: {exc.problem}; to fix it: {run.unreadable_fix(path)}"]
+        if (outside := outside_problem(path, run.config.root)) is not None:
+            problems = [outside]  # listed with the rest; its content is not the project's
         else:
-            problems = verify_file(item, rules)
+            try:
+                item = load(path, run.store)
+            except RecordingError as exc:
+                problems = [f"unreadable: {exc.problem}; to fix it: {run.unreadable_fix(path)}"]
+            else:
+                problems = verify_file(item, rules)
         bad += bool(problems)
         for problem in problems:  # problems quote recorded values: shown, never interpreted
             run.console.line(printable(f"{run.show_path(path)}: {problem}"))

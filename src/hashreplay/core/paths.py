@@ -421,6 +421,10 @@ def find_strays(tops: Iterable[Path], root: Path) -> list[Stray]:
     root = root.resolve()
     found: dict[Path, Stray] = {}
     for top in tops:
+        if top.is_symlink():  # given, or the common directory: os.walk would follow it
+            found.setdefault(top, _symlink(top, root))
+            if outside_root(top.resolve(), root):
+                continue
         for current, dirs, files in os.walk(top):  # never follows a symlinked directory
             dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
             here = Path(current)
