@@ -89,9 +89,13 @@ def state_temp_dir(root: Path) -> Path:
 
 
 def _alive(pid: int) -> bool:
+    """Whether a temp file's writer may still run. Windows has no probe: `os.kill(pid, 0)`
+    sends CTRL_C_EVENT there, so every writer counts as alive and its file goes only once
+    it is older than `STALE_AFTER`."""
+    if pid == os.getpid() or sys.platform == "win32":
+        return True
     try:
-        if pid != os.getpid():
-            os.kill(pid, 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:
