@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hashreplay.engine.prune import REASON_GONE, REASON_MODELS, REASON_UNUSED
+from hashreplay.engine.prune import KEPT_FOREIGN, REASON_MODELS, REASON_UNUSED
 from tests.cli.conftest import Cli
 from tests.fakes.upstream import FakeUpstream
 
@@ -86,7 +86,7 @@ def listed(result_lines: list[str]) -> list[str]:
     return sorted(line for line in result_lines if line.startswith(("Would prune:", "Pruned:")))
 
 
-def test_full_runs_find_unused_and_removed_tests_recordings(
+def test_full_runs_find_unused_recordings_and_keep_a_removed_tests(
     suite: pytest.Pytester, cli: Cli
 ) -> None:
     suite.runpytest("--inference-mode=record").assert_outcomes(passed=4)
@@ -117,27 +117,24 @@ def test_full_runs_find_unused_and_removed_tests_recordings(
     gamma = old[node("gamma")][0].relative_to(suite.path)
     dry = cli("prune", "--dry-run")
     assert dry.code == 0
-    assert listed(dry.lines) == [
-        f"Would prune: {alpha_old} ({REASON_UNUSED})",
-        f"Would prune: {gamma} ({REASON_GONE})",
-    ]
-    assert dry.lines[-1] == "Summary: 2/5 files pruned"
+    # gamma's test is gone: its test id was not collected, which is all a proxy's test id
+    # naming this file would show too, so it is kept and counted, never pruned
+    assert listed(dry.lines) == [f"Would prune: {alpha_old} ({REASON_UNUSED})"]
+    assert f"Kept: {gamma} ({KEPT_FOREIGN})" in dry.lines
+    assert dry.lines[-1] == "Summary: 1/5 files pruned"
     status = cli("status")
     pytest.LineMatcher(status.lines).fnmatch_lines(
         [
-            "last run: *, record-if-missing, full suite, 3 tests ran; 2 recordings unused "
+            "last run: *, record-if-missing, full suite, 3 tests ran; 1 recording unused "
             "(hashreplay prune --dry-run lists them)"
         ]
     )
     assert all(p.exists() for paths in old.values() for p in paths)
 
     done = cli("prune")
-    assert listed(done.lines) == [
-        f"Pruned: {alpha_old} ({REASON_UNUSED})",
-        f"Pruned: {gamma} ({REASON_GONE})",
-    ]
+    assert listed(done.lines) == [f"Pruned: {alpha_old} ({REASON_UNUSED})"]
     assert not (suite.path / alpha_old).exists()
-    assert not (suite.path / gamma).exists()
+    assert (suite.path / gamma).exists()
     suite.runpytest().assert_outcomes(passed=3)  # replay still finds everything it needs
 
 
@@ -161,7 +158,7 @@ def test_partial_run_lists_nothing_of_deselected_tests(suite: pytest.Pytester, c
     ]
     assert "beta" not in "\n".join(listed(dry.lines))
     assert dry.lines[-1].startswith("Note: the last run was not the full suite (-k 'alpha'; ")
-    assert "recordings of removed tests and shared model lists were kept" in dry.lines[-1]
+    assert "): shared model lists were kept; run the whole suite" in dry.lines[-1]
 
     by_id = suite.runpytest(f"{APP}::test_beta")  # a node id: beta ran, nothing else
     by_id.assert_outcomes(failed=1)  # replay miss: beta asks something new
@@ -242,8 +239,7 @@ def test_xdist_workers_report_their_usage(suite: pytest.Pytester, cli: Cli) -> N
     )
     dry = cli("prune", "--dry-run")
     assert listed(dry.lines) == [
-        f"Would prune: {old[node('alpha')][0].relative_to(suite.path)} ({REASON_UNUSED})",
-        f"Would prune: {old[node('gamma')][0].relative_to(suite.path)} ({REASON_GONE})",
+        f"Would prune: {old[node('alpha')][0].relative_to(suite.path)} ({REASON_UNUSED})"
     ]
 
 
@@ -255,14 +251,22 @@ def test_prune_option_prunes_at_the_end_of_the_run(suite: pytest.Pytester) -> No
     result.assert_outcomes(passed=3)
     gamma = old[node("gamma")][0].relative_to(suite.path)
     result.stdout.fnmatch_lines(
-        ["hashreplay: pruned 1 unused recordings (of 4)", f"  {gamma} ({REASON_GONE})"]
+        ["hashreplay: pruned 0 unused recordings (of 4)", "hashreplay: Kept: 1 file not made*"]
     )
-    assert not (suite.path / gamma).exists()
+    assert (suite.path / gamma).exists()  # its test is gone: never collected by this run
+    write_suite(suite, alpha=TESTS["alpha"].replace("'alpha'", "'alpha v2'"), beta=TESTS["beta"])
+    suite.runpytest("--inference-mode=record-if-missing").assert_outcomes(passed=2)
+    alpha = old[node("alpha")][0].relative_to(suite.path)
+    result = suite.runpytest("--hashreplay-prune")
+    result.stdout.fnmatch_lines(
+        ["hashreplay: pruned 1 unused recordings (of 5)", f"  {alpha} ({REASON_UNUSED})"]
+    )
+    assert not (suite.path / alpha).exists()
     partial = suite.runpytest("--hashreplay-prune", "-k", "beta")
     partial.stdout.fnmatch_lines(
         [
-            "hashreplay: pruned 0 unused recordings (of 3)",
-            "hashreplay: not the full suite (-k 'beta'; deselected: 2 tests): only recordings "
+            "hashreplay: pruned 0 unused recordings (of 4)",
+            "hashreplay: not the full suite (-k 'beta'; deselected: 1 test): only recordings "
             "of tests that ran to completion were considered",
         ]
     )
@@ -275,15 +279,16 @@ def test_files_newer_than_the_run_and_unreadable_files_are_kept(
     write_suite(suite, alpha=TESTS["alpha"], beta=TESTS["beta"], models=TESTS["models"])
     suite.runpytest().assert_outcomes(passed=3)
     old = files_of(suite.path)
-    (gamma,) = old[node("gamma")]
+    (alpha,) = old[node("alpha")]
     (beta,) = old[node("beta")]
-    # A colleague's new recording arrives after the run (git pull): its test is unknown.
-    pulled = gamma.with_name("f" * 32 + ".json")
-    shutil.copy(gamma, pulled)
+    # A colleague's new recording of alpha arrives after the run (git pull): alpha ran
+    # without using it, but the run cannot have known it
+    pulled = alpha.with_name("f" * 32 + ".json")
+    shutil.copy(alpha, pulled)
     beta.write_text("{ broken")
     dry = cli("prune", "--dry-run")
     assert dry.code == 1
-    assert listed(dry.lines) == [f"Would prune: {gamma.relative_to(suite.path)} ({REASON_GONE})"]
+    assert listed(dry.lines) == []
     assert f"{beta.relative_to(suite.path)}: unreadable: the file is not valid JSON" in dry.err
     done = cli("prune")
     assert done.code == 1

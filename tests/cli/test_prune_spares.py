@@ -21,7 +21,7 @@ import pytest
 import hashreplay
 from hashreplay import test_context
 from hashreplay.core.constants import TEST_ID_HEADER
-from hashreplay.engine.prune import KEPT_FOREIGN, KEPT_MODELS, REASON_GONE, REASON_UNUSED
+from hashreplay.engine.prune import KEPT_FOREIGN, KEPT_MODELS, REASON_UNUSED
 from tests.cli.conftest import Cli
 from tests.cli.test_prune import TESTS, files_of, listed, node, suite, write_suite
 from tests.fakes.upstream import FakeUpstream
@@ -92,32 +92,28 @@ def test_recordings_made_through_serve_or_install_survive_prune(
     assert dry.code == 0, dry.err
     alpha_old = made_by_pytest[node("alpha")][0].relative_to(root)
     gamma = made_by_pytest[node("gamma")][0].relative_to(root)
-    assert listed(dry.lines) == [
-        f"Would prune: {alpha_old} ({REASON_UNUSED})",
-        f"Would prune: {gamma} ({REASON_GONE})",
-    ]
+    assert listed(dry.lines) == [f"Would prune: {alpha_old} ({REASON_UNUSED})"]
     kept = [line for line in dry.lines if line.startswith("Kept: ")]
-    for path in theirs:
+    for path in [*theirs, root / gamma]:  # gamma's test is gone: no log tells it from a proxy's
         assert f"Kept: {path.relative_to(root)} ({KEPT_FOREIGN})" in kept
     for path in shared:  # model lists and files with no test id: other front ends' too
         assert any(line.startswith(f"Kept: {path.relative_to(root)} (") for line in kept)
     assert any(KEPT_MODELS in line for line in kept)
     assert (
-        "Kept: 4 files not made by this pytest run (test ids it never collected: recorded "
-        "through `hashreplay serve` or `install()`, or by a test file that is gone); "
+        "Kept: 5 files not made by this pytest run (test ids it never collected: recorded "
+        "through `hashreplay serve` or `install()`, or by a test that is gone); "
         "`hashreplay prune --dry-run` lists them: delete by hand those no longer needed"
     ) in dry.lines
 
     done = cli("prune")
     assert done.code == 0, done.err
-    assert all(path.exists() for path in [*theirs, *shared])
-    assert not (root / gamma).exists()
+    assert all(path.exists() for path in [*theirs, *shared, root / gamma])
 
     # the same through the plugin's option, at the end of a full run
     result = suite.runpytest("--hashreplay-prune")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
-        ["hashreplay: pruned 0 unused recordings (of 6)", "hashreplay: Kept: 4 files not made*"]
+        ["hashreplay: pruned 0 unused recordings (of 7)", "hashreplay: Kept: 5 files not made*"]
     )
     assert all(path.exists() for path in [*theirs, *shared])
 
@@ -141,6 +137,31 @@ def test_a_test_id_pytest_never_collects_is_kept_even_when_its_file_is_gone(
     assert delta.exists()
 
 
+def test_a_proxy_test_id_naming_a_collected_test_file_is_never_pruned(
+    suite: pytest.Pytester, cli: Cli
+) -> None:
+    """`suite/test_app.py::checkout flow` names a file pytest collects, and no test in it:
+    only a test id the run that wrote the usage log collected is prunable by it."""
+    suite.runpytest("--inference-mode=record").assert_outcomes(passed=4)
+    (alpha,) = files_of(suite.path)[node("alpha")]
+    served = alpha.with_name("e" * 32 + ".json")  # as the proxy would write it
+    data = json.loads(alpha.read_text())
+    data["test_id"] = "suite/test_app.py::checkout flow"
+    served.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    suite.runpytest().assert_outcomes(passed=4)  # the full suite, in replay
+    os.utime(served, (1, 1))  # older than the run: only the log could keep it
+    dry = cli("prune", "--dry-run")
+    assert listed(dry.lines) == []
+    assert f"Kept: {served.relative_to(suite.path)} ({KEPT_FOREIGN})" in dry.lines
+    done = cli("prune")
+    assert listed(done.lines) == []
+    assert any(line.startswith("Kept: 1 file not made by this pytest run") for line in done.lines)
+    assert served.exists()
+    result = suite.runpytest("--hashreplay-prune")
+    result.stdout.fnmatch_lines(["hashreplay: pruned 0 unused recordings*"])
+    assert served.exists()
+
+
 # --- nothing outside the store is deleted ---------------------------------------------------
 
 
@@ -150,10 +171,11 @@ def test_symlinked_recordings_are_refused_not_deleted(
     root = suite.path
     suite.runpytest("--inference-mode=record").assert_outcomes(passed=4)
     old = files_of(root)
-    write_suite(suite, alpha=TESTS["alpha"], beta=TESTS["beta"], models=TESTS["models"])
-    suite.runpytest().assert_outcomes(passed=3)
-    (gamma,) = old[node("gamma")]
-    outside = tmp_path_factory.mktemp("outside") / "gamma.json"
+    alpha_v2 = TESTS["alpha"].replace("'alpha'", "'alpha v2'")
+    write_suite(suite, alpha=alpha_v2, beta=TESTS["beta"], models=TESTS["models"])
+    suite.runpytest("--inference-mode=record-if-missing").assert_outcomes(passed=3)
+    (gamma,) = old[node("alpha")]  # unused now: alpha asks something new
+    outside = tmp_path_factory.mktemp("outside") / "alpha.json"
     shutil.move(gamma, outside)
     gamma.symlink_to(outside)  # the unused recording is a link to a file outside the store
     os.utime(gamma, (1, 1), follow_symlinks=False)
@@ -183,7 +205,7 @@ def test_symlinked_recordings_are_refused_not_deleted(
         "nothing through a link; replace the link with a directory, or delete the file "
         "yourself"
     ) in done.err
-    assert len(list(moved.iterdir())) == 3  # alpha, beta and the link to gamma
+    assert len(list(moved.iterdir())) == 4  # alpha v2, beta, gamma and the link to alpha
 
 
 def test_prune_leaves_what_is_not_a_blob(

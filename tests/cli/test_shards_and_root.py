@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hashreplay.engine.prune import REASON_GONE, REASON_UNUSED
+from hashreplay.engine.prune import KEPT_FOREIGN, REASON_UNUSED
 from tests.cli.conftest import Cli
 from tests.cli.test_prune import TESTS, files_of, listed, node, suite, write_suite
 
@@ -52,21 +52,16 @@ def test_merged_shard_logs_prune_only_what_neither_used(suite: pytest.Pytester, 
     both = cli("prune", "--dry-run", "--usage-log", str(first), "--usage-log", str(second))
     assert both.code == 0, both.err
     assert both.lines[0].startswith("Usage logs: 2 (together the full suite)")
-    assert listed(both.lines) == [
-        f"Would prune: {alpha_old} ({REASON_UNUSED})",
-        f"Would prune: {gamma} ({REASON_GONE})",
-    ]
+    assert listed(both.lines) == [f"Would prune: {alpha_old} ({REASON_UNUSED})"]
+    assert f"Kept: {gamma} ({KEPT_FOREIGN})" in both.lines  # its test is gone: never collected
     status = cli("status", "--usage-log", str(first), "--usage-log", str(second))
     pytest.LineMatcher(status.lines).fnmatch_lines(
-        ["last run: 2 usage logs, *, replay, together the full suite, 3 tests ran; 2 recordings*"]
+        ["last run: 2 usage logs, *, replay, together the full suite, 3 tests ran; 1 recording*"]
     )
 
     done = cli("prune", "--usage-log", str(first), "--usage-log", str(second))
-    assert listed(done.lines) == [
-        f"Pruned: {alpha_old} ({REASON_UNUSED})",
-        f"Pruned: {gamma} ({REASON_GONE})",
-    ]
-    assert sorted(files_of(suite.path)) == ["(shared)", node("alpha"), node("beta")]
+    assert listed(done.lines) == [f"Pruned: {alpha_old} ({REASON_UNUSED})"]
+    assert sorted(files_of(suite.path)) == ["(shared)", node("alpha"), node("beta"), node("gamma")]
     suite.runpytest().assert_outcomes(passed=3)  # everything still needed is there
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from hashreplay import Mode
 from hashreplay.core.format import RecordedRequest, RecordedResponse, new_recording
-from hashreplay.engine.prune import REASON_GONE, REASON_UNUSED, plan_prune
+from hashreplay.engine.prune import KEPT_FOREIGN, REASON_UNUSED, judge, plan_prune
 from hashreplay.engine.usage import RunUsage, TestUsage, UsageCollector, read_usage, write_usage
 from hashreplay.plugin.run import merge_worker_piece
 
@@ -122,9 +122,13 @@ def test_plan_prune_rules(tmp_path: Path) -> None:
         recording(None, "outside.json"),
     ]
     found = plan_prune(run, files, tmp_path)  # type: ignore[arg-type]
-    assert [(u.path.name, u.reason) for u in found] == [
-        ("a.json", REASON_UNUSED),
-        ("gone.json", REASON_GONE),
+    # only a test id this run collected is judged: `t::gone` (a removed test, or a proxy's
+    # test id naming a collected file) is kept and counted
+    assert [(u.path.name, u.reason) for u in found] == [("a.json", REASON_UNUSED)]
+    kept = judge(run, files, tmp_path).kept  # type: ignore[arg-type]
+    assert [(u.path.name, u.reason) for u in kept] == [
+        ("gone.json", KEPT_FOREIGN),
+        ("outside.json", "no test id, and this run did not use it"),
     ]
     partial = collector.finish(root=tmp_path, mode=Mode.REPLAY, reasons=["-k 'a'"])
     partial.started = run.started

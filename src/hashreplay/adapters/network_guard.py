@@ -4,9 +4,18 @@ for it or lists it in the recording modes' summary:
 
 - TCP connections and UDP datagrams, through the `socket.connect`, `socket.sendto` and
   `socket.sendmsg` audit events (asyncio's included, without patching anything);
-- DNS lookups, through the `socket.getaddrinfo` audit event (not `gethostbyname`: the
-  standard library's proxy check calls it on macOS for every `requests` call, before any
-  adapter could answer);
+- DNS lookups through every resolver entry point, judged by the name looked up: the
+  `socket.getaddrinfo` and `socket.gethostbyname` audit events (the latter is raised by
+  `gethostbyname_ex` too), `socket.gethostbyaddr` and `socket.getnameinfo` (reverse
+  lookups: judged by the address, loopback aside). Audit events see every caller, an alias
+  taken before the guard (`from socket import gethostbyname`) included, where a wrapper
+  would not; `socket.getnameinfo` is wrapped as well, only to learn its flags (the event
+  leaves them out), so an `NI_NUMERICHOST` call, which asks no resolver, passes. The
+  standard library's proxy check (`urllib.request`, which calls `gethostbyname` on macOS
+  for every `requests` call before any adapter could answer) is left alone: the connection
+  that follows is judged. asyncio's `loop.getaddrinfo` / `loop.getnameinfo` resolve in a
+  worker thread that works for whoever asked, so they are judged where they are awaited
+  (`BaseEventLoop`'s two methods are wrapped while the guard is installed);
 - gRPC channels, whose sockets are opened in C where no audit event sees them: judged when
   the channel is created (`grpc.insecure_channel`, `secure_channel` and their `grpc.aio`
   twins, patched on grpc's first import).
@@ -79,6 +88,14 @@ _real_getaddrinfo: list[Callable[..., Any] | None] = [None]
 _IMPORTED_GETADDRINFO = socket.getaddrinfo
 #: gRPC's channel functions, each under its (module, function)
 _grpc = Patches(None)
+#: `socket.getnameinfo` as it was when the guard took its place
+_real_getnameinfo: list[Callable[..., Any] | None] = [None]
+_IMPORTED_GETNAMEINFO = socket.getnameinfo
+#: set while the wrapper runs a `getnameinfo` call that asks for numbers only
+_numeric = threading.local()
+#: the asyncio resolver methods wrapped while guarding: name → original
+_ASYNC_LOOKUPS = ("getaddrinfo", "getnameinfo")
+_async_originals: dict[str, Callable[..., Any]] = {}
 
 
 def install(session: Session) -> None:
@@ -93,6 +110,10 @@ def install(session: Session) -> None:
         if socket.getaddrinfo is not _getaddrinfo:
             _real_getaddrinfo[0] = socket.getaddrinfo
             socket.getaddrinfo = _getaddrinfo
+        if socket.getnameinfo is not _getnameinfo:
+            _real_getnameinfo[0] = socket.getnameinfo
+            socket.getnameinfo = _getnameinfo
+    when_imported("asyncio.base_events", _patch_asyncio)
     if "grpc" in sys.modules or _installed("grpc"):
         when_imported("grpc", _patch_grpc)
 
@@ -105,6 +126,10 @@ def uninstall() -> None:
         real = _real_getaddrinfo[0]
         if real is not None and socket.getaddrinfo is _getaddrinfo:
             socket.getaddrinfo = real
+        real = _real_getnameinfo[0]
+        if real is not None and socket.getnameinfo is _getnameinfo:
+            socket.getnameinfo = real
+        _unpatch_asyncio()
         _grpc.restore()
 
 
@@ -158,27 +183,57 @@ def _on_address(sock: Any, address: Any, frame: FrameType) -> None:
 
 
 def _on_lookup(args: tuple[Any, ...], frame: FrameType) -> None:
-    """A DNS lookup, judged by the name looked up. Only where the test's own context runs:
-    a resolver thread (asyncio's) works for whoever asked, so the connection that follows
-    is what gets judged there."""
+    """A forward DNS lookup (`getaddrinfo(host, port, …)`), judged by the name looked up."""
+    __tracebackhide__ = True
+    _judge_lookup(args[0] if args else None, args[1] if len(args) > 1 else None, frame)
+
+
+def _on_gethostbyname(args: tuple[Any, ...], frame: FrameType) -> None:
+    """`gethostbyname(host)` / `gethostbyname_ex(host)`: judged as `getaddrinfo`, but for
+    the standard library's proxy check (`urllib.request`, on macOS)."""
+    __tracebackhide__ = True
+    if _module(frame) == "urllib.request":
+        return
+    _judge_lookup(args[0] if args else None, None, frame)
+
+
+def _on_gethostbyaddr(args: tuple[Any, ...], frame: FrameType) -> None:
+    """`gethostbyaddr(address or name)`: a reverse lookup, which asks DNS of an address too."""
+    __tracebackhide__ = True
+    _judge_lookup(args[0] if args else None, None, frame, reverse=True)
+
+
+def _on_getnameinfo(args: tuple[Any, ...], frame: FrameType) -> None:
+    """`getnameinfo(sockaddr, flags)`: a reverse lookup unless it asks for numbers only."""
+    __tracebackhide__ = True
+    if getattr(_numeric, "active", False):
+        return
+    sockaddr = args[0] if args else None
+    if isinstance(sockaddr, tuple) and len(sockaddr) >= 2:
+        _judge_lookup(sockaddr[0], sockaddr[1], frame, reverse=True)
+
+
+def _judge_lookup(host: Any, port: Any, frame: FrameType, *, reverse: bool = False) -> None:
+    """Judge a DNS lookup of `host` (for `reverse`, of the name of an address). Only where
+    the test's own context runs: a resolver thread (asyncio's) works for whoever asked, so
+    its lookups are judged where they are awaited (`_guarded_async_lookup`)."""
     __tracebackhide__ = True
     session = _guarding[0]
     if session is None or in_adapter_io() or not has_own_test_context():
         return
-    host = args[0] if args else None
     if isinstance(host, bytes):
         host = host.decode("ascii", "replace")
     if not isinstance(host, str) or not host:
         return
     name = host.lower().rstrip(".")
-    if name in _own_names or is_loopback(name) or _is_address(name):
+    if name in _own_names or is_loopback(name) or (not reverse and _is_address(name)):
         return  # no DNS traffic, or none beyond this machine: the connection is judged
     try:
-        port = int(args[1]) if len(args) > 1 and args[1] is not None else 0
+        number = int(port) if port is not None else 0
     except (TypeError, ValueError):
-        port = 0  # a service name ("https")
+        number = 0  # a service name ("https")
     opener, caller = _openers(frame)
-    connection = Connection(host, port, None, opener, caller, Reach.LOOKUP)
+    connection = Connection(host, number, None, opener, caller, Reach.LOOKUP)
     failure = session.connections.check(current_test_id(), connection)
     if failure is not None:
         raise failure
@@ -189,6 +244,9 @@ _HANDLERS: dict[str, Callable[[tuple[Any, ...], FrameType], None]] = {
     "socket.sendto": _on_send,
     "socket.sendmsg": _on_send,
     "socket.getaddrinfo": _on_lookup,
+    "socket.gethostbyname": _on_gethostbyname,
+    "socket.gethostbyaddr": _on_gethostbyaddr,
+    "socket.getnameinfo": _on_getnameinfo,
 }
 
 
@@ -210,6 +268,61 @@ def _getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
             for result in results:
                 _remember(str(result[4][0]), name)
     return results
+
+
+def _getnameinfo(sockaddr: Any, flags: int, /) -> Any:
+    """`socket.getnameinfo`, telling the audit hook when the call asks for numbers only."""
+    real = _real_getnameinfo[0] or _IMPORTED_GETNAMEINFO
+    numeric = isinstance(flags, int) and bool(flags & socket.NI_NUMERICHOST)
+    before = getattr(_numeric, "active", False)
+    _numeric.active = before or numeric
+    try:
+        return real(sockaddr, flags)
+    finally:
+        _numeric.active = before
+
+
+def _patch_asyncio(events: ModuleType) -> None:
+    """asyncio's event loops were imported: wrap their resolver methods."""
+    loop = events.BaseEventLoop
+    with _lock:
+        for name in _ASYNC_LOOKUPS:
+            if name not in _async_originals:
+                _async_originals[name] = getattr(loop, name)
+                setattr(loop, name, _guarded_async_lookup(_async_originals[name], name))
+
+
+def _unpatch_asyncio() -> None:
+    events = sys.modules.get("asyncio.base_events")
+    for name, original in list(_async_originals.items()):
+        if events is not None:
+            current = getattr(events.BaseEventLoop, name, None)
+            if getattr(current, "__wrapped__", None) is original:  # still ours: put back
+                setattr(events.BaseEventLoop, name, original)
+        del _async_originals[name]
+
+
+def _guarded_async_lookup(original: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """`loop.getaddrinfo(host, port, …)` or `loop.getnameinfo(sockaddr, flags)`, judged in
+    the awaiting task's context (its worker thread has none of its own)."""
+
+    @functools.wraps(original)
+    async def lookup(self: Any, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        frame = sys._getframe(1)
+        if name == "getaddrinfo":
+            host = args[0] if args else kwargs.get("host")
+            port = args[1] if len(args) > 1 else kwargs.get("port")
+            _judge_lookup(host, port, frame)
+        else:
+            sockaddr = args[0] if args else kwargs.get("sockaddr")
+            flags = args[1] if len(args) > 1 else kwargs.get("flags", 0)
+            numeric = isinstance(flags, int) and bool(flags & socket.NI_NUMERICHOST)
+            if isinstance(sockaddr, tuple) and len(sockaddr) >= 2 and not numeric:
+                _judge_lookup(sockaddr[0], sockaddr[1], frame, reverse=True)
+        return await original(self, *args, **kwargs)
+
+    return lookup
 
 
 def _remember(address: str, name: str) -> None:

@@ -26,8 +26,8 @@ from __future__ import annotations
 import contextlib
 import http.client
 import socket
+import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -194,7 +194,7 @@ def _getresponse(self: Any) -> Any:
         except (OSError, http.client.HTTPException) as exc:
             session.record(request.prep, LiveExchange(None, [], [], exception=exc))
             raise
-    _Watch(session, request.prep, response, request.started).attach()
+    _Watch(session, request.prep, response, request.started).attach(response)
     return response
 
 
@@ -316,72 +316,109 @@ def _replayed(conn: Any, request: _Request, plan: ReplayPlan) -> http.client.HTT
 # --- record --------------------------------------------------------------------------------
 
 
+#: where a watched response keeps its `_Watch`
+_WATCH = "_hashreplay_watch"
+#: the read methods of `http.client.HTTPResponse`; `readlines`, iteration, `readinto1` and
+#: `io.TextIOWrapper` all come down to one of them, looked up by name on the response
+_READS = ("read", "read1", "readline", "readinto")
+_watched_classes: dict[type[Any], type[Any]] = {}
+_watched_lock = threading.Lock()
+
+
+def _watched_class(cls: type[Any]) -> type[Any]:
+    """The subclass of a response class whose read methods and `close` feed the response's
+    `_Watch` (made once per class; `__slots__ = ()` keeps the layout, so a response's class
+    can be switched to it). Methods of the class, not functions put on each response: a
+    method bound to a response holds it for the call, so `urlopen(url).read()`, whose
+    response nothing else references, stays alive while it is read, and nothing the watch
+    adds references the response, so one its caller drops unread is closed (and recorded)
+    as the last reference goes, not by a later GC run."""
+    with _watched_lock:
+        found = _watched_classes.get(cls)
+        if found is None:
+            namespace: dict[str, Any] = {name: _reader(name, getattr(cls, name)) for name in _READS}
+            namespace.update(
+                __slots__=(),
+                __module__=cls.__module__,
+                __qualname__=cls.__qualname__,
+                close=_closer(cls.close),
+            )
+            found = _watched_classes[cls] = type(cls.__name__, (cls,), namespace)
+        return found
+
+
+def _reader(name: str, read: Callable[..., Any]) -> Callable[..., Any]:
+    def reader(self: Any, *args: Any, **kwargs: Any) -> Any:
+        watch: _Watch | None = self.__dict__.get(_WATCH)
+        if watch is None:
+            return read(self, *args, **kwargs)
+        watch.depth += 1
+        try:
+            result = read(self, *args, **kwargs)
+        except BaseException as exc:  # a Ctrl-C in the read is no answer: not recorded
+            watch.depth -= 1
+            if not watch.depth:
+                watch.finish(exc)
+            raise
+        watch.depth -= 1
+        if not watch.depth:
+            data = bytes(args[0][:result]) if name == "readinto" else result
+            watch.feed(data)
+            if _body_ended(self):
+                watch.finish(None)
+        return result
+
+    reader.__name__ = reader.__qualname__ = name
+    return reader
+
+
+def _body_ended(response: Any) -> bool:
+    """Whether the caller has read the whole body: http.client closes the response at its
+    end, except after `readline`/`read1` reach the end of a body of known length (the
+    iteration of `readlines`, `for line in response`), which leave it open with no byte
+    left."""
+    if response.isclosed():
+        return True
+    return not getattr(response, "chunked", False) and getattr(response, "length", None) == 0
+
+
+def _closer(close: Callable[[Any], None]) -> Callable[[Any], None]:
+    def closing(self: Any) -> None:
+        watch: _Watch | None = self.__dict__.get(_WATCH)
+        ended = _body_ended(self)
+        try:
+            close(self)
+        finally:
+            if watch is not None and not watch.depth:
+                watch.finish(None, abandoned=not ended)
+
+    closing.__name__ = closing.__qualname__ = "close"
+    return closing
+
+
 class _Watch:
     """A live `http.client.HTTPResponse` recorded as its caller reads it: what the
     outermost read call returns is kept (reads call each other inside); the body has ended
     when the response closes itself; a failure is what a read raised; a `close()` by the
-    caller before then records what was read as abandoned."""
-
-    _READS = ("read", "read1", "readline", "readinto")
+    caller before then records what was read as abandoned. It holds no reference to the
+    response (`_watched_class`)."""
 
     def __init__(
         self, session: Session, prep: Prepared, response: Any, started: float | None
     ) -> None:
         self.session = session
         self.prep = prep
-        # held weakly, and read through its class's methods below: the methods put on the
-        # response then make no cycle with it, so a response its caller drops unread is
-        # closed (and recorded) when the last reference goes, not by a later GC run
-        self.response = weakref.ref(response)
         self.body = session.live_body(
             prep, response.status, list(response.getheaders()), started=started
         )
         self.depth = 0
         self.broken: BaseException | None = None
 
-    def attach(self) -> None:
-        response = self.response()
-        assert response is not None
-        cls = type(response)
-        for name in self._READS:
-            setattr(response, name, self._reader(name, getattr(cls, name)))
-        close = cls.close
-
-        def closing() -> None:
-            live = self.response()
-            ended = live is None or live.isclosed()  # http.client closes it at the body's end
-            try:
-                if live is not None:
-                    close(live)
-            finally:
-                if not self.depth:
-                    self.finish(None, abandoned=not ended)
-
-        response.close = closing
+    def attach(self, response: Any) -> None:
+        response.__class__ = _watched_class(type(response))
+        response.__dict__[_WATCH] = self
         if response.isclosed():  # no body at all (HEAD, 204, 304)
             self.finish(None)
-
-    def _reader(self, name: str, read: Callable[..., Any]) -> Callable[..., Any]:
-        def reader(*args: Any, **kwargs: Any) -> Any:
-            live = self.response()
-            assert live is not None  # its own method is running
-            self.depth += 1
-            try:
-                result = read(live, *args, **kwargs)
-            except BaseException as exc:  # a Ctrl-C in the read is no answer: not recorded
-                self.depth -= 1
-                if not self.depth:
-                    self.finish(exc)
-                raise
-            self.depth -= 1
-            if not self.depth:
-                data = bytes(args[0][:result]) if name == "readinto" else result
-                self.feed(data)
-                if live.isclosed():
-                    self.finish(None)
-            return result
-
-        return reader
 
     def feed(self, data: bytes) -> None:
         if not data or self.broken is not None:

@@ -12,7 +12,15 @@ from pathlib import Path
 from hashreplay.cli.output import printable
 from hashreplay.cli.run import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Run
 from hashreplay.core.errors import RecordingError, SettingsError
-from hashreplay.engine.files import Loaded, Rules, find_recordings, load, renormalised, write_json
+from hashreplay.engine.files import (
+    Loaded,
+    Rules,
+    find_recordings,
+    load,
+    outside_problem,
+    renormalised,
+    write_json,
+)
 from hashreplay.engine.files import verify as verify_file
 
 
@@ -21,15 +29,18 @@ def verify(run: Run) -> int:
     rules = Rules(run.config)
     bad = 0
     for path in run.console.progress(files, "verifying"):
-        try:
-            item = load(path, run.store)
-        except RecordingError as exc:
-            problems = [f"unreadable: {exc.problem}; to fix it: {run.unreadable_fix(path)}"]
+        if (outside := outside_problem(path, run.config.root)) is not None:
+            problems = [outside]  # listed with the rest; its content is not the project's
         else:
-            problems = verify_file(item, rules)
-            note = rules.rule_note(item.recording)  # not a problem: said, not counted
-            if note is not None:
-                run.console.line(printable(f"{run.show_path(path)}: note: {note}"))
+            try:
+                item = load(path, run.store)
+            except RecordingError as exc:
+                problems = [f"unreadable: {exc.problem}; to fix it: {run.unreadable_fix(path)}"]
+            else:
+                problems = verify_file(item, rules)
+                note = rules.rule_note(item.recording)  # not a problem: said, not counted
+                if note is not None:
+                    run.console.line(printable(f"{run.show_path(path)}: note: {note}"))
         bad += bool(problems)
         for problem in problems:  # problems quote recorded values: shown, never interpreted
             run.console.line(printable(f"{run.show_path(path)}: {problem}"))

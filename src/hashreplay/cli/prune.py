@@ -62,7 +62,7 @@ def prune(run: Run) -> int:
         run.console.line(
             f"Note: {what} not the full suite ("
             + "; ".join(usage.partial_reasons)
-            + "): recordings of removed tests and shared model lists were kept; run the whole "
+            + "): shared model lists were kept; run the whole "
             "suite, then prune again to find those too"
         )
     return EXIT_PROBLEMS if result.failed or result.refused else run.status

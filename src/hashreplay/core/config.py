@@ -372,6 +372,11 @@ def _build(
             config = Config.model_validate({**_without(values, bad), **fixed})
         except ValidationError:  # pragma: no cover - a problem no single key explains
             config = Config.model_validate(fixed)
+    # the file's value; `hashreplay serve --recordings DIR` names its directory explicitly
+    outside = _recordings_dir_outside(config) if overrides.get("recordings_dir") is None else None
+    if outside is not None:
+        lines.append(f"  {outside}")
+        config = config.model_copy(update={"recordings_dir": RECORDINGS_DIRNAME})
     problems = [f"invalid [tool.hashreplay] in {where}:", *lines] if lines else []
     env_pace = env.get(PACE_ENV)
     if env_pace and "pace" not in overrides:
@@ -396,6 +401,24 @@ def _build(
             return _Built(config, [*problems, str(exc)], False)
     source = ModeSource.FILE if "mode" in table and "mode" not in bad else ModeSource.DEFAULT
     return _Built(config.with_mode(config.mode, source), problems, "mode" not in bad)
+
+
+def _recordings_dir_outside(config: Config) -> str | None:
+    """Why `recordings_dir` may not be used, or None: as written it must name a directory
+    inside the project root (`"../victim2"` or an absolute path elsewhere would have `prune`
+    and `rehash` delete and rewrite files that are not the project's). A symlink on the
+    way out of the root is judged where the directory is used, like every recordings
+    directory's (`core.paths`: refused, naming the link), so `verify` can list it."""
+    root = config.root.absolute()
+    common = Path(os.path.normpath(root / config.recordings_dir))
+    if common == root or root in common.parents:
+        return None
+    return (
+        f"recordings_dir {config.recordings_dir!r} is {common}, outside the project root "
+        f"{root}: recordings are read, written and pruned only inside the project; use a "
+        'directory inside it (the default is "recordings"), or run from the project that '
+        "holds that directory (HASHREPLAY_ROOT)"
+    )
 
 
 def _without(values: Mapping[str, Any], keys: set[str]) -> dict[str, Any]:

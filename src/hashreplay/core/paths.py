@@ -89,9 +89,13 @@ def state_temp_dir(root: Path) -> Path:
 
 
 def _alive(pid: int) -> bool:
+    """Whether a temp file's writer may still run. Windows has no probe: `os.kill(pid, 0)`
+    sends CTRL_C_EVENT there, so every writer counts as alive and its file goes only once
+    it is older than `STALE_AFTER`."""
+    if pid == os.getpid() or sys.platform == "win32":
+        return True
     try:
-        if pid != os.getpid():
-            os.kill(pid, 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:
@@ -421,6 +425,10 @@ def find_strays(tops: Iterable[Path], root: Path) -> list[Stray]:
     root = root.resolve()
     found: dict[Path, Stray] = {}
     for top in tops:
+        if top.is_symlink():  # given, or the common directory: os.walk would follow it
+            found.setdefault(top, _symlink(top, root))
+            if outside_root(top.resolve(), root):
+                continue
         for current, dirs, files in os.walk(top):  # never follows a symlinked directory
             dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
             here = Path(current)

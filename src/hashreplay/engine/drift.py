@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,6 +26,8 @@ from hashreplay.core.format import EndState, RecordedResponse
 from hashreplay.core.modes import Mode
 from hashreplay.core.network import placeholder_keys
 from hashreplay.core.paths import write_bytes_atomic
+from hashreplay.core.secret_values import NO_SECRETS, SecretValues, SeenSecrets
+from hashreplay.core.transcript import printable
 from hashreplay.engine.scenarios import FileIndex, unused
 from hashreplay.engine.state import Call, StoreView, Tests, TestState, sequence_for
 
@@ -44,6 +46,7 @@ class Host(Protocol):
     view: StoreView
     files: FileIndex
     redactor: Redactor
+    seen_secrets: SeenSecrets
 
     def stored_id(self, test_id: str | None) -> str | None: ...
 
@@ -51,6 +54,7 @@ class Host(Protocol):
 __all__ = [
     "DRIFT_FILENAME",
     "DriftCheck",
+    "clear_result",
     "drift_path",
     "keys_problem",
     "read_result",
@@ -72,6 +76,12 @@ UNCHECKED = "could not check"
 
 #: Headers are not shape: none is kept of a live answer.
 _ALL_HEADERS: frozenset[str] = frozenset()
+
+
+def _scrubbed(value: Any, scrub: Callable[[str], str]) -> Any:
+    if isinstance(value, list):
+        return [_scrubbed(item, scrub) for item in value]
+    return scrub(value) if isinstance(value, str) else value
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -105,9 +115,19 @@ class DriftCheck:
         #: live answers compared with a recording
         self.checked = 0
 
-    def note(self, test_id: str | None, entry: dict[str, Any]) -> None:
+    def note(
+        self, test_id: str | None, entry: dict[str, Any], secrets: SecretValues = NO_SECRETS
+    ) -> None:
+        """Keep an entry redacted as a recording is (docs/design.md §7): field names come from
+        the live answer, so a key it echoes (the request's own, `secrets`) is removed too."""
+        redactor, seen = self.session.redactor, self.session.seen_secrets.scrubber
+
+        def scrub(text: str) -> str:
+            return seen.text(secrets.text(redactor.text(text)))
+
+        kept = {k: _scrubbed(v, scrub) for k, v in entry.items()}
         with self._lock:
-            self.entries.setdefault(test_id or "(no test)", []).append(entry)
+            self.entries.setdefault(scrub(test_id or "(no test)"), []).append(kept)
 
     def check(
         self,
@@ -116,12 +136,17 @@ class DriftCheck:
         file: str,
         recorded: RecordedResponse | None,
         live: RecordedResponse,
+        *,
+        secrets: SecretValues = NO_SECRETS,
     ) -> None:
-        """Compare one live answer with its recording (None: nothing was recorded)."""
+        """Compare one live answer with its recording (None: nothing was recorded);
+        `secrets`: the credential values the live request carried."""
         failed = _failed_live(live)
         if failed is not None:
             self.note(
-                test_id, {"kind": UNCHECKED, "endpoint": endpoint, "file": file, "reason": failed}
+                test_id,
+                {"kind": UNCHECKED, "endpoint": endpoint, "file": file, "reason": failed},
+                secrets,
             )
             return
         if recorded is None:
@@ -133,6 +158,7 @@ class DriftCheck:
                     "file": file,
                     "differences": ["the code makes this call; no recording has it"],
                 },
+                secrets,
             )
             return
         with self._lock:
@@ -142,6 +168,7 @@ class DriftCheck:
             self.note(
                 test_id,
                 {"kind": DRIFTED, "endpoint": endpoint, "file": file, "differences": differences},
+                secrets,
             )
 
     def not_called(self, test_id: str | None, endpoint: str, file: str, count: int) -> None:
@@ -241,6 +268,7 @@ class DriftCheck:
                     "file": "",
                     "reason": f"its recording cannot be read: {exc}",
                 },
+                prep.secrets,
             )
             return
         file = _relative(path, session.config.root)
@@ -257,9 +285,10 @@ class DriftCheck:
                     "file": file,
                     "reason": "the test stopped reading the live stream",
                 },
+                prep.secrets,
             )
             return
-        self.check(prep.test_id, endpoint, file, recorded, live)
+        self.check(prep.test_id, endpoint, file, recorded, live, secrets=prep.secrets)
 
     async def arecord(self, prep: Prepared, outcome: Outcome) -> None:
         """`record` for event loops (it reads at most one recording, as replay does)."""
@@ -292,6 +321,12 @@ def drift_path(root: Path) -> Path:
     return root / STATE_DIRNAME / DRIFT_FILENAME
 
 
+def clear_result(root: Path) -> None:
+    """Remove the last run's `drift.json` as a run starts: an interrupted run writes none,
+    and must not leave an older one for `drift-report` to show."""
+    drift_path(root).unlink(missing_ok=True)
+
+
 def write_result(root: Path, result: Mapping[str, Any]) -> Path:
     """Write `drift.json` atomically (a reader sees the old file or the new, whole)."""
     path = drift_path(root)
@@ -321,6 +356,12 @@ def read_result(root: Path) -> dict[str, Any] | None:
 # --- rendering --------------------------------------------------------------------------------
 
 
+def _cell(text: str) -> str:
+    """Text from a live answer as `hashreplay show` shows it (control characters escaped),
+    newlines too: it never acts on a terminal nor forges a line."""
+    return printable(str(text)).replace("\n", "\\n").replace("\t", "\\t")
+
+
 def _table(rows: Sequence[tuple[str, str, str]]) -> list[str]:
     head = ("test", "endpoint", "first differences")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(2)]
@@ -340,7 +381,13 @@ def _rows(
             if not every and len(lines) > 2:
                 shown[-1] += f" (+{len(lines) - 2} more)"
             for i, line in enumerate(shown):
-                rows.append((test_id if i == 0 else "", entry["endpoint"] if i == 0 else "", line))
+                rows.append(
+                    (
+                        _cell(test_id) if i == 0 else "",
+                        _cell(entry["endpoint"]) if i == 0 else "",
+                        _cell(line),
+                    )
+                )
     return rows
 
 
@@ -348,7 +395,8 @@ def render(
     result: Mapping[str, Any], *, every: bool = False, where: str | None = None
 ) -> list[str]:
     """A drift result as lines: a headline, the drifted tests as a table (test, endpoint,
-    first differences; `every`: all of them, with each file), the calls not checked."""
+    first differences; `every`: all of them, with each file), the calls not checked; control
+    characters escaped (`_cell`)."""
     drifted: Mapping[str, list[dict[str, Any]]] = result.get("drifted") or {}
     unchecked: Mapping[str, list[dict[str, Any]]] = result.get("could_not_check") or {}
     calls = sum(len(v) for v in unchecked.values())
@@ -363,13 +411,13 @@ def render(
         lines += _table(_rows(drifted, every))
         if every:
             files = sorted({e["file"] for v in drifted.values() for e in v if e.get("file")})
-            lines += ["  recordings:", *(f"    {f}" for f in files)]
+            lines += ["  recordings:", *(f"    {_cell(f)}" for f in files)]
     if unchecked:
         lines.append("  could not check (not drift; the live call failed):")
         lines += _table(_rows(unchecked, every))
     if where is not None:
         lines.append(f"  full result: {where} (`hashreplay drift-report` shows it)")
-    return lines
+    return [_cell(line) for line in lines]
 
 
 # --- keys -----------------------------------------------------------------------------------

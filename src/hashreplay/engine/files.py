@@ -39,7 +39,7 @@ from hashreplay.core.matching import DEFAULT_RULE, MatchRule, file_rule
 from hashreplay.core.modes import RecordFailures
 from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_request_body
 from hashreplay.core.normalise_response import normalise_response
-from hashreplay.core.paths import SKIP_DIRS, write_bytes_atomic
+from hashreplay.core.paths import SKIP_DIRS, outside_root, write_bytes_atomic
 from hashreplay.core.store import Store, dumps, parse_recording
 from hashreplay.engine.miss import record_target
 from hashreplay.engine.session import Session
@@ -152,6 +152,21 @@ class Loaded:
     @property
     def is_model_list_file(self) -> bool:
         return is_model_list_name(self.path.name)
+
+
+def outside_problem(path: Path, root: Path) -> str | None:
+    """Why a found file is not read, or None: it resolves outside the project root (it is a
+    symlink, or a directory on its way is), where replay never reads either."""
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError) as exc:
+        return f"cannot be resolved ({exc}); replace the links on its way with real files"
+    if outside_root(target, root.resolve()):
+        return (
+            f"refused: it resolves to {target}, outside the project root {root.resolve()}, "
+            "where replay never reads; move the recordings into the project"
+        )
+    return None
 
 
 def load(path: Path, store: Store | None = None) -> Loaded:

@@ -273,7 +273,9 @@ def read_cassette(
 ) -> Read:
     data = _load(path, max_bytes)
     if not isinstance(data, dict) or not isinstance(data.get("interactions"), list):
-        raise UnreadableSource("unknown shape: no `interactions` list (not a vcrpy cassette?)")
+        what = "empty, or comments only" if data is None else f"a {type(data).__name__}"
+        msg = f"unknown shape: no `interactions` list ({what}: not a vcrpy cassette?)"
+        raise UnreadableSource(msg)
     if (version := data.get("version", 1)) != 1:
         raise UnreadableSource(f"cassette format version {version!r}; only version 1 is known")
     found = Read()
@@ -341,6 +343,9 @@ def _interaction(item: dict[str, Any], max_bytes: int) -> tuple[IncomingRequest,
     if isinstance(body, dict):  # some serialisers wrap request bodies like responses
         body = body.get("string")
     method, uri = str(request["method"]).upper(), str(request["uri"])
+    parts = urlsplit(uri)  # `http://[::1` and `http://h:99999` raise ValueError (`port`)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.port == -1:
+        raise ValueError(f"uri {uri!r} is not an http(s) URL with a host")
     incoming = IncomingRequest(method, uri, _headers(request.get("headers")), _bytes(body))
     if "status_code" in response:  # the old httpx layout
         status, content = int(response["status_code"]), response.get("content")
@@ -371,6 +376,8 @@ def check_expansion(data: Any, size: int, max_bytes: int) -> None:
     """Refuse a cassette whose YAML aliases (`&a`, `*a`) expand it more than `max_bytes` past the
     file's size (a "billion laughs" document), or make it contain itself. The loader shares one
     object per anchor, so the size is counted over those, once each, never building the whole."""
+    if _is_leaf(data):  # a scalar, or nothing (an empty file): no alias to expand
+        return
     limit = size + max_bytes
     sizes: dict[int, int] = {}
     on_path: set[int] = set()

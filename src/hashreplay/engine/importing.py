@@ -145,6 +145,10 @@ def run_import(
                 except HashReplayError as exc:
                     report.skipped.append(Skipped(entry.source, str(exc)))
                     continue
+                except (KeyError, TypeError, ValueError) as exc:  # a field no rule foresaw
+                    reason = f"unreadable: {type(exc).__name__}: {exc}"
+                    report.skipped.append(Skipped(entry.source, reason))
+                    continue
                 report.imported.append((entry.source, path))
                 report.tests.add(entry.test_id)
         session.close()
@@ -164,6 +168,9 @@ def _read(reader: Reader, file: Path) -> Read:
         return Read(skipped=[Skipped(str(file), str(exc))])
     except OSError as exc:
         return Read(skipped=[Skipped(str(file), f"cannot read the file: {exc.strerror or exc}")])
+    except (KeyError, TypeError, ValueError, RecursionError) as exc:  # one odd source, not all
+        reason = f"unreadable ({type(exc).__name__}: {exc}); not imported"
+        return Read(skipped=[Skipped(str(file), reason)])
 
 
 def _kept_rules(store: Store) -> Callable[[str | None, str | None], list[MatchRule]]:

@@ -1,11 +1,12 @@
 """`hashreplay prune` and `--hashreplay-prune`: which recordings the last run shows unused.
 
 It never guesses (docs/design.md §13, "Prune"): a recording
-is pruned only when its test ran to completion without using it, or, after a full run, when
-its test no longer exists in a test file the run collected; shared model lists only when a
-full run in which every test ran to completion used none and nothing else records into the
-store. A file whose test id the run never collected (made through `hashreplay serve` or
-`install()`, or by a test file that is gone) is kept and counted. A blob goes when no
+is pruned only when its test, collected by the run that wrote the usage log, ran to
+completion without using it; shared model lists only when a full run in which every test
+ran to completion used none and nothing else records into the store. A file whose test id
+the run never collected is kept and counted: made through `hashreplay serve` or
+`install()` (whose test ids may name a collected test file, `tests/test_p.py::checkout
+flow`), or by a test that is gone, which no log can tell apart. A blob goes when no
 recording that stays refers to it (and none is unreadable: it might).
 
 It deletes only regular files inside the store: a recording or recordings directory that is
@@ -47,9 +48,6 @@ class Unused:
 
 
 REASON_UNUSED = "its test ran to completion without using it"
-
-
-REASON_GONE = "its test no longer exists"
 
 
 REASON_MODELS = "no test used a model list in a full run"
@@ -100,15 +98,14 @@ def judge(
     Kept, always: files any test (or code outside tests) used; files changed after the run
     started; files of tests that were deselected, skipped, failed, ran in `live` mode or
     talked to a server (`passthrough`). Kept and counted (`Plan.kept`): files whose test id
-    the run never collected and whose test file it did not collect either (a proxy's or an
-    `install()`ed server's test ids, which pytest never collects), files with no test id it
-    did not use, and shared model lists while any such file is in the store. A file belongs
+    the run never collected, even in a test file it collected (a proxy's or an `install()`ed
+    server's test ids, which pytest never collects, or a removed test's), files with no test
+    id it did not use, and shared model lists while any such file is in the store. A file belongs
     to the test named by its stored `test_id`. `check_mtimes` False (logs from other
     machines, whose runs came before this checkout) trusts the logs alone.
     """
     used = run.used_files()
     collected = set(run.collected)
-    modules = {test_id.split("::", 1)[0] for test_id in collected}
     found: list[Unused] = []
     kept: list[Unused] = []
     model_lists: list[Path] = []
@@ -129,10 +126,6 @@ def judge(
                 found.append(Unused(path, REASON_UNUSED))
         elif test_id in collected:
             continue  # deselected, or it did not run
-        elif test_id.split("::", 1)[0] in modules:
-            # pytest collected its test file, and the test was not in it
-            if run.full_suite:
-                found.append(Unused(path, REASON_GONE))
         else:
             kept.append(Unused(path, KEPT_FOREIGN))
     if model_lists:
@@ -164,7 +157,7 @@ def kept_line(kept: Sequence[Unused]) -> str:
     files = f"{len(kept)} file{'' if len(kept) == 1 else 's'}"
     return (
         f"Kept: {files} {KEPT_FOREIGN} (test ids it never collected: recorded through "
-        "`hashreplay serve` or `install()`, or by a test file that is gone); `hashreplay "
+        "`hashreplay serve` or `install()`, or by a test that is gone); `hashreplay "
         "prune --dry-run` lists them: delete by hand those no longer needed"
     )
 

@@ -405,7 +405,7 @@ def drift_check(config: pytest.Config, hr: Session) -> DriftCheck:
             "--hashreplay-drift and --hashreplay-prune cannot be combined: a drift run "
             "does not replay, so it cannot tell which recordings are unused"
         )
-    from hashreplay.engine.drift import DriftCheck, keys_problem  # drift runs only
+    from hashreplay.engine.drift import DriftCheck, clear_result, keys_problem  # drift only
 
     settings = hr.config
     if settings.mode is Mode.LIVE:
@@ -416,6 +416,7 @@ def drift_check(config: pytest.Config, hr: Session) -> DriftCheck:
     problem = keys_problem(settings.replay_env, os.environ)
     if problem is not None:
         raise ConfigError(problem)
+    clear_result(settings.root)  # an interrupted run must not leave the last one's result
     return DriftCheck(hr)
 
 
@@ -442,7 +443,8 @@ def drift_summary(
     if not written:
         write(
             f"hashreplay drift: the run was interrupted, so {shown} was not written "
-            "(a partial result would hide what was not checked); run it again",
+            "(a partial result would hide what was not checked) and the previous run's was "
+            "removed; run it again",
             yellow=True,
         )
         return

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -22,7 +23,7 @@ from hashreplay.core.config import load_config
 from hashreplay.core.constants import FAULT_HEADER, RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.errors import ConfigError, ProxyError, UnknownUpstream
 from hashreplay.core.keys import test_context
-from hashreplay.core.secret_values import SecretValues
+from hashreplay.core.secret_values import NO_SECRETS, SecretValues, request_secrets
 from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.session import Session, touch_test
 from hashreplay.server.cli import ADMIN_PREFIX, SETTINGS_ENV, ServeSettings
@@ -131,19 +132,45 @@ class ProxyApp:
             return
         except ProxyError as problem:
             self.counters.error(problem.code)
-            logger.warning("%s %s -> %d: %s", scope.get("method"), path, problem.status, problem)
+            scrub = self._scrubber(scope)
+            problem = _redacted(problem, scrub)
+            method = scope.get("method")
+            logger.warning("%s %s -> %d: %s", method, scrub(path), problem.status, problem)
             if not reply.started:
                 await reply.error(problem)
         except Exception as exc:
             self.counters.error("internal")
-            logger.exception("hashreplay serve failed on %s %s", scope.get("method"), path)
+            scrub = self._scrubber(scope)
+            logger.exception("hashreplay serve failed on %s %s", scope.get("method"), scrub(path))
             if not reply.started:
                 message = (
                     f"hashreplay serve failed on {scope.get('method')} {path}: "
                     f"{type(exc).__name__}: {exc}. This is a bug in hashreplay: please report "
                     "it with the proxy's log"
                 )
-                await reply.error(ProxyError(500, "internal", message))
+                await reply.error(_redacted(ProxyError(500, "internal", message), scrub))
+
+    def _scrubber(self, scope: Scope) -> Callable[[str], str]:
+        """What removes every credential from an error about this request, as the plugin's
+        miss report does (docs/design.md §7): the credential values of this very request
+        (its headers, its URL's query and userinfo: an error may come before the request is
+        keyed), those the proxy has seen, secret shapes and credential parameters
+        (`?key=…`, `/…?api_key=…`)."""
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers") or ()
+        ]
+        query = (scope.get("query_string") or b"").decode("latin-1")
+        url = f"http://proxy{scope.get('path') or '/'}" + (f"?{query}" if query else "")
+        try:
+            own = request_secrets(self.session.redactor, url, headers)
+        except ValueError:  # a URL no parser takes: its shapes are still removed below
+            own = NO_SECRETS
+        redactor, seen = self.session.redactor, self.session.seen_secrets
+
+        def scrub(text: str) -> str:
+            return seen.text(redactor.text(own.text(text)))
+
+        return scrub
 
     async def _proxy(self, scope: Scope, receive: Receive, reply: Responder) -> None:
         method: str = scope["method"]
@@ -262,6 +289,15 @@ class ProxyApp:
             "root": str(config.root),
             "recordings": str(config.common_dir),
         }
+
+
+def _redacted(problem: ProxyError, scrub: Callable[[str], str]) -> ProxyError:
+    message = scrub(problem.message)
+    if message == problem.message:
+        return problem
+    return ProxyError(
+        problem.status, problem.code, message, retry=problem.retry, close=problem.close
+    )
 
 
 def _check_fault_header(method: str, target: str, headers: list[tuple[str, str]]) -> None:
