@@ -19,11 +19,11 @@ from typing import Any
 
 from hashreplay import __version__
 from hashreplay.cli.console import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Command, Console, Run
+from hashreplay.core.age import MaxAge, age_in_days, today
 from hashreplay.core.config import Config, ModeSource, load_config, load_config_reporting
 from hashreplay.core.constants import MODE_ENV
 from hashreplay.core.errors import ConfigError, HashReplayError, PathNotFound
 from hashreplay.core.keys import hash_of_name, is_model_list_name
-from hashreplay.core.modes import MaxAge, age_in_days, today
 from hashreplay.core.transcript import Tokens, printable, response_tokens
 from hashreplay.engine.files import Loaded
 from hashreplay.engine.keys import newest_model_list
