@@ -237,3 +237,24 @@ def test_each_test_has_its_own_owner_and_lock(tmp_path: Path) -> None:
     assert len(s.take_misses(other)) == 1
     assert s.end_test(TEST) == []
     assert s.owners.get(TEST) is None
+
+
+def test_a_job_polled_by_the_id_it_was_given_replays(tmp_path: Path) -> None:
+    create = IncomingRequest("POST", "http://127.0.0.1:9/v1/jobs", JSON, b'{"task": "t"}')
+    r = session(tmp_path, Mode.RECORD)
+    made = r.decide(create, test_id=TEST)
+    assert isinstance(made, Record)
+    r.record(made.prep, LiveExchange(200, JSON, [b'{"id": "job_abc123def456"}']))
+    polled = r.decide(
+        IncomingRequest("GET", "http://127.0.0.1:9/v1/jobs/job_abc123def456?full=1", [], b""),
+        test_id=TEST,
+    )
+    assert isinstance(polled, Record)
+    r.record(polled.prep, status("done"))
+
+    s = session(tmp_path, Mode.REPLAY)
+    given = s.decide(create, test_id=TEST)
+    assert isinstance(given, Replay)
+    job = given.response.body["id"]
+    url = f"http://127.0.0.1:9/v1/jobs/{job}?full=1"
+    assert answered(s, IncomingRequest("GET", url, [], b"")) == "done"

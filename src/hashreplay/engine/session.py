@@ -266,7 +266,10 @@ class Session:
         """Redact, normalise and hash a request."""
         if test_id is None:
             test_id = current_test_id()
-        request, secrets, failed = self.keyer.request(incoming, self._ids(test_id))
+        ids = self._ids(test_id)
+        if ids is not None:
+            incoming = ids_in_path(incoming, ids)
+        request, secrets, failed = self.keyer.request(incoming, ids)
         self.seen_secrets.add(secrets)
         prep = self._prepared(request, test_id, secrets)
         return prep if failed is None else prep._replace(hook_failed=failed)
@@ -497,6 +500,23 @@ class Session:
             self.config.max_body_bytes, prep.test_id, prep.request.url, self._body_too_large
         )
         return LiveBody(status, headers, started=started, limit=limit)
+
+
+def ids_in_path(incoming: IncomingRequest, ids: Mapping[str, str]) -> IncomingRequest:
+    """`incoming` with each URL path segment that is an id the test received replaced by
+    its stable id, as its body's are (a job polled by its id: `GET /v1/jobs/<id>`), so a
+    recording, its replay and a drift run key it alike (docs/design.md §5, §15)."""
+    head, sep, tail = incoming.url.partition("?")
+    scheme, slashes, rest = head.partition("//")
+    if not slashes:
+        scheme, rest = "", head
+    host, slash, path = rest.partition("/")
+    segments = path.split("/")
+    mapped = [ids.get(segment, segment) for segment in segments]
+    if mapped == segments:
+        return incoming
+    url = f"{scheme}{slashes}{host}{slash}{'/'.join(mapped)}{sep}{tail}"
+    return IncomingRequest(incoming.method, url, incoming.headers, incoming.content)
 
 
 def touch_test(session: Session, test_id: str | None, limit: int) -> int:
