@@ -44,6 +44,9 @@ from hashreplay.engine.unconsumed import Unused
 
 _T = TypeVar("_T")
 
+#: The UTC day it is (`core.age.today`, injectable).
+Today = Callable[[], datetime.date]
+
 
 class Stats:
     __slots__ = ("missed", "not_recorded", "passed_through", "recorded", "replayed")
@@ -272,7 +275,7 @@ class TestRecordings:
             return seq
 
     def next_recorded(
-        self, view: StoreView, prep: Prepared, day: datetime.date, tally: Tally
+        self, view: StoreView, prep: Prepared, today: Today, tally: Tally
     ) -> Recorded | None:
         """The next recorded exchange for `prep`'s key, consumed, or None: nothing recorded
         there (a miss, or a recording mode's cue to record it). `repeat = "last"` answers
@@ -288,7 +291,7 @@ class TestRecordings:
             response = seq.responses[index]
             if prep.mode is Mode.RECORD_IF_MISSING and self._record_again(prep, response):
                 return None
-            stale = self._stale(prep, response, seq.path, day)
+            stale = self._stale(prep, response, seq.path, today)
             if stale is not None and self._refreshes(prep, stale):
                 return None
             seq.calls += 1
@@ -302,13 +305,13 @@ class TestRecordings:
         merged: RecordedResponse,
         paths: Sequence[Path],
         newest: tuple[RecordedResponse, Path],
-        day: datetime.date,
+        today: Today,
         tally: Tally,
     ) -> Recorded | None:
         """A shared model list for `prep` (its files read by the caller): it ages like the
         test's own recording, dated by its newest file; None when it is refreshed."""
         with self.lock:
-            stale = self._stale(prep, newest[0], newest[1], day)
+            stale = self._stale(prep, newest[0], newest[1], today)
             if stale is not None and self._refreshes(prep, stale):
                 return None
         tally.replayed(self.test_id, *paths)
@@ -323,11 +326,15 @@ class TestRecordings:
         return self.defaults.answers_only and is_no_response(prep.request, response)
 
     def _stale(
-        self, prep: Prepared, response: RecordedResponse, path: Path, day: datetime.date
+        self, prep: Prepared, response: RecordedResponse, path: Path, today: Today
     ) -> StaleUse | None:
+        """How stale `response` is for this test (`core/age.py` decides), or None; the day
+        is read only when an age limit applies."""
         max_age = self.options.max_age or self.defaults.max_age
-        age = stale_age(response.recorded_on, max_age, day)
-        if age is None or max_age is None or response.recorded_on is None:
+        if max_age is None or response.recorded_on is None:
+            return None
+        age = stale_age(response.recorded_on, max_age, today())
+        if age is None:
             return None
         return StaleUse(path, response.recorded_on, age, max_age, self.stale_policy())
 

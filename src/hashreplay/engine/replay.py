@@ -135,13 +135,16 @@ class Replayer:
         self.known_tests: frozenset[str] | None = None
         self._known_shown: tuple[frozenset[str], frozenset[str]] | None = None
 
+    def _today(self) -> datetime.date:
+        return self.today()  # looked up at each call: tests replace `today`
+
     def recorded(self, owner: TestRecordings, prep: Prepared) -> Recorded | None:
         """The next recorded response to this request and its file, or None. Identical
         requests within a test are answered in recorded order; a file that exists but cannot
         be used raises its RecordingError."""
         tally = self.owners.tally
         if not prep.shared:
-            return owner.next_recorded(self.view, prep, self.today(), tally)
+            return owner.next_recorded(self.view, prep, self._today, tally)
         paths = self.view.model_list_paths(prep.hash, prep.test_id)
         if not paths:
             return None
@@ -153,7 +156,7 @@ class Replayer:
         # a shared list ages like a test's own recording, dated by its newest file
         dated = (responses[newest], paths[newest])
         return owner.next_model_list(
-            prep, merged=merged, paths=paths, newest=dated, day=self.today(), tally=tally
+            prep, merged=merged, paths=paths, newest=dated, today=self._today, tally=tally
         )
 
     def miss(
