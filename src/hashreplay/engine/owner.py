@@ -282,7 +282,7 @@ class TestRecordings:
         past the end of a sequence only where nothing may be recorded: a recording mode
         records the new call (appended), which then replays in order (docs/design.md §14)."""
         with self.lock:
-            seq = self.sequence(view, prep)
+            seq = self.sequences.get(prep.hash) or self.sequence(view, prep)
             index = seq.calls
             if index >= len(seq.responses):
                 if not seq.responses or prep.mode.may_record or self.repeat() is not Repeat.LAST:

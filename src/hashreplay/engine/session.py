@@ -52,7 +52,7 @@ from hashreplay.engine.connections import Connections
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions
 from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody
 from hashreplay.engine.keys import Keyer, Prepared
-from hashreplay.engine.owner import Call, Defaults, Owners, Stats
+from hashreplay.engine.owner import Call, Defaults, Owners, Stats, TestRecordings
 from hashreplay.engine.replay import (
     Decision,
     Live,
@@ -266,12 +266,13 @@ class Session:
         """Redact, normalise and hash a request."""
         if test_id is None:
             test_id = current_test_id()
-        ids = self._ids(test_id)
+        owner = self.owners.get(test_id)
+        ids = None if owner is None else owner.ids()
         if ids is not None:
             incoming = ids_in_path(incoming, ids)
         request, secrets, failed = self.keyer.request(incoming, ids)
         self.seen_secrets.add(secrets)
-        prep = self._prepared(request, test_id, secrets)
+        prep = self._prepared(request, test_id, secrets, owner)
         return prep if failed is None else prep._replace(hook_failed=failed)
 
     def prepare_call(
@@ -287,15 +288,20 @@ class Session:
         return self._prepared(request, test_id)
 
     def _prepared(
-        self, request: RecordedRequest, test_id: str | None, secrets: SecretValues = NO_SECRETS
+        self,
+        request: RecordedRequest,
+        test_id: str | None,
+        secrets: SecretValues = NO_SECRETS,
+        owner: TestRecordings | None = None,
     ) -> Prepared:
         # a key that appears in the test id (a parametrised test) leaves its hash too
         shown = self.keyer.test_id(test_id, secrets)
-        owner = self.owners.get(test_id)
+        if owner is None:
+            owner = self.owners.get(test_id)
         marked = owner.options.match if owner is not None else None  # the marker's rule
         rule = self.keyer.rule if marked is None else None if marked.is_default else marked
         hash_hex, shared = self.keyer.key_of(request, shown, rule)
-        mode = self.mode_for(test_id)
+        mode = self.owners.defaults.mode if owner is None else owner.mode_or_default()
         return Prepared(test_id, mode, hash_hex, shared, request, secrets, shown, rule)
 
     def miss(
