@@ -46,8 +46,8 @@ from hashreplay.core.constants import (
     TEST_ID_HEADER,
 )
 from hashreplay.core.keys import conversation, test_context
-from hashreplay.engine.lifecycle import Placeholders
 from hashreplay.engine.miss import ServerRequest, serving
+from hashreplay.engine.placeholders import Placeholders
 from hashreplay.engine.session import Session
 
 logger = logging.getLogger("hashreplay")

@@ -105,5 +105,5 @@ def test_replay_of_a_too_deep_recording_is_a_miss_naming_it(
     assert f"tests/recordings/{path.name}" in message and where in message
     assert f"nested more than {MAX_NESTING} levels deep" in message
     assert recorder.session is not None
-    misses = recorder.session.tests.state(CHAT).misses
+    misses = recorder.session.owners.owner(CHAT).misses
     assert misses and isinstance(misses[0], ReplayMiss)

@@ -246,7 +246,7 @@ def test_the_unconsumed_index_reads_a_file_as_a_full_parse_does(
 ) -> None:
     from hashreplay.core.format import RecordedRequest, RecordedResponse, new_recording
     from hashreplay.core.store import Store
-    from hashreplay.engine.scenarios import FileIndex, _canonical_summary
+    from hashreplay.engine.unconsumed import FileIndex, _canonical_summary
 
     answer = RecordedResponse(status=200, body=body)
     request = RecordedRequest(method="POST", url=URL, endpoint="/v1/x", body=body)

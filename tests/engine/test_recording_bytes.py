@@ -72,7 +72,7 @@ def conversation(session: Session) -> list[Path]:
         (OTHER, request("again"), answer("chatcmpl-GGGG6666", "three")),
     ]
     for test_id, incoming, outcome in calls:
-        if session.tests.get(test_id) is None:
+        if session.owners.get(test_id) is None:
             session.begin_test(test_id)
         decision = session.decide(incoming, test_id=test_id)
         assert isinstance(decision, Record), decision
@@ -113,7 +113,7 @@ def test_the_stage_runs_on_the_writer_thread_not_the_callers(tmp_path: Path) -> 
     _path, content = s.recorder.stage(decision.prep, answer("chatcmpl-AAAA1111BBBB", "hello"))
     assert callable(content)  # handed over unserialised
     assert s.stats.recorded == 1
-    assert s.tests.id_map(TEST) == {
+    assert s.owners.owner(TEST).ids() == {
         "chatcmpl-AAAA1111BBBB": json.loads(content())["response"]["body"]["id"]
     }
     s.close()
@@ -143,7 +143,7 @@ def test_a_body_over_the_limit_fails_the_call_at_once(tmp_path: Path, write_behi
     with pytest.raises(BodyTooLarge) as info:
         s.record(decision.prep, answer("chatcmpl-AAAA1111BBBB", "x" * 300))
     assert "the response body of http://localhost/v1/chat/completions" in str(info.value)
-    assert s.tests.recorded_count(TEST, decision.prep.hash) == 0  # the sequence unchanged
+    assert s.owners.owner(TEST).recorded_count(decision.prep.hash) == 0  # the sequence unchanged
     assert s.stats.recorded == 0
     s.close()
     assert files(tmp_path) == {}

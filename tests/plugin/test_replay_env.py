@@ -10,7 +10,7 @@ import pytest
 from hashreplay import Mode
 from hashreplay.core.config import load_config
 from hashreplay.core.network import DEFAULT_REPLAY_ENV, PLACEHOLDER, missing, replay_env_values
-from hashreplay.engine.lifecycle import Placeholders
+from hashreplay.engine.placeholders import Placeholders
 from tests.sdks import sdk
 
 pytest_plugins = ["pytester"]

@@ -162,7 +162,7 @@ def test_a_marker_pace_wins_over_the_config(
 
 
 def test_pace_from_the_environment_and_its_errors(tmp_path: Any) -> None:
-    assert load_config(tmp_path, env={"HASHREPLAY_PACE": "fixed:20"}).pace == "fixed:20"
+    assert load_config(tmp_path, env={"HASHREPLAY_PACE": "fixed:20"}).pace == Pace("fixed", 20.0)
     with pytest.raises(ConfigError, match="HASHREPLAY_PACE: 'slow' is not a pace"):
         load_config(tmp_path, env={"HASHREPLAY_PACE": "slow"})
     (tmp_path / "pyproject.toml").write_text('[tool.hashreplay]\npace = "sometimes"\n')

@@ -173,7 +173,7 @@ async def test_per_test_state_is_bounded_least_recently_used_first(
                 answer = await client.post("/v1/chat/completions", json=body, headers=headers)
                 assert answer.status_code == 200
     await app.aclose()
-    tests = session.tests._tests  # what the bound is about
+    tests = session.owners  # what the bound is about
     assert len(tests) == 10
     assert keep in tests  # the busy test was used last: never evicted
     assert "tests/test_many.py::test_0" not in tests

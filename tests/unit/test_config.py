@@ -388,7 +388,7 @@ def test_reporting_keeps_every_valid_setting_when_a_mode_is_given(tmp_path: Path
     config, problem = load_config_reporting(tmp_path, env={"INFERENCE_MODE": "record"})
     assert (config.mode, config.mode_source) == (Mode.RECORD, ModeSource.ENV)
     assert config.recordings_dir == "rec"  # valid: kept
-    assert config.pace == "instant"  # in error: its default
+    assert str(config.pace) == "instant"  # in error: its default
     assert problem is not None
     assert "mode: invalid mode 'Record'" in str(problem) and "`pace`" in str(problem)
     # the file's mode is valid and another key is not: the file's mode counts

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from hashreplay.adapters._shared import Patches, when_imported
 from hashreplay.core.keys import current_test_id, has_own_test_context, in_adapter_io
 from hashreplay.core.network import grpc_target_hosts, is_loopback
-from hashreplay.engine.lifecycle import Connection, Reach
+from hashreplay.engine.connections import Connection, Reach
 
 if TYPE_CHECKING:
     from hashreplay.engine.session import Session

@@ -14,6 +14,7 @@ import orjson
 
 from hashreplay.cli.output import printable
 from hashreplay.cli.run import EXIT_OK, EXIT_PROBLEMS, Run, matches
+from hashreplay.core.age import MaxAge, age_in_days, today
 from hashreplay.core.blobs import parse_ref
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.config import ModeSource
@@ -21,7 +22,6 @@ from hashreplay.core.constants import MODE_ENV
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import RecordedResponse, recording_from_json
 from hashreplay.core.keys import hash_of_name, is_model_list_name
-from hashreplay.core.modes import MaxAge, age_in_days, today
 from hashreplay.core.paths import PYPROJECT, has_hashreplay_table
 from hashreplay.core.transcript import (
     Tokens,

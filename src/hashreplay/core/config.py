@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from hashreplay.core.age import MaxAge
 from hashreplay.core.constants import (
     DEFAULT_BLOB_THRESHOLD,
     DEFAULT_MAX_BODY_BYTES,
@@ -38,7 +39,7 @@ from hashreplay.core.matching import (
     parse_match_on,
     parse_path,
 )
-from hashreplay.core.modes import MaxAge, Mode, Pace, RecordFailures, Stale, Unconsumed
+from hashreplay.core.modes import INSTANT, Mode, Pace, RecordFailures, Stale, Unconsumed
 from hashreplay.core.network import BlockNetwork, host_entry, passthrough_prefixes
 from hashreplay.core.normalise import compile_patterns
 from hashreplay.core.paths import PYPROJECT, find_root
@@ -130,14 +131,15 @@ class Config(BaseModel):
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1)
     #: Store the head and chunk offsets of every recorded response (docs/scenarios.md).
     record_timing: bool = False
-    #: How replay spaces responses out: "instant", "recorded" or "fixed:<ms>".
-    pace: str = "instant"
+    #: How replay spaces responses out: "instant", "recorded" or "fixed:<ms>" (parsed here,
+    #: once: `HASHREPLAY_PACE` overrides the file's).
+    pace: Pace = INSTANT
     #: Recorded responses a replayed test did not use: "warn", "fail" or "ignore".
     unconsumed: Unconsumed = Unconsumed.WARN
     #: What a call that got no HTTP response leaves: "responses" (nothing), "all" (its error).
     record_failures: RecordFailures = RecordFailures.RESPONSES
     #: Recorded responses older than this ("<days>d", "<weeks>w") are stale; None: no limit.
-    max_age: str | None = None
+    max_age: MaxAge | None = None
     #: What a test does with a stale response: "warn", "fail" or "refresh".
     stale: Stale = Stale.WARN
     #: A drift run (`pytest --hashreplay-drift`) exits 1 when any test drifted; false: it
@@ -169,8 +171,8 @@ class Config(BaseModel):
 
     @field_validator("pace", mode="before")
     @classmethod
-    def _parse_pace(cls, value: object) -> str:
-        return str(_collected(Pace.parse, value))
+    def _parse_pace(cls, value: object) -> Pace:
+        return _collected(Pace.parse, value)
 
     @field_validator("unconsumed", mode="before")
     @classmethod
@@ -179,8 +181,8 @@ class Config(BaseModel):
 
     @field_validator("max_age", mode="before")
     @classmethod
-    def _parse_max_age(cls, value: object) -> str:
-        return str(_collected(MaxAge.parse, value))
+    def _parse_max_age(cls, value: object) -> MaxAge | None:
+        return None if value is None else _collected(MaxAge.parse, value)
 
     @field_validator("stale", mode="before")
     @classmethod
@@ -381,7 +383,7 @@ def _build(
     env_pace = env.get(PACE_ENV)
     if env_pace and "pace" not in overrides:
         try:
-            config = config.model_copy(update={"pace": str(Pace.parse(env_pace, source=PACE_ENV))})
+            config = config.model_copy(update={"pace": Pace.parse(env_pace, source=PACE_ENV)})
         except ConfigError as exc:
             problems.append(str(exc))
     env_mode = env.get(MODE_ENV)

@@ -43,11 +43,11 @@ from pydantic import (
     model_serializer,
 )
 
+from hashreplay.core.age import parse_day
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import CALL_METHOD, FORMAT_VERSION, KEY_VERSION
 from hashreplay.core.errors import ConfigError, RecordingError
 from hashreplay.core.matching import MatchRule
-from hashreplay.core.modes import parse_day
 from hashreplay.core.streams import StreamFormat, has_markers
 
 _M = TypeVar("_M", bound="_Model")

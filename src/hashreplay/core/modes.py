@@ -1,7 +1,7 @@
 """The closed sets users choose from, each parsed with an error that lists the valid values: the
 four modes (docs/design.md §1), `record_failures`, the scenario options `pace` and
-`unconsumed` (docs/scenarios.md), and the age settings `max_age` and `stale` with the day
-ages are measured from (docs/design.md, "Life cycle of a recording").
+`unconsumed` (docs/scenarios.md), and `stale` (what a stale recording does; ages themselves
+are `core/age.py`).
 
 Pure parsing, shared by the config file, `HASHREPLAY_PACE` and the pytest marker, so every
 source names itself and lists the valid forms the same way.
@@ -9,14 +9,10 @@ source names itself and lists the valid forms the same way.
 
 from __future__ import annotations
 
-import datetime
-import os
 import re
-from collections.abc import Mapping
 from enum import Enum
-from typing import Any, NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar
 
-from hashreplay.core.constants import TODAY_ENV
 from hashreplay.core.errors import ConfigError
 
 
@@ -171,102 +167,3 @@ class Stale(Choice):
     #: in record-if-missing, record it again as if it were missing (its day is renewed);
     #: in replay mode, list it as `warn` does
     REFRESH = "refresh"
-
-
-MAX_AGE_FORMS = '"<days>d" or "<weeks>w" (e.g. "180d", "26w")'
-_AGE = re.compile(r"(\d{1,6})\s*([dw])")
-
-
-class MaxAge(NamedTuple):
-    """An age in whole days (`max_age`, `status --older-than`); a response is older than it
-    when more than `days` days passed since the day it was recorded."""
-
-    days: int
-
-    @classmethod
-    def parse(cls, value: object, *, source: str = "max_age") -> MaxAge:
-        """`<n>d` or `<n>w`; a ConfigError naming `source` and the valid forms otherwise
-        (months and years vary in length, so they are not accepted)."""
-        if isinstance(value, MaxAge):
-            return value
-        found = _AGE.fullmatch(value.strip().lower()) if isinstance(value, str) else None
-        if found is None:
-            msg = f"{source}: {value!r} is not an age; use {MAX_AGE_FORMS}"
-            raise ConfigError(msg)
-        count = int(found.group(1))
-        return cls(count * 7 if found.group(2) == "w" else count)
-
-    def __str__(self) -> str:
-        return f"{self.days}d"
-
-
-def parse_day(value: str) -> datetime.date:
-    """A UTC day written `YYYY-MM-DD` (a ValueError otherwise)."""
-    if len(value) != 10:
-        msg = f"expected a day written YYYY-MM-DD, found {value!r}"
-        raise ValueError(msg)
-    try:
-        return datetime.date.fromisoformat(value)
-    except ValueError:
-        msg = f"expected a day written YYYY-MM-DD, found {value!r}"
-        raise ValueError(msg) from None
-
-
-def today(env: Mapping[str, str] | None = None) -> datetime.date:
-    """The UTC day it is: `HASHREPLAY_TODAY` when set (a supported setting: reproducible age
-    checks in CI, and tests of ages that never depend on the clock; docs/usage.md, "Age"),
-    else the system clock's. A ConfigError names a value that is not a day."""
-    given = (os.environ if env is None else env).get(TODAY_ENV)
-    if not given:
-        return datetime.datetime.now(datetime.timezone.utc).date()
-    try:
-        return parse_day(given.strip())
-    except ValueError as exc:
-        msg = (
-            f"{TODAY_ENV}: {exc}; set it to a day such as 2025-06-01, or unset it to use "
-            "today's UTC date"
-        )
-        raise ConfigError(msg) from None
-
-
-def age_in_days(recorded_on: str | None, day: datetime.date) -> int | None:
-    """Days from `recorded_on` to `day`; None when the day is unknown (a response recorded
-    before hashreplay kept days) or unreadable."""
-    if recorded_on is None:
-        return None
-    try:
-        return (day - parse_day(recorded_on)).days
-    except ValueError:
-        return None
-
-
-def recorded_day(value: Any) -> str | None:
-    """The UTC day of an interaction's `recorded_at` (docs/recordings.md, "Age"): an HTTP
-    date as Ruby's VCR writes it (`Tue, 01 Nov 2011 04:58:44 GMT`), an ISO 8601 day or
-    time (a time without an offset is taken as UTC), or a YAML timestamp; None when absent.
-    A ValueError names a value that is none of these."""
-    if value is None:
-        return None
-    when: datetime.date | None = value if isinstance(value, datetime.date) else None
-    if when is None and isinstance(value, str) and value.strip():
-        text = value.strip()
-        try:
-            when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            import email.utils  # only imports read it: kept off the plugin's start-up
-
-            try:
-                when = email.utils.parsedate_to_datetime(text)
-            except (TypeError, ValueError, IndexError):
-                when = None
-    if when is None:
-        msg = (
-            f"recorded_at {value!r} is not a date (expected an HTTP date like 'Tue, 01 Nov "
-            "2011 04:58:44 GMT' or ISO 8601 like '2011-11-01T04:58:44Z')"
-        )
-        raise ValueError(msg)
-    if isinstance(when, datetime.datetime):
-        if when.tzinfo is not None:
-            when = when.astimezone(datetime.timezone.utc)
-        when = when.date()
-    return when.isoformat()

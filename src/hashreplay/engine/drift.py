@@ -23,26 +23,26 @@ from hashreplay.core.constants import STATE_DIRNAME
 from hashreplay.core.diff import compare, shape_of
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import EndState, RecordedResponse
-from hashreplay.core.modes import Mode
 from hashreplay.core.network import placeholder_keys
 from hashreplay.core.paths import write_bytes_atomic
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues, SeenSecrets
 from hashreplay.core.transcript import printable
-from hashreplay.engine.scenarios import FileIndex, unused
-from hashreplay.engine.state import Call, StoreView, Tests, TestState, sequence_for
+from hashreplay.engine.owner import Call, Owners, TestRecordings
+from hashreplay.engine.unconsumed import FileIndex
 
 if TYPE_CHECKING:
     from hashreplay.core.config import Config
     from hashreplay.core.redact import Redactor
     from hashreplay.engine.keys import Prepared
     from hashreplay.engine.record import Outcome
+    from hashreplay.engine.state import StoreView
 
 
 class Host(Protocol):
     """What a drift check uses of its session (`engine.session.Session`)."""
 
     config: Config
-    tests: Tests
+    owners: Owners
     view: StoreView
     files: FileIndex
     redactor: Redactor
@@ -228,37 +228,24 @@ class DriftCheck:
         """A drift run's live answer to `prep` (where a recording run would write it):
         compared with the next response recorded for the call, in call order (as replay
         would have answered it); nothing is written."""
-        from hashreplay.core.normalise_response import normalise_response
         from hashreplay.engine.record import stored_response  # drift runs only
 
         session = self.session
         live = stored_response(outcome, session.redactor, _ALL_HEADERS, secrets=prep.secrets)
         endpoint = f"{prep.request.method} {prep.request.endpoint}"
-        tests, view = session.tests, session.view
+        view = session.view
+        owner = session.owners.owner(prep.test_id)
         req = prep.request  # every call of a drift run is live (the fixture's `calls`)
-        with tests.lock:
-            tests.state(prep.test_id).calls.append(
-                Call(req.method, req.endpoint, req.body, live.status, "live")
-            )
+        owner.note_call(Call(req.method, req.endpoint, req.body, live.status, "live"))
         try:
             if prep.shared:
                 paths = view.model_list_paths(prep.hash, prep.test_id)
                 recorded = view.read(paths[0]).response if paths else None
                 path = paths[0] if paths else view.store.path_for(prep.test_id, prep.hash)
             else:
-                with tests.lock:
-                    state = tests.state(prep.test_id)
-                    seq = sequence_for(tests, view, prep._replace(mode=Mode.REPLAY))
-                    index = seq.calls
-                    seq.calls += 1
-                    recorded = seq.responses[index] if index < len(seq.responses) else None
-                    path = seq.path
-                    if recorded is not None:
-                        tests.use(prep.test_id, path)
-                    # the live ids get the stable ids the recording has, so a later request
-                    # that echoes one is keyed as it was recorded (docs/design.md §5)
-                    live = normalise_response(live, seq.ids, known_ids=state.id_map)
-                    state.id_map.update(seq.ids.stable)
+                # the owner maps the live ids onto the recorded exchange's, as replay keys
+                # the next request (docs/design.md §5): a follow-up that quotes one matches
+                recorded, path, live = owner.drift_next(view, prep, live, session.owners.tally)
         except RecordingError as exc:
             self.note(
                 prep.test_id,
@@ -298,11 +285,12 @@ class DriftCheck:
         """At a test's end: the recorded responses of the test no live call asked for."""
         session = self.session
         files = session.files.files_of(test_id, session.stored_id(test_id))
-        with session.tests.lock:
-            state = session.tests.get(test_id)
-            if state is not None and state.passed_through:
-                files = []  # a server under test replays those itself
-            left = unused(state if state is not None else TestState(), files)
+        owner = session.owners.get(test_id)
+        if owner is not None and owner.passed_through:
+            files = []  # a server under test replays those itself
+        if owner is None:  # it made no call: every file it has is unused
+            owner = TestRecordings(test_id, session.owners.defaults)
+        left = owner.unused(files)
         for item in left:
             try:
                 request = session.view.read(item.path).request

@@ -23,10 +23,11 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from hashreplay.core.age import MaxAge
 from hashreplay.core.constants import FAULT_MARKER
 from hashreplay.core.errors import ConfigError, HashReplayError
 from hashreplay.core.matching import MatchRule, Repeat
-from hashreplay.core.modes import MaxAge, Pace, Stale, Unconsumed
+from hashreplay.core.modes import Pace, Stale, Unconsumed
 from hashreplay.core.network import NetworkRules
 from hashreplay.engine.http import BreakKind
 

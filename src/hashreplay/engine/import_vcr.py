@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from hashreplay.core.age import recorded_day
 from hashreplay.core.bodies import MAX_NESTING, DecodedTooLarge, decode_limited, too_deep_problem
 from hashreplay.core.constants import DEFAULT_MAX_BODY_BYTES
 from hashreplay.core.matching import parse_match_on
-from hashreplay.core.modes import recorded_day
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.importing import (
     Entry,

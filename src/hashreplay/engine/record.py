@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from hashreplay.core.age import today
 from hashreplay.core.bodies import BodyEncoding, TooDeep, deep_field, encode_body
 from hashreplay.core.constants import SECRET_PLACEHOLDER
 from hashreplay.core.errors import BodyTooLarge, RecordingError, ReplayFailure
@@ -25,7 +26,7 @@ from hashreplay.core.format import (
     RecordedResponse,
     new_recording,
 )
-from hashreplay.core.modes import Mode, today
+from hashreplay.core.modes import Mode
 from hashreplay.core.normalise import filter_headers, new_id_registry
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.redact import Redactor, merge_spans
@@ -41,7 +42,8 @@ from hashreplay.engine.http import (
     timing_of,
 )
 from hashreplay.engine.keys import Finish, HookError, Hooks, Prepared, hook_problem, model_list_path
-from hashreplay.engine.state import Call, RecordedSequence, StoreView, Tests, sequence_for
+from hashreplay.engine.owner import Call, Owners, RecordedSequence, response_field
+from hashreplay.engine.state import StoreView
 
 
 def content_of(
@@ -227,9 +229,9 @@ _NOT_RECORDED = "not recorded; run this test in live mode (INFERENCE_MODE=live)"
 
 @dataclasses.dataclass(eq=False)
 class Recorder:
-    """Turns outcomes into file contents under the session's per-test state."""
+    """Turns outcomes into file contents; each test's owner places them in its sequences."""
 
-    tests: Tests
+    owners: Owners
     view: StoreView
     redactor: Redactor
     kept_headers: frozenset[str]
@@ -246,13 +248,11 @@ class Recorder:
     def stage(self, prep: Prepared, outcome: Outcome) -> tuple[Path, Content | None]:
         """The file this outcome goes to and its new content (None: nothing to write): the
         bytes, or on a write-behind session the stage that makes them (`content_of`)."""
-        tests = self.tests
+        owner = self.owners.owner(prep.test_id)
         finish = self.hooks.finish(self.redactor.value)
         # a record hook runs now, in the test's thread, never later on the writer's
         later = self.view.writer is not None and finish is None
-        with tests.lock:
-            state = tests.state(prep.test_id)
-            timed = state.options.timing
+        timed = owner.options.timing
         timed = self.record_timing if timed is None else timed
         response = stored_response(
             outcome, self.redactor, self.kept_headers, timed=timed, secrets=prep.secrets
@@ -261,22 +261,13 @@ class Recorder:
         if prep.shared:
             response = response.replace(recorded_on=day)
             return self._stage_model_list(prep, response, later=later, finish=finish)
-        with tests.lock:
-            seq = sequence_for(tests, self.view, prep)
-            index = min(seq.calls, len(seq.responses))
-            replaces = prep.mode is Mode.RECORD_IF_MISSING and index < len(seq.responses)
-            if not replaces:
-                # record mode re-records from the first call; record-if-missing reaches
-                # here past the end of the sequence, or for a response cut off when it was
-                # recorded, which is replaced in place
-                del seq.responses[index:]
-            where = "response.body" if index == 0 else f"later_responses[{index - 1}].body"
-            if replaces:  # its stable ids are free again: an unchanged answer keeps them
-                inside = (where, f"{where}.", f"{where}[")  # fields like response.body.id
-                for stable in [k for k, v in seq.ids.facts.items() if v.startswith(inside)]:
-                    del seq.ids.facts[stable]
+
+        def staged(
+            seq: RecordedSequence, index: int, replaces: bool, id_map: dict[str, str]
+        ) -> tuple[Path, Content | None]:
             # the test's next request is hashed with the ids this registers: in call order
-            normalised = normalise_response(response, seq.ids, where=where, known_ids=state.id_map)
+            where = response_field(index)
+            normalised = normalise_response(response, seq.ids, where=where, known_ids=id_map)
             normalised = self._dated(prep, seq, index, normalised, day)
             # in place of the one it replaces, or appended
             responses = [*seq.responses[:index], normalised, *seq.responses[index + 1 :]]
@@ -286,15 +277,13 @@ class Recorder:
                 store, prep, responses, facts, later=later, match=seq.match, finish=finish
             )
             seq.responses[:] = responses
-            req = prep.request
-            state.calls.append(
-                Call(req.method, req.endpoint, req.body, response.status, "recorded")
-            )
-            seq.calls += 1
-            state.id_map.update(seq.ids.stable)
-            tests.stats.recorded += 1
-            tests.use(prep.test_id, seq.path)
             return seq.path, content
+
+        path, content = owner.record_next(self.view, prep, staged)
+        req = prep.request
+        owner.note_call(Call(req.method, req.endpoint, req.body, response.status, "recorded"))
+        self.owners.tally.recorded(prep.test_id, path)
+        return path, content
 
     def _dated(
         self, prep: Prepared, seq: RecordedSequence, at: int, new: RecordedResponse, day: str | None
@@ -321,9 +310,7 @@ class Recorder:
         self, prep: Prepared, response: RecordedResponse, *, later: bool, finish: Finish | None
     ) -> tuple[Path, Content | None]:
         path = model_list_path(self.view.store, prep.hash, response)
-        with self.tests.lock:
-            self.tests.stats.recorded += 1
-            self.tests.use(prep.test_id, path)
+        self.owners.tally.recorded(prep.test_id, path)
         if self.view.exists(path) and prep.mode is not Mode.RECORD_IF_MISSING:
             return path, None  # the same model set is stored already, with its day
         # record-if-missing records a stored list only to refresh it (`stale = "refresh"`): the
@@ -367,15 +354,12 @@ class Recorder:
             return self.stage(prep, outcome)
         except HookError as exc:
             problem = f"hashreplay: {prep.shown_test_id}: {hook_problem(exc, sent=True)}"
-            with self.tests.lock:
-                failure = ReplayFailure(problem, test_id=prep.test_id)
-                self.tests.state(prep.test_id).misses.append(failure)
+            self.owners.owner(prep.test_id).fail(ReplayFailure(problem, test_id=prep.test_id))
             return None, None
 
     def _not_written(self) -> None:
         """The stats count files written: a staged recording whose write failed is not."""
-        with self.tests.lock:
-            self.tests.stats.recorded = max(0, self.tests.stats.recorded - 1)
+        self.owners.tally.not_written()
 
     @staticmethod
     def stopped(outcome: Outcome) -> bool:
@@ -408,16 +392,13 @@ class Recorder:
         if prep.shared:
             kept = self.view.model_list_paths(prep.hash, prep.test_id)
         else:
-            with self.tests.lock:
-                state = self.tests.get(prep.test_id)
-                seq = state.sequences.get(prep.hash) if state is not None else None
-            store = self.view.store
-            path = seq.path if seq is not None else store.path_for(prep.test_id, prep.hash)
+            owner = self.owners.get(prep.test_id)
+            path = None if owner is None else owner.sequence_path(prep.hash)
+            if path is None:
+                path = self.view.store.path_for(prep.test_id, prep.hash)
             kept = [path] if self.view.exists(path) else []
-        with self.tests.lock:
-            self.tests.stats.not_recorded += 1
-            self.tests.use(prep.test_id, *kept)
-            req = prep.request
-            call = Call(req.method, req.endpoint, req.body, None, "live")
-            self.tests.state(prep.test_id).calls.append(call)
+        self.owners.tally.not_recorded(prep.test_id, *kept)
+        req = prep.request
+        call = Call(req.method, req.endpoint, req.body, None, "live")
+        self.owners.owner(prep.test_id).note_call(call)
         return True

@@ -14,9 +14,10 @@ carry it out (I/O):
 - `Record`: record mode, or record-if-missing with nothing recorded: send it on and hand the
   outcome to `Session.record(prep, ...)`.
 
-Replay: the next recorded response to a request (in recorded order, model lists merged),
-with templates filled and the test's pace applied; and the failures a replay notes for its
-test (a miss with its report, or a scenario that cannot be replayed).
+Replay: the next recorded response to a request, as its test's owner answers it
+(`engine/owner.py`; model lists merged here), with templates filled and the test's pace
+applied; and the failures a replay notes for its test (a miss with its report, or a
+scenario that cannot be replayed).
 
 The miss report is `engine/miss.py`, loaded on the first miss.
 """
@@ -28,20 +29,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from hashreplay.core.age import StaleUse, today
 from hashreplay.core.bodies import encode_request_body
 from hashreplay.core.constants import STALE_HEADER
 from hashreplay.core.errors import RecordingError, ReplayMiss
-from hashreplay.core.format import EndState, RecordedResponse, is_no_response
-from hashreplay.core.matching import Repeat
-from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, age_in_days, today
+from hashreplay.core.format import RecordedResponse
 from hashreplay.core.redact import Redactor
 from hashreplay.core.store import Store
 from hashreplay.core.streams import TemplateError
 from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.http import IncomingRequest, ReplayPlan, miss_plan, plan_for
 from hashreplay.engine.keys import Prepared
+from hashreplay.engine.owner import Call, Owners, Recorded, TestRecordings
 from hashreplay.engine.scenarios import Scenario, check_pace, templated
-from hashreplay.engine.state import Call, StaleUse, StoreView, Tests, sequence_for
+from hashreplay.engine.state import StoreView
 
 if TYPE_CHECKING:
     from hashreplay.core.store import Store
@@ -57,7 +58,7 @@ class Passthrough(NamedTuple):
 class Live:
     """Not intercepted: the test runs in `live` mode. `call`: its entry in the test's
     `calls`, whose status the adapter reports once the answer's head arrives
-    (`TestBook.live_status`)."""
+    (`Session.live_status`)."""
 
     __slots__ = ("call", "test_id")  # not an empty NamedTuple: that would be false
 
@@ -107,119 +108,43 @@ class Record(NamedTuple):
 Decision = Passthrough | Live | Replay | Miss | Record
 
 
-class Recorded(NamedTuple):
-    """The next recorded response to a request."""
-
-    response: RecordedResponse
-    path: Path
-    stale: StaleUse | None = None
-
-
 class Replayer:
+    """What a session adds to its owners' answers: the next recorded exchange for a request
+    (the owner of its test decides; a shared model list is read and merged here), with
+    templates filled and the test's pace applied, and the failures a replay notes for its
+    test (a miss with its report, or a scenario that cannot be replayed)."""
+
     def __init__(
         self,
         view: StoreView,
-        tests: Tests,
+        owners: Owners,
         redactor: Redactor,
         root: Path,
-        pace: Pace,
         *,
-        answers_only: bool = True,
-        max_age: MaxAge | None = None,
-        stale: Stale = Stale.WARN,
         today: Callable[[], datetime.date] = today,
-        repeat: Repeat = Repeat.STRICT,
     ) -> None:
-        #: what answers a call past the end of a recorded sequence (docs/design.md §14)
-        self.repeat = repeat
-        #: record-if-missing records again a stored call that got no response
-        #: (`record_failures = "responses"`)
-        self.answers_only = answers_only
-        #: the configuration's age limit and what to do past it (a marker's win)
-        self.max_age = max_age
-        self.stale = stale
         self.today = today
         self.view = view
         self.store: Store = view.store
-        self.tests = tests
-        self.stats = tests.stats
+        self.owners = owners
         self.redactor = redactor
         self.root = root
-        self.pace = pace
         #: the test ids a pytest run collected or deselected (set by the plugin); None
         #: outside pytest. A miss report names a recording of the same request under an
         #: id not among them: a renamed or moved test's (docs/design.md §14)
         self.known_tests: frozenset[str] | None = None
         self._known_shown: tuple[frozenset[str], frozenset[str]] | None = None
 
-    def recorded(self, prep: Prepared) -> Recorded | None:
+    def _today(self) -> datetime.date:
+        return self.today()  # looked up at each call: tests replace `today`
+
+    def recorded(self, owner: TestRecordings, prep: Prepared) -> Recorded | None:
         """The next recorded response to this request and its file, or None. Identical
         requests within a test are answered in recorded order; a file that exists but cannot
         be used raises its RecordingError."""
-        if prep.shared:
-            return self._recorded_model_list(prep)
-        tests = self.tests
-        with tests.lock:
-            seq = sequence_for(tests, self.view, prep)
-            index = seq.calls
-            if index >= len(seq.responses):
-                if not seq.responses or self._repeat(prep) is not Repeat.LAST:
-                    return None
-                index = len(seq.responses) - 1  # a polling loop: the last answer again
-            if prep.mode is Mode.RECORD_IF_MISSING and self._record_again(
-                prep, seq.responses[index]
-            ):
-                return None
-            stale = self._stale(prep, seq.responses[index], seq.path)
-            if stale is not None and self._refreshes(prep, stale):
-                return None
-            seq.calls += 1
-            tests.stats.replayed += 1
-            tests.use(prep.test_id, seq.path)
-        return Recorded(seq.responses[index], seq.path, stale)
-
-    def _repeat(self, prep: Prepared) -> Repeat:
-        state = self.tests.get(prep.test_id)
-        repeat = state.options.repeat if state is not None else None
-        return self.repeat if repeat is None else repeat
-
-    def _record_again(self, prep: Prepared, response: RecordedResponse) -> bool:
-        """Whether record-if-missing treats a stored response as missing: one cut off when it
-        was recorded, and (answers only) a call that got no response, which an older version
-        stored (docs/design.md, "Only answers are recorded")."""
-        if response.end_state is EndState.ABANDONED:
-            return True
-        return self.answers_only and is_no_response(prep.request, response)
-
-    def _stale(self, prep: Prepared, response: RecordedResponse, path: Path) -> StaleUse | None:
-        """The one decision on a recording's age (docs/recordings.md, "Age"): None when the
-        response is within the test's `max_age` (or has no day, so no age), else how old it
-        is and the test's `stale` policy (callers hold the lock)."""
-        state = self.tests.get(prep.test_id)
-        options = state.options if state is not None else None
-        max_age = (options.max_age if options is not None else None) or self.max_age
-        if max_age is None or response.recorded_on is None:
-            return None
-        age = age_in_days(response.recorded_on, self.today())
-        if age is None or age <= max_age.days:
-            return None
-        policy = (options.stale if options is not None else None) or self.stale
-        return StaleUse(path, response.recorded_on, age, max_age, policy)
-
-    def _refreshes(self, prep: Prepared, stale: StaleUse) -> bool:
-        """Whether a stale response is recorded again (`stale = "refresh"` in
-        record-if-missing); else it is noted for the test's report (the oldest of each file;
-        callers hold the lock)."""
-        if stale.policy is Stale.REFRESH and prep.mode is Mode.RECORD_IF_MISSING:
-            return True
-        state = self.tests.get(prep.test_id)
-        if state is not None:
-            kept = state.stale.get(stale.path)
-            if kept is None or stale.age > kept.age:
-                state.stale[stale.path] = stale
-        return False
-
-    def _recorded_model_list(self, prep: Prepared) -> Recorded | None:
+        tally = self.owners.tally
+        if not prep.shared:
+            return owner.next_recorded(self.view, prep, self._today, tally)
         paths = self.view.model_list_paths(prep.hash, prep.test_id)
         if not paths:
             return None
@@ -228,14 +153,11 @@ class Replayer:
         responses = [self.view.read(p).response for p in paths]
         merged = merge_model_lists(responses)
         newest = newest_model_list(list(zip(paths, responses, strict=True)))
-        with self.tests.lock:
-            # a shared list ages like a test's own recording, dated by its newest file
-            stale = self._stale(prep, responses[newest], paths[newest])
-            if stale is not None and self._refreshes(prep, stale):
-                return None
-            self.stats.replayed += 1
-            self.tests.use(prep.test_id, *paths)
-        return Recorded(merged, paths[0], stale)
+        # a shared list ages like a test's own recording, dated by its newest file
+        dated = (responses[newest], paths[newest])
+        return owner.next_model_list(
+            prep, merged=merged, paths=paths, newest=dated, today=self._today, tally=tally
+        )
 
     def miss(
         self,
@@ -247,7 +169,8 @@ class Replayer:
         `request`, the report shows the URL it was sent to, host and port as given."""
         from hashreplay.engine.miss import miss_report  # only a miss needs it
 
-        recorded = self.tests.recorded_count(prep.test_id, prep.hash)
+        owner = self.owners.get(prep.test_id)
+        recorded = 0 if owner is None else owner.recorded_count(prep.hash)
         url = None if request is None else self.redactor.url(request.url)
         report = miss_report(
             self.store,
@@ -261,9 +184,7 @@ class Replayer:
         )
         report = prep.secrets.text(self.redactor.text(report))
         miss = ReplayMiss(report, test_id=prep.test_id, request_hash=prep.hash)
-        with self.tests.lock:
-            self.stats.missed += 1
-            self.tests.state(prep.test_id).misses.append(miss)
+        self._note(prep, miss)
         return miss
 
     def _known_as_stored(self) -> frozenset[str] | None:
@@ -292,9 +213,8 @@ class Replayer:
             return Miss(prep, self.miss(prep, problem, request))
         except TemplateError as exc:
             return Miss(prep, self.failure(prep, f"{exc} (recording {path})"))
-        with self.tests.lock:
-            state = self.tests.get(prep.test_id)
-            pace = (state.options.pace if state else None) or self.pace
+        owner = self.owners.get(prep.test_id)
+        pace = self.owners.defaults.pace if owner is None else owner.pace()
         unpaced = check_pace(pace, response, path)
         if unpaced is not None:
             return Miss(prep, self.failure(prep, unpaced))
@@ -324,7 +244,9 @@ class Replayer:
             test_id=prep.test_id,
             request_hash=prep.hash,
         )
-        with self.tests.lock:
-            self.stats.missed += 1
-            self.tests.state(prep.test_id).misses.append(miss)
+        self._note(prep, miss)
         return miss
+
+    def _note(self, prep: Prepared, failure: ReplayMiss) -> None:
+        self.owners.tally.missed()
+        self.owners.owner(prep.test_id).fail(failure)

@@ -2,11 +2,13 @@
 
 It wires the parts together and makes the one record/replay decision per request
 (docs/design.md §11): `decide` / `decide_call` return a `Decision`; the front end
-carries it out and hands a live outcome back to `record` / `arecord`. Keying, the store view,
-per-test state and staging each live in their own module; this one never imports an HTTP
-client.
+carries it out and hands a live outcome back to `record` / `arecord`. Each test's
+recordings have one owner (`engine/owner.py`): the session finds it by test id and asks
+it; keying, the store view and staging each live in their own module; this one never
+imports an HTTP client. The per-test calls the front ends make (a test's start, mode and
+options, what it left hanging or unused, the misses that fail it, its end) are here too.
 
-Bounded per-test state for long-lived servers: see `Tests.touch`.
+Bounded per-test state for long-lived servers: see `Owners.touch`.
 
 Inside pytest each test's state is dropped when the test ends. A proxy or a server under
 test never sees tests end: it sees test ids in headers, so without a bound its memory grows
@@ -15,21 +17,32 @@ with every distinct test id (4,500 ids took a proxy from 45 to 251 MB).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hashreplay.core.age import MaxAge, StaleUse, today
+from hashreplay.core.bodies import encode_request_body
 from hashreplay.core.config import Config
 from hashreplay.core.constants import FAULT_HEADER, RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.errors import (
+    BodyTooLarge,
     ConfigError,
     RecordingError,
+    ReplayFailure,
     ReplayMiss,
 )
 from hashreplay.core.format import RecordedRequest
-from hashreplay.core.keys import current_test_id, in_call
-from hashreplay.core.modes import MaxAge, Pace, RecordFailures, Stale, today
-from hashreplay.core.network import placeholder_keys, placeholder_refusal
+from hashreplay.core.keys import current_test_id, endpoint_of, in_call
+from hashreplay.core.matching import MatchRule, Repeat
+from hashreplay.core.modes import Mode, Pace, RecordFailures, Stale, Unconsumed
+from hashreplay.core.network import (
+    BlockNetwork,
+    NetworkRules,
+    placeholder_keys,
+    placeholder_refusal,
+)
 from hashreplay.core.normalise import KEPT_RESPONSE_HEADERS
 from hashreplay.core.paths import RecordingsDirOutside
 from hashreplay.core.secret_values import (
@@ -40,10 +53,11 @@ from hashreplay.core.secret_values import (
 )
 from hashreplay.core.store import ReadAhead, Store
 from hashreplay.core.writer import BackgroundWriter
-from hashreplay.engine.faults import FaultSpec, Hangs
-from hashreplay.engine.http import IncomingRequest
+from hashreplay.engine.connections import Connections
+from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions
+from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody, server_misses
 from hashreplay.engine.keys import Keyer, Prepared
-from hashreplay.engine.lifecycle import Connections, TestBook
+from hashreplay.engine.owner import Call, Defaults, Owners, Stats, TestRecordings
 from hashreplay.engine.replay import (
     Decision,
     Live,
@@ -53,13 +67,9 @@ from hashreplay.engine.replay import (
     Replay,
     Replayer,
 )
-from hashreplay.engine.scenarios import (
-    FileIndex,
-    Scenario,
-    fault_for,
-    fault_response,
-)
-from hashreplay.engine.state import Stats, StoreView, Tests
+from hashreplay.engine.scenarios import Scenario, fault_response, unmatched_faults
+from hashreplay.engine.state import StoreView
+from hashreplay.engine.unconsumed import FileIndex, Unused
 
 if TYPE_CHECKING:
     from hashreplay.engine.drift import DriftCheck
@@ -69,7 +79,7 @@ if TYPE_CHECKING:
 __all__ = ["Prepared", "Session", "Stats", "touch_test"]
 
 
-class Session(TestBook):
+class Session:
     """One record/replay session (a pytest run, a server process, a proxy)."""
 
     def __init__(
@@ -88,28 +98,28 @@ class Session(TestBook):
         self.view = StoreView(self.store, writer, self.keyer.key_of)
         #: credential values seen in requests, scrubbed from logs and the usage log
         self.seen_secrets = SeenSecrets()
-        self.tests = Tests(config.mode)
-        self.stats = self.tests.stats
-        #: recording files each test id used (replayed or wrote), for `hashreplay prune`
-        self.usage = self.tests.usage
-        self._recorder: Recorder | None = None
-        self.pace = Pace.parse(config.pace)
-        self.replayer = Replayer(
-            self.view,
-            self.tests,
-            self.redactor,
-            config.root,
-            self.pace,
-            answers_only=config.record_failures is RecordFailures.RESPONSES,
-            max_age=None if config.max_age is None else MaxAge.parse(config.max_age),
-            stale=config.stale,
+        defaults = Defaults(
+            mode=config.mode,
+            pace=config.pace,
             repeat=config.repeat,
+            max_age=config.max_age,
+            stale=config.stale,
+            unconsumed=config.unconsumed,
+            answers_only=config.record_failures is RecordFailures.RESPONSES,
         )
+        #: each test's owner, by test id (docs/design.md §10, "One owner per test")
+        self.owners = Owners(defaults)
+        self.stats: Stats = self.owners.tally.stats
+        #: recording files each test id used (replayed or wrote), for `hashreplay prune`
+        self.usage = self.owners.tally.usage
+        self._recorder: Recorder | None = None
+        self._recorder_lock = threading.Lock()
+        self.replayer = Replayer(self.view, self.owners, self.redactor, config.root)
         #: requests that hang (fault `hang=True`), for `wait_hanging`
         self.hangs = Hangs()
         self.files = FileIndex(self.store)
         #: connections that no adapter handled (the network guard reports them here)
-        self.connections = Connections(config, self.tests)
+        self.connections = Connections(config, self.owners)
         self._passthrough = tuple(config.passthrough)
         #: keyless replay's placeholder keys: never sent to a live upstream
         self._placeholders = placeholder_keys(config.replay_env)
@@ -128,10 +138,10 @@ class Session(TestBook):
             from hashreplay.engine.record import Recorder
 
             kept = KEPT_RESPONSE_HEADERS | frozenset(self.config.keep_response_headers)
-            with self.tests.lock:
+            with self._recorder_lock:
                 if self._recorder is None:
                     self._recorder = Recorder(
-                        self.tests,
+                        self.owners,
                         self.view,
                         self.redactor,
                         kept,
@@ -160,16 +170,15 @@ class Session(TestBook):
         prep = self.prepare(request, test_id)
         if prep.hook_failed is not None:  # the test fails with it; nothing is sent or written
             return Miss(prep, self.replayer.failure(prep, prep.hook_failed))
-        with self.tests.lock:
-            state = self.tests.get(test_id)
-            if state is None and request.header(FAULT_HEADER) is not None:
-                # a fault header's counters (`times`, `call`) live in the test's state, which
-                # a client that sends no run header has not made yet
-                state = self.tests.state(test_id)
-            try:
-                fault = fault_for(state.options if state else None, request)
-            except ConfigError as exc:  # a malformed proxy fault header
-                return Miss(prep, self.replayer.failure(prep, str(exc)))
+        owner = self.owners.get(test_id)
+        if owner is None and request.header(FAULT_HEADER) is not None:
+            # a fault header's counters (`times`, `call`) live in the test's owner, which a
+            # client that sends no run header has not made yet
+            owner = self.owners.owner(test_id)
+        try:
+            fault = None if owner is None else owner.fault_for(request)
+        except ConfigError as exc:  # a malformed proxy fault header
+            return Miss(prep, self.replayer.failure(prep, str(exc)))
         return self.noted(self._decide(prep, request, fault), test_id)
 
     def decide_call(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Decision:
@@ -211,7 +220,8 @@ class Session(TestBook):
         if (self.drift is not None or not prep.mode.may_replay) and fault is None:
             return self._refused(prep, url, request) or Record(prep)
         try:
-            found = self.replayer.recorded(prep) if prep.mode.may_replay else None
+            owner = self.owners.owner(prep.test_id)
+            found = self.replayer.recorded(owner, prep) if prep.mode.may_replay else None
         except RecordingError as unusable:
             return Miss(prep, self.miss(prep, unusable, request))
         if found is not None:
@@ -224,7 +234,7 @@ class Session(TestBook):
             if prep.mode.may_record:
                 # nothing recorded to break yet: record it whole, and the fault applies from
                 # the next replay (docs/scenarios.md, "Faults and hangs")
-                self._recorded_first(prep.test_id, fault)
+                self.owners.owner(prep.test_id).recorded_first(fault)
                 return self._refused(prep, url, request) or Record(prep)
             return Miss(prep, self.replayer.failure(prep, fault.nothing_to_break(prep.test_id)))
         if prep.mode.may_record:
@@ -259,9 +269,13 @@ class Session(TestBook):
         """Redact, normalise and hash a request."""
         if test_id is None:
             test_id = current_test_id()
-        request, secrets, failed = self.keyer.request(incoming, self.tests.id_map(test_id))
+        owner = self.owners.get(test_id)
+        ids = None if owner is None else owner.ids()
+        if ids is not None:
+            incoming = ids_in_path(incoming, ids)
+        request, secrets, failed = self.keyer.request(incoming, ids)
         self.seen_secrets.add(secrets)
-        prep = self._prepared(request, test_id, secrets)
+        prep = self._prepared(request, test_id, secrets, owner)
         return prep if failed is None else prep._replace(hook_failed=failed)
 
     def prepare_call(
@@ -273,19 +287,24 @@ class Session(TestBook):
     ) -> Prepared:
         if test_id is None:
             test_id = current_test_id()
-        request = self.keyer.call(name, args, kwargs, self.tests.id_map(test_id))
+        request = self.keyer.call(name, args, kwargs, self._ids(test_id))
         return self._prepared(request, test_id)
 
     def _prepared(
-        self, request: RecordedRequest, test_id: str | None, secrets: SecretValues = NO_SECRETS
+        self,
+        request: RecordedRequest,
+        test_id: str | None,
+        secrets: SecretValues = NO_SECRETS,
+        owner: TestRecordings | None = None,
     ) -> Prepared:
         # a key that appears in the test id (a parametrised test) leaves its hash too
         shown = self.keyer.test_id(test_id, secrets)
-        state = self.tests.get(test_id)
-        marked = state.options.match if state is not None else None  # the marker's rule
+        if owner is None:
+            owner = self.owners.get(test_id)
+        marked = owner.options.match if owner is not None else None  # the marker's rule
         rule = self.keyer.rule if marked is None else None if marked.is_default else marked
         hash_hex, shared = self.keyer.key_of(request, shown, rule)
-        mode = self.mode_for(test_id)
+        mode = self.owners.defaults.mode if owner is None else owner.mode_or_default()
         return Prepared(test_id, mode, hash_hex, shared, request, secrets, shown, rule)
 
     def miss(
@@ -318,7 +337,214 @@ class Session(TestBook):
     def close(self) -> None:
         self.view.close()
 
+    # --- per test: what the front ends call, each answered by the test's owner ----------
+
+    def _ids(self, test_id: str | None) -> dict[str, str] | None:
+        owner = self.owners.get(test_id)
+        return None if owner is None else owner.ids()
+
+    def begin_test(self, test_id: str | None, mode: Mode | None = None) -> None:
+        self.owners.begin(test_id, mode)
+
+    def set_test_mode(self, test_id: str | None, mode: Mode) -> None:
+        """Run one test in another mode (the `hashreplay` marker), keeping its state."""
+        self.owners.owner(test_id).mode = mode
+
+    def end_test(self, test_id: str | None) -> list[ReplayFailure]:
+        """Forget a test's owner; returns the misses it had (the plugin fails the test).
+        Requests it left hanging return with their error."""
+        self.hangs.release(test_id)
+        owner = self.owners.end(test_id)
+        return [] if owner is None else owner.take_misses()
+
+    def set_test_options(
+        self,
+        test_id: str | None,
+        *,
+        timing: bool | None = None,
+        pace: Pace | None = None,
+        unconsumed: Unconsumed | None = None,
+        faults: Sequence[FaultSpec] = (),
+        max_age: MaxAge | None = None,
+        stale: Stale | None = None,
+        match: MatchRule | None = None,
+        repeat: Repeat | None = None,
+        block_network: BlockNetwork | None = None,
+        allowed_hosts: tuple[str, ...] | None = None,
+    ) -> None:
+        """A test's scenario, matching and network options (the markers); None keeps the
+        configuration's."""
+        network = None
+        if block_network is not None or allowed_hosts is not None:
+            c = self.config
+            hosts = c.allowed_hosts if allowed_hosts is None else allowed_hosts
+            network = NetworkRules(block_network or c.block_network, hosts, c.passthrough)
+        self.owners.owner(test_id).options = TestOptions(
+            timing,
+            pace,
+            unconsumed,
+            [ActiveFault(f) for f in faults],
+            max_age=max_age,
+            stale=stale,
+            match=match,
+            repeat=repeat,
+            network=network,
+        )
+
+    def noted(self, decision: Decision, test_id: str | None, request: object = None) -> Decision:
+        """`decision`, its exchange noted for the test's `calls` when it is replayed here or
+        goes live in live mode (recorded ones are noted by the recorder). `request`: the
+        `IncomingRequest` of a live HTTP call, read only then."""
+        if type(decision) is Replay:
+            req = decision.prep.request
+            call = Call(req.method, req.endpoint, req.body, decision.response.status, "replayed")
+        elif type(decision) is Live and isinstance(request, IncomingRequest) and not in_call():
+            body, _ = encode_request_body(request.content, request.header("content-type"))
+            endpoint = endpoint_of(request.url, self.redactor.is_query_secret)
+            call = Call(request.method, endpoint, self.redactor.value(body), None, "live")
+            decision = Live(call, test_id)  # its status follows from `live_status`
+        else:
+            return decision
+        self.owners.owner(test_id).note_call(call)
+        return decision
+
+    def live_status(
+        self, decision: Decision, status: int, header: Callable[[str], str | None] | None = None
+    ) -> None:
+        """An adapter's report of the status of a live answer it passed on (any decision
+        it sent to the network; only a `Live` one is listed here, a recorded one gets its
+        status from its recording): the one way a live call's status reaches the test's
+        `calls`. A call that got no answer is never reported and keeps None. `header`
+        looks up the answer's headers: the answer to a `passthrough` request counts the
+        misses a server under test reports in it (`server_misses`)."""
+        if header is not None and type(decision) is Passthrough:
+            count = server_misses(header)
+            if count:
+                self.owners.tally.server_missed(count)
+            return
+        if type(decision) is not Live or decision.call is None:
+            return
+        owner = self.owners.get(decision.test_id)
+        updated = None if owner is None else owner.set_status(decision.call, status)
+        if updated is not None:
+            decision.call = updated
+
+    def calls(self, test_id: str | None) -> list[Call]:
+        """The exchanges of a test so far, in order (the `hashreplay` fixture's `calls`)."""
+        owner = self.owners.get(test_id)
+        return [] if owner is None else owner.calls_so_far()
+
+    def stale_used(self, test_id: str | None) -> tuple[Stale, list[StaleUse]]:
+        """At a test's end: its `stale` policy and the recorded responses older than its
+        `max_age` that it used (the oldest of each file, oldest first)."""
+        owner = self.owners.get(test_id)
+        return (self.config.stale, []) if owner is None else owner.stale_used()
+
+    def take_stale(self, test_id: str | None) -> list[StaleUse]:
+        """For front ends with no test end: the stale recordings a test replayed since the
+        last call (each listed once; a "fail" failed its request instead), oldest first."""
+        owner = self.owners.get(test_id)
+        return [] if owner is None else owner.take_stale()
+
+    def wait_hanging(self, test_id: str | None, timeout: float | None) -> None:
+        """Return once a request of the test hangs (a HangTimeout after `timeout` s; None:
+        no limit)."""
+        self.hangs.wait_hanging(test_id, timeout)
+
+    def leftovers(self, test_id: str | None) -> tuple[Unconsumed, list[Unused], list[str]]:
+        """At a test's end: its `unconsumed` policy, the recorded responses it did not use
+        (replaying modes only) and the faults that matched nothing."""
+        owner = self.owners.get(test_id)
+        if owner is None:
+            return self.config.unconsumed, [], []
+        policy = owner.unconsumed()
+        faults = unmatched_faults(owner.options)
+        mode = owner.mode_or_default()
+        if policy is Unconsumed.IGNORE or mode not in (Mode.REPLAY, Mode.RECORD_IF_MISSING):
+            return policy, [], faults
+        files = (
+            [] if owner.passed_through else self.files.files_of(test_id, self.stored_id(test_id))
+        )
+        return policy, owner.unused(files), faults
+
+    def stored_id(self, test_id: str | None) -> str | None:
+        """A test id as its files hold it: redacted of every secret this session has seen
+        and every secret shape, as the keyer wrote it (docs/design.md §7, "Test ids")."""
+        return self.keyer.test_id(test_id, self.seen_secrets.scrubber)
+
+    def take_misses(self, test_id: str | None) -> list[ReplayFailure]:
+        owner = self.owners.get(test_id)
+        return [] if owner is None else owner.take_misses()
+
+    def run_id_for(self, test_id: str | None) -> str:
+        return self.owners.owner(test_id).made_run_id()
+
+    def enter_run(self, test_id: str | None, run_id: str | None) -> None:
+        """Called by servers for each request: a new run id of a test starts it afresh."""
+        self.owners.enter_run(test_id, run_id)
+
+    def mode_for(self, test_id: str | None) -> Mode:
+        return self.owners.mode_for(test_id)
+
+    def recorded_first(self, test_id: str | None) -> list[str]:
+        """The faults of a test that found nothing recorded to break in a recording mode, so
+        the request was recorded whole (they apply from the next replay)."""
+        owner = self.owners.get(test_id)
+        return [] if owner is None else owner.recorded_first()
+
+    def uncount_cut_off(self, prep: Prepared) -> None:
+        """A response the client cut off (recorded as abandoned) does not count as a call of
+        its request's sequence: the next identical request of the test takes its place and
+        replaces it (docs/design.md §12). For servers, whose clients may never start a new
+        run that would record it again."""
+        owner = self.owners.get(prep.test_id)
+        if owner is not None:
+            owner.uncount_cut_off(prep.hash)
+
+    def _body_too_large(self, error: BodyTooLarge) -> None:
+        """A live body passed `max_body_bytes`: its test fails with the error, even when
+        the client or SDK swallowed or wrapped it."""
+        self.owners.owner(error.test_id).fail(ReplayFailure(str(error), test_id=error.test_id))
+
+    def _count_passthrough(self, test_id: str | None = None) -> None:
+        self.owners.tally.passed_through()
+        if test_id is not None:
+            self.owners.owner(test_id).mark_passed_through()
+
+    def live_body(
+        self,
+        prep: Prepared,
+        status: int,
+        headers: Sequence[tuple[str, str]],
+        *,
+        started: float | None = None,
+    ) -> LiveBody:
+        """The body of a live response being recorded for `prep`, kept within
+        `max_body_bytes` while it arrives (docs/design.md, "Bodies are limited as they
+        arrive"): every adapter records through one of these."""
+        limit = BodyLimit(
+            self.config.max_body_bytes, prep.test_id, prep.request.url, self._body_too_large
+        )
+        return LiveBody(status, headers, started=started, limit=limit)
+
+
+def ids_in_path(incoming: IncomingRequest, ids: Mapping[str, str]) -> IncomingRequest:
+    """`incoming` with each URL path segment that is an id the test received replaced by
+    its stable id, as its body's are (a job polled by its id: `GET /v1/jobs/<id>`), so a
+    recording, its replay and a drift run key it alike (docs/design.md §5, §15)."""
+    head, sep, tail = incoming.url.partition("?")
+    scheme, slashes, rest = head.partition("//")
+    if not slashes:
+        scheme, rest = "", head
+    host, slash, path = rest.partition("/")
+    segments = path.split("/")
+    mapped = [ids.get(segment, segment) for segment in segments]
+    if mapped == segments:
+        return incoming
+    url = f"{scheme}{slashes}{host}{slash}{'/'.join(mapped)}{sep}{tail}"
+    return IncomingRequest(incoming.method, url, incoming.headers, incoming.content)
+
 
 def touch_test(session: Session, test_id: str | None, limit: int) -> int:
-    """Mark `test_id` as just used; forget test states beyond `limit` (least recent first)."""
-    return session.tests.touch(test_id, limit)
+    """Mark `test_id` as just used; forget the owners beyond `limit` (least recent first)."""
+    return session.owners.touch(test_id, limit)

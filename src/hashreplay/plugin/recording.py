@@ -37,8 +37,8 @@ from hashreplay.core.modes import Mode
 from hashreplay.core.network import BlockNetwork
 
 if TYPE_CHECKING:
+    from hashreplay.engine.owner import Call
     from hashreplay.engine.session import Session
-    from hashreplay.engine.state import Call
 
 #: pytest-recording's `pytest11` entry point: `-p no:recording` turns it off.
 RECORDING_PLUGIN = "recording"

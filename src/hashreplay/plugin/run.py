@@ -18,7 +18,7 @@ from hashreplay.core.constants import FIXTURE_MARK
 from hashreplay.core.errors import ConfigError, RecordingError, RecordingWriteError, ReplayFailure
 from hashreplay.core.keys import process_test_id, set_process_test_id, test_context
 from hashreplay.core.modes import Mode
-from hashreplay.engine.lifecycle import Placeholders
+from hashreplay.engine.placeholders import Placeholders
 from hashreplay.engine.session import Session, Stats
 from hashreplay.engine.usage import RunUsage, UsageCollector, relative, scrubbed_usage, write_usage
 from hashreplay.plugin.markers import MARKER, apply_markers, report_leftovers, report_stale
