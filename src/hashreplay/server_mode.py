@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import CONVERSATION_HEADER, RUN_HEADER, TEST_ID_HEADER
-from hashreplay.core.keys import conversation, test_context
+from hashreplay.core.context import conversation, test_context
 from hashreplay.engine.lifecycle import Placeholders
 from hashreplay.engine.session import Session
 

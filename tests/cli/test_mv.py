@@ -17,7 +17,7 @@ import pytest
 
 from hashreplay import Mode, test_context
 from hashreplay.adapters import httpx as httpx_adapter
-from hashreplay.core.keys import request_hash
+from hashreplay.core.hashing import request_hash
 from hashreplay.engine.usage import RunUsage, TestUsage, read_usage, write_usage
 from tests.cli.conftest import Cli
 from tests.conftest import Recorder

@@ -14,7 +14,8 @@ from hashreplay import test_context
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import KEY_VERSION
 from hashreplay.core.format import RecordedResponse
-from hashreplay.core.keys import model_list_filename, request_hash
+from hashreplay.core.hashing import request_hash
+from hashreplay.core.names import model_list_filename
 from hashreplay.core.store import dumps
 from hashreplay.engine.http import IncomingRequest
 from hashreplay.engine.rehash import Rekey, apply_rekeys

@@ -169,4 +169,3 @@ def test_no_import_cycles() -> None:
     graph = {m: own_imports(m) for m in MODULES}
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
-

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hashreplay.core.keys import is_loopback_host, stored_url
+from hashreplay.core.urls import is_loopback_host, stored_url
 
 
 @pytest.mark.parametrize(

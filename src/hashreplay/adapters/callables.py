@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, NamedTuple, TypeVar
 
 from hashreplay.adapters import _shared as _state
+from hashreplay.core.context import inside_call
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.format import RecordedException, RecordedResponse
-from hashreplay.core.keys import inside_call
 from hashreplay.core.streams import StreamFormat
 from hashreplay.core.typed import (
     EXCEPTION_KEY,

@@ -22,11 +22,11 @@ from hashreplay.cli.console import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, Command, 
 from hashreplay.core.config import Config, ModeSource, load_config, load_config_reporting
 from hashreplay.core.constants import MODE_ENV
 from hashreplay.core.errors import ConfigError, HashReplayError, PathNotFound
-from hashreplay.core.keys import hash_of_name, is_model_list_name
+from hashreplay.core.model_lists import newest_model_list
 from hashreplay.core.modes import MaxAge, age_in_days, today
+from hashreplay.core.names import hash_of_name, is_model_list_name
 from hashreplay.core.transcript import Tokens, printable, response_tokens
 from hashreplay.engine.files import Loaded
-from hashreplay.engine.keys import newest_model_list
 
 
 def _add_root(parser: argparse.ArgumentParser) -> None:

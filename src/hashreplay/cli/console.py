@@ -23,7 +23,7 @@ from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.config import Config
 from hashreplay.core.errors import ConfigError, RecordingError, unreadable_fix
 from hashreplay.core.format import RecordedResponse, recording_from_json
-from hashreplay.core.keys import hash_of_name
+from hashreplay.core.names import hash_of_name
 from hashreplay.core.paths import Stray, find_strays
 from hashreplay.core.store import Store
 from hashreplay.core.transcript import conversation, payloads, printable, reply, response_tokens

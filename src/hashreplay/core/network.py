@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from enum import Enum
 from urllib.parse import urlsplit
 
-from hashreplay.core.keys import is_loopback_host
+from hashreplay.core.urls import is_loopback_host
 
 
 class BlockNetwork(str, Enum):

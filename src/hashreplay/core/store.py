@@ -38,7 +38,7 @@ from hashreplay.core.constants import (
 )
 from hashreplay.core.errors import BodyTooLarge, RecordingError
 from hashreplay.core.format import FormatError, Recording, check_bodies, recording_from_json
-from hashreplay.core.keys import model_list_glob, recording_name
+from hashreplay.core.names import model_list_glob, recording_name
 from hashreplay.core.paths import (
     TEMP_DIRNAME,
     read_bytes,

@@ -18,7 +18,7 @@ import xxhash
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import EndState, RecordedRequest, RecordedResponse, Recording
-from hashreplay.core.keys import model_ids
+from hashreplay.core.model_lists import model_ids
 from hashreplay.core.store import parse_recording
 from hashreplay.core.streams import StreamFormat, data_values
 

@@ -17,10 +17,11 @@ import orjson
 from hashreplay.core.bodies import MAX_NESTING, deep_field, too_deep_problem
 from hashreplay.core.config import Config
 from hashreplay.core.constants import BLOBS_DIRNAME, RECORDINGS_DIRNAME, STATE_DIRNAME
+from hashreplay.core.context import test_context
 from hashreplay.core.errors import ConfigError, HashReplayError
 from hashreplay.core.format import RecordedResponse
-from hashreplay.core.keys import MODEL_LIST_SUFFIXES, test_context
 from hashreplay.core.matching import MatchRule
+from hashreplay.core.model_lists import MODEL_LIST_SUFFIXES
 from hashreplay.core.modes import Mode
 from hashreplay.core.paths import SKIP_DIRS, write_bytes_atomic
 from hashreplay.core.store import Store

@@ -25,13 +25,14 @@ from typing import NamedTuple
 
 from hashreplay.core.bodies import encode_request_body
 from hashreplay.core.config import Config
+from hashreplay.core.context import in_call
 from hashreplay.core.errors import BodyTooLarge, NetworkBlocked, ReplayFailure
-from hashreplay.core.keys import endpoint_of, in_call
 from hashreplay.core.matching import MatchRule, Repeat
 from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
 from hashreplay.core.network import NetworkRules, missing, replay_env_values
 from hashreplay.core.redact import Redactor
 from hashreplay.core.secret_values import SeenSecrets
+from hashreplay.core.urls import endpoint_of
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions
 from hashreplay.engine.http import BodyLimit, IncomingRequest, LiveBody
 from hashreplay.engine.keys import Keyer, Prepared

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from hashreplay.core.constants import FIXTURE_MARK, RECORD_COMMAND, RECORDINGS_DIRNAME
 from hashreplay.core.diff import count_differences, request_difference
 from hashreplay.core.errors import ConfigError, HashReplayError, RecordingError, unreadable_fix
-from hashreplay.core.keys import is_model_list_name, recording_name
 from hashreplay.core.matching import MatchRule
+from hashreplay.core.names import is_model_list_name, recording_name
 from hashreplay.core.paths import SKIP_DIRS
 
 if TYPE_CHECKING:

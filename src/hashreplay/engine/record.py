@@ -25,6 +25,7 @@ from hashreplay.core.format import (
     RecordedResponse,
     new_recording,
 )
+from hashreplay.core.model_lists import model_list_path
 from hashreplay.core.modes import Mode, today
 from hashreplay.core.normalise import filter_headers, new_id_registry
 from hashreplay.core.normalise_response import normalise_response
@@ -33,6 +34,7 @@ from hashreplay.core.secret_values import NO_SECRETS, SecretValues, redact_acros
 from hashreplay.core.store import Store
 from hashreplay.core.streams import escape, parse_stream, stream_format_for
 from hashreplay.core.writer import Content
+from hashreplay.engine.hooks import Finish, HookError, Hooks, hook_problem
 from hashreplay.engine.http import (
     IncomingRequest,
     LiveExchange,
@@ -40,7 +42,7 @@ from hashreplay.engine.http import (
     run_stopping,
     timing_of,
 )
-from hashreplay.engine.keys import Finish, HookError, Hooks, Prepared, hook_problem, model_list_path
+from hashreplay.engine.keys import Prepared
 from hashreplay.engine.state import Call, RecordedSequence, StoreView, Tests, sequence_for
 
 

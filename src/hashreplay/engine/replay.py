@@ -223,7 +223,7 @@ class Replayer:
         paths = self.view.model_list_paths(prep.hash, prep.test_id)
         if not paths:
             return None
-        from hashreplay.engine.keys import merge_model_lists, newest_model_list  # model lists
+        from hashreplay.core.model_lists import merge_model_lists, newest_model_list
 
         responses = [self.view.read(p).response for p in paths]
         merged = merge_model_lists(responses)

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from hashreplay.core.config import Config
 from hashreplay.core.constants import FAULT_HEADER, RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.context import current_test_id, in_call
 from hashreplay.core.errors import (
     ConfigError,
     RecordingError,
     ReplayMiss,
 )
 from hashreplay.core.format import RecordedRequest
-from hashreplay.core.keys import current_test_id, in_call
 from hashreplay.core.modes import MaxAge, Pace, RecordFailures, Stale, today
 from hashreplay.core.network import placeholder_keys, placeholder_refusal
 from hashreplay.core.normalise import KEPT_RESPONSE_HEADERS

@@ -31,9 +31,9 @@ from typing import Any, NamedTuple
 
 from hashreplay.core.errors import ReplayFailure
 from hashreplay.core.format import RecordedRequest, RecordedResponse, Recording
-from hashreplay.core.keys import model_list_name_prefix, recording_name
 from hashreplay.core.matching import MatchRule, RuleIndex
 from hashreplay.core.modes import MaxAge, Mode, Stale
+from hashreplay.core.names import model_list_name_prefix, recording_name
 from hashreplay.core.normalise import IdRegistry, new_id_registry
 from hashreplay.core.paths import awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.store import Found, Store

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from hashreplay.core.constants import FAULT_MARKER, RECORD_HOOK, REQUEST_HOOK
+from hashreplay.core.context import conversation
 from hashreplay.core.errors import ConfigError, HashReplayWarning, RecordingError
-from hashreplay.core.keys import conversation
 from hashreplay.core.matching import DEFAULT_MATCH_ON, MatchRule, Repeat
 from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, Unconsumed
 
 if TYPE_CHECKING:  # the engine loads when a project opts in, not with the plugin
-    from hashreplay.engine.keys import HookImpls, Hooks
+    from hashreplay.engine.hooks import HookImpls, Hooks
     from hashreplay.engine.session import Session
     from hashreplay.engine.state import Call
 
