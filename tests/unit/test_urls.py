@@ -1,4 +1,4 @@
-"""The stored URL of a recording (`core/keys.py`): a loopback upstream keeps no port."""
+"""The stored URL of a recording (`core/urls.py`): a loopback upstream keeps no port."""
 
 from __future__ import annotations
 

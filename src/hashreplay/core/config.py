@@ -12,7 +12,6 @@ be a list of strings, got a string ('http://localhost')".
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping
 from enum import Enum
@@ -77,10 +76,12 @@ def parse_scrub(value: object) -> tuple[tuple[str, str], ...]:
         if not isinstance(pattern, str) or not isinstance(replace, str) or not pattern:
             msg = f"entry {n}: `pattern` must be a non-empty string and `replace` a string"
             raise ValueError(msg)
+        from hashreplay.core.scrub import ScrubPattern  # RE2 loads only for a project's scrub
+
         try:
-            re.compile(pattern).sub(replace, "")
-        except (re.error, IndexError) as exc:
-            msg = f"entry {n}: pattern {pattern!r} (replace {replace!r}) does not compile: {exc}"
+            ScrubPattern(pattern, replace)
+        except ValueError as exc:
+            msg = f"entry {n}: pattern {pattern!r} (replace {replace!r}) {exc}"
             raise ValueError(msg) from None
         rules.append((pattern, replace))
     return tuple(rules)

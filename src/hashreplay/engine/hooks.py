@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import copy
 import functools
-import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import ValidationError
@@ -17,6 +16,9 @@ from pydantic import ValidationError
 from hashreplay.core.constants import RECORD_HOOK, REQUEST_HOOK
 from hashreplay.core.errors import HashReplayError
 from hashreplay.core.format import Recording
+
+if TYPE_CHECKING:
+    from hashreplay.core.scrub import ScrubPattern
 
 #: What a front end hands the engine: the implementations to run now, as (label, function).
 HookImpls = Callable[[], Sequence[tuple[str, Callable[..., object]]]]
@@ -37,7 +39,11 @@ class Hooks:
     """What a front end plugged in, and the project's compiled `scrub` patterns (in order)."""
 
     def __init__(self, scrub: Sequence[tuple[str, str]] = ()) -> None:
-        self.scrub = tuple((re.compile(pattern), replace) for pattern, replace in scrub)
+        self.scrub: tuple[ScrubPattern, ...] = ()
+        if scrub:  # RE2 loads only for a project that has patterns
+            from hashreplay.core.scrub import compile_scrub
+
+            self.scrub = compile_scrub(scrub)
         self.request: HookImpls = _none
         self.before_record: HookImpls = _none
 
@@ -119,8 +125,8 @@ class Hooks:
     def _scrubbed(self, value: Any) -> Any:
         """`value` with every match of the scrub patterns in its strings replaced (keys stay)."""
         if isinstance(value, str):
-            for pattern, replace in self.scrub:
-                value = pattern.sub(replace, value)
+            for pattern in self.scrub:
+                value = pattern.sub(value)
             return value
         if isinstance(value, dict):
             return {key: self._scrubbed(item) for key, item in value.items()}
