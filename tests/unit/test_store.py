@@ -26,7 +26,7 @@ from hashreplay.core.format import (
     Recording,
     new_recording,
 )
-from hashreplay.core.paths import awrite_bytes_atomic, write_bytes_atomic
+from hashreplay.core.paths import RecordingsDirOutside, awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.store import (
     Store,
     dump_recording,
@@ -566,3 +566,45 @@ def test_new_recordings_get_ordinary_permissions(tmp_path: Path) -> None:
     target.chmod(0o640)
     write_bytes_atomic(target, b"{}\n")
     assert target.stat().st_mode & 0o777 == 0o640  # a replaced file keeps its mode
+
+
+@pytest.mark.parametrize(
+    ("node_id", "inside"),
+    [
+        ("recordings/test_x.py::t", "recordings"),  # would be recordings/recordings/
+        ("recordings/blobs/test_x.py::t", "recordings"),  # would be among the blobs
+        ("tests/recordings/test_x.py::t", "tests/recordings"),
+        ("tests/recordings/sub/test_x.py::t[p]", "tests/recordings"),
+        ("tests/a/../recordings/test_x.py::t", "tests/recordings"),
+        ("tests\\recordings\\test_x.py::t", "tests/recordings"),
+    ],
+)
+def test_a_test_file_inside_a_recordings_directory_is_refused_naming_it(
+    store: Store, root: Path, node_id: str, inside: str
+) -> None:
+    """Its recordings would nest inside a store, where the tools take them for the files
+    of that store: refused, before anything is read or written there."""
+    with pytest.raises(RecordingsDirOutside) as info:
+        store.dir_for(node_id)
+    message = str(info.value)
+    assert f"lies inside the recordings directory {root / inside}" in message
+    assert f"move the test file out of {root / inside}" in message
+    assert not (root / inside / "recordings").exists()
+
+
+def test_a_test_file_inside_a_configured_common_directory_is_refused(root: Path) -> None:
+    store = Store(root, root / "tests" / "data")
+    with pytest.raises(RecordingsDirOutside) as info:
+        store.dir_for("tests/data/test_x.py::t")
+    assert f"inside the recordings directory {root / 'tests' / 'data'}" in str(info.value)
+    assert store.dir_for("tests/test_x.py::t") == root / "tests" / "recordings"
+
+
+@pytest.mark.parametrize(
+    "node_id", ["recordings_helpers/test_x.py::t", "tests/my_recordings/test_x.py::t[recordings]"]
+)
+def test_a_directory_only_named_like_recordings_is_no_store(
+    store: Store, root: Path, node_id: str
+) -> None:
+    expected = root / node_id.split("::", 1)[0]
+    assert store.dir_for(node_id) == expected.parent / "recordings"

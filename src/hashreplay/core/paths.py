@@ -289,8 +289,10 @@ _LEFT_BEHIND = "temp file left by an interrupted write; safe to delete"
 
 
 class RecordingsDirOutside(RecordingError):
-    """A test's recordings directory leads outside the project root (a symlink): no file
-    of it is read or written. Its message is the whole problem (it is no file's)."""
+    """A test's recordings directory may not be used: it leads outside the project root (a
+    symlink), or it would nest inside another recordings directory (a test file in one, a
+    test id naming one): no file of it is read or written. Its message is the whole problem
+    (it is no file's)."""
 
     def __init__(self, directory: Path, problem: str) -> None:
         super().__init__(directory, problem)
@@ -324,6 +326,15 @@ def recordings_dir_for(root: Path, common_dir: Path, test_id: str | None) -> Pat
     candidate = Path(os.path.normpath(root.joinpath(*parts))).parent / RECORDINGS_DIRNAME
     if outside_root(candidate, root):
         return common_dir  # `..` leading out of the project
+    inside = _store_around(candidate, root, common_dir)
+    if inside is not None:
+        msg = (
+            f"test file {file_part} lies inside the recordings directory {inside}: its "
+            f"recordings would go to {candidate}, within that store, where hashreplay's "
+            f"tools take them for files of {inside} (or its blobs); move the test file out "
+            f"of {inside}, or rename that directory if it holds no recordings"
+        )
+        raise RecordingsDirOutside(candidate, msg)
     try:
         resolved = candidate.resolve()
     except (OSError, RuntimeError):
@@ -337,6 +348,20 @@ def recordings_dir_for(root: Path, common_dir: Path, test_id: str | None) -> Pat
         )
         raise RecordingsDirOutside(candidate, msg)
     return resolved
+
+
+def _store_around(candidate: Path, root: Path, common_dir: Path) -> Path | None:
+    """The recordings directory (a test's, or the common one with its blobs) that
+    `candidate`, a test's recordings directory, would nest in; None when it nests in none.
+    The common directory is a test's own for a test file at the top of the project."""
+    if common_dir in candidate.parents:
+        return common_dir
+    here = root
+    for part in candidate.parent.relative_to(root).parts:
+        here = here / part
+        if part == RECORDINGS_DIRNAME:
+            return here
+    return None
 
 
 def _via_link(candidate: Path, root: Path) -> str:
