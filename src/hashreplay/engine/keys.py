@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -45,6 +46,14 @@ from hashreplay.engine.http import IncomingRequest
 
 #: Entries of each keying memo: a suite uses a few dozen URLs or credential sets; a proxy, any.
 _MEMO_MAX = 1024
+
+#: Half of a UTF-16 pair, alone
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
 
 #: What `check_name` compares under the default matching rule, besides the test id
 _COMPARED = operator.attrgetter("body", "endpoint", "method", "conversation")
@@ -92,7 +101,7 @@ class Keyer:
         memo = functools.lru_cache(maxsize=_MEMO_MAX)
         self._url = memo(self._url_forms)
         self._secrets = memo(functools.partial(request_secrets, self.redactor))
-        self._shown_id = memo(self.redactor.text)
+        self._shown_id = memo(self._shown)
 
     def request(
         self, incoming: IncomingRequest, id_map: Mapping[str, str] | None
@@ -175,6 +184,14 @@ class Keyer:
         if test_id is None:
             return None
         return self._shown_id(secrets.text(test_id))
+
+    def _shown(self, test_id: str) -> str:
+        """`test_id` with its secret shapes removed and each lone surrogate (half an emoji,
+        which no UTF-8 file or hash input holds) written as its `\\uXXXX` escape, as
+        pytest's own id escaping writes it: `test_x[\\ud83d]`."""
+        if not test_id.isascii():
+            test_id = _LONE_SURROGATE.sub(_escaped, test_id)
+        return self.redactor.text(test_id)
 
     def key_of(
         self, request: RecordedRequest, test_id: str | None, rule: MatchRule | None = None
