@@ -6,7 +6,6 @@ ones; `check_name` warns when a file found by its name holds another request.
 from __future__ import annotations
 
 import functools
-import operator
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -53,10 +52,6 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 def _escaped(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
-
-
-#: What `check_name` compares under the default matching rule, besides the test id
-_COMPARED = operator.attrgetter("body", "endpoint", "method", "conversation")
 
 
 class Prepared(NamedTuple):
@@ -224,17 +219,23 @@ def check_name(
     path: Path, recording: Recording, prep: Prepared, rule: MatchRule | None = None
 ) -> None:
     """Warn when a file found by its name holds another request (edited by hand, or named by
-    other rules): replay still uses it, and `hashreplay verify` lists every such file. Under
-    a narrower matching `rule` only what it keys on has to agree."""
+    other rules): replay still uses it, and `hashreplay verify` lists every such file. What
+    has to agree is what the name hashes: under a narrower matching `rule` only what it keys
+    on, and always the conversation."""
     stored, live = recording.request, prep.request
     current = recording.key_version == KEY_VERSION
     same_id = recording.test_id == prep.shown_test_id
-    if current and same_id and rule is not None:
+    narrowed = rule is not None and not rule.is_default and not prep.shared
+    if narrowed:
+        assert rule is not None
         keyed = rule.project(stored.method, stored.endpoint, stored.body)
-        if keyed == rule.project(live.method, live.endpoint, live.body):
-            return
-    elif current and same_id and _COMPARED(stored) == _COMPARED(live):
-        return  # the common case, at C speed: no field-by-field walk
+        wanted = rule.project(live.method, live.endpoint, live.body)
+    else:  # the common case, compared at C speed: no field-by-field walk
+        keyed = (stored.method, stored.endpoint, stored.body)
+        wanted = (live.method, live.endpoint, live.body)
+    same_conversation = stored.conversation == live.conversation
+    if current and same_id and same_conversation and keyed == wanted:
+        return
     if not current:
         problem = (
             f"it was named by key_version {recording.key_version}, this hashreplay uses "
@@ -242,10 +243,18 @@ def check_name(
         )
     elif not same_id:
         problem = f"it stores test id {recording.test_id!r}, not {prep.shown_test_id!r}"
+    elif not same_conversation:
+        problem = (
+            f"it stores conversation {stored.conversation!r}, not {live.conversation!r}: "
+            "was it edited by hand?"
+        )
     else:
-        from hashreplay.core.diff import request_difference  # only a mismatch needs it
+        from hashreplay.core.diff import Difference, first_difference  # only a mismatch
 
-        diff = request_difference(stored, live)
+        fields = zip(("method", "endpoint"), keyed[:2], wanted[:2], strict=True)
+        diff = next((Difference(f, a, b, "value") for f, a, b in fields if a != b), None)
+        if diff is None:
+            diff = first_difference(keyed[2], wanted[2], "body")
         if diff is None:
             return
         problem = f"its stored request differs ({diff.describe()}): was it edited by hand?"
