@@ -15,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import hashreplay.core.store as store_module
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import KEY_VERSION
 from hashreplay.core.errors import RecordingError
@@ -29,7 +28,6 @@ from hashreplay.core.format import (
 from hashreplay.core.paths import RecordingsDirOutside, awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.store import (
     Store,
-    dump_recording,
     dumps,
     parse_recording,
 )
@@ -72,7 +70,7 @@ def write(path: Path, recording: Recording) -> None:
 
 
 def valid_bytes() -> bytes:
-    return dump_recording(make_recording())
+    return dumps(make_recording().model_dump(mode="json"))
 
 
 @pytest.fixture
@@ -271,12 +269,12 @@ def test_unknown_fields_are_kept(tmp_path: Path) -> None:
     path = tmp_path / f"{HASH}.json"
     path.write_bytes(dumps(data))
     back = PLAIN.read(path)
-    assert orjson.loads(dump_recording(back)) == data
+    assert orjson.loads(dumps(back.model_dump(mode="json"))) == data
 
 
 def test_same_recording_same_bytes(tmp_path: Path) -> None:
-    a = dump_recording(make_recording())
-    b = dump_recording(make_recording())
+    a = dumps(make_recording().model_dump(mode="json"))
+    b = dumps(make_recording().model_dump(mode="json"))
     assert a == b
     path = tmp_path / f"{HASH}.json"
     write(path, make_recording())
@@ -286,7 +284,7 @@ def test_same_recording_same_bytes(tmp_path: Path) -> None:
 
 
 def test_bytes_are_sorted_indented_with_trailing_newline() -> None:
-    content = dump_recording(make_recording())
+    content = dumps(make_recording().model_dump(mode="json"))
     assert content.endswith(b"}\n")
     assert not content.endswith(b"\n\n")
     data = orjson.loads(content)
@@ -321,7 +319,7 @@ async def test_async_write_round_trip(tmp_path: Path) -> None:
     recording = make_recording()
     path = tmp_path / "deep" / "dir" / f"{HASH}.json"
     await awrite_bytes_atomic(path, PLAIN.dump(recording), PLAIN.temp_dir)
-    assert path.read_bytes() == dump_recording(recording)
+    assert path.read_bytes() == dumps(recording.model_dump(mode="json"))
     assert PLAIN.read(path) == recording
     assert [p.name for p in path.parent.iterdir()] == [f"{HASH}.json"]
 
@@ -436,7 +434,7 @@ def test_exception_during_write_keeps_old_content_and_no_temp(
     def broken_fsync(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(store_module.os, "fsync", broken_fsync)
+    monkeypatch.setattr(os, "fsync", broken_fsync)
     with pytest.raises(OSError, match="No space left"):
         write(path, make_recording("new"))
     assert path.read_bytes() == old
@@ -470,7 +468,7 @@ async def test_async_exception_during_write_keeps_old_content_and_no_temp(
     def broken_fsync(fd: int) -> None:
         raise OSError(5, "I/O error")
 
-    monkeypatch.setattr(store_module.os, "fsync", broken_fsync)
+    monkeypatch.setattr(os, "fsync", broken_fsync)
     with pytest.raises(OSError, match="I/O error"):
         await awrite_bytes_atomic(path, PLAIN.dump(make_recording("new")))
     assert path.read_bytes() == old
@@ -545,7 +543,7 @@ def test_trailing_garbage_is_not_called_truncated(tmp_path: Path) -> None:
     path = tmp_path / "x.json"
     path.write_bytes(b'{"format_version": 1}}')
     with pytest.raises(RecordingError, match="not valid JSON") as info:
-        store_module.read_recording(path)
+        parse_recording(path.read_bytes(), path)
     assert "truncated" not in str(info.value)
 
 
@@ -554,7 +552,7 @@ def test_format_version_must_be_the_integer(tmp_path: Path, version: str) -> Non
     path = tmp_path / "x.json"
     path.write_text('{"format_version": ' + version + "}")
     with pytest.raises(RecordingError, match="this hashreplay reads format_version 1"):
-        store_module.read_recording(path)
+        parse_recording(path.read_bytes(), path)
 
 
 def test_new_recordings_get_ordinary_permissions(tmp_path: Path) -> None:

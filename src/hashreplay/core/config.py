@@ -242,12 +242,6 @@ class Config(BaseModel):
         return self.model_copy(update={"mode": mode, "mode_source": source})
 
 
-def project_root(explicit: Path | str | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """The project root outside pytest: explicit, else `HASHREPLAY_ROOT`, else found upward
-    from the working directory (`hashreplay.core.paths`)."""
-    return find_root(explicit, env).path
-
-
 def read_table(pyproject: Path) -> dict[str, Any]:
     """The raw `[tool.hashreplay]` table of one file (empty when the file or table is absent)."""
     if sys.version_info >= (3, 11):  # imported on first use (pytest has usually loaded it)
