@@ -8,14 +8,8 @@ import pytest
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.format import RecordedResponse, Timing
 from hashreplay.core.modes import Pace, Unconsumed
-from hashreplay.core.streams import (
-    StreamFormat,
-    TemplateError,
-    fill,
-    has_markers,
-    parse_path,
-    stream_finished,
-)
+from hashreplay.core.streams import StreamFormat, stream_finished
+from hashreplay.core.templates import TemplateError, fill, has_markers, parse_path
 from hashreplay.engine.faults import ActiveFault, FaultSpec
 from hashreplay.engine.http import BreakKind
 from hashreplay.engine.scenarios import NoTiming, delays_for
@@ -231,11 +225,8 @@ def test_a_response_knows_whether_its_body_holds_markers() -> None:
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from hashreplay.core.streams import (  # noqa: E402
-    escape,
-    fill_stream,
-    render_stream,
-)
+from hashreplay.core.streams import render_stream  # noqa: E402
+from hashreplay.core.templates import escape, fill_stream  # noqa: E402
 
 STREAM_REQUEST = {
     "body": {"model": "m-1", "note": "two\nlines", "cr": "a\rb", "n": 3},

@@ -32,7 +32,8 @@ from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.redact import Redactor, merge_spans
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues, redact_across
 from hashreplay.core.store import Store
-from hashreplay.core.streams import escape, parse_stream, stream_format_for
+from hashreplay.core.streams import parse_stream, stream_format_for
+from hashreplay.core.templates import escape
 from hashreplay.core.writer import Content
 from hashreplay.engine.hooks import Finish, HookError, Hooks, hook_problem
 from hashreplay.engine.http import (

@@ -36,7 +36,7 @@ from hashreplay.core.matching import Repeat
 from hashreplay.core.modes import MaxAge, Mode, Pace, Stale, age_in_days, today
 from hashreplay.core.redact import Redactor
 from hashreplay.core.store import Store
-from hashreplay.core.streams import TemplateError
+from hashreplay.core.templates import TemplateError
 from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.http import IncomingRequest, ReplayPlan, miss_plan, plan_for
 from hashreplay.engine.keys import Prepared

@@ -37,7 +37,7 @@ from hashreplay.core.format import RecordedResponse
 from hashreplay.core.modes import Pace
 from hashreplay.core.paths import read_bytes
 from hashreplay.core.store import Store
-from hashreplay.core.streams import TemplateError, fill, fill_stream
+from hashreplay.core.templates import TemplateError, fill, fill_stream
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hang, TestOptions
 from hashreplay.engine.http import BreakKind, IncomingRequest, ReplayPlan
 from hashreplay.engine.state import TestState
