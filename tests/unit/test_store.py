@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hashreplay.core.atomic import awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import KEY_VERSION
 from hashreplay.core.errors import RecordingError
@@ -25,7 +26,7 @@ from hashreplay.core.format import (
     Recording,
     new_recording,
 )
-from hashreplay.core.paths import RecordingsDirOutside, awrite_bytes_atomic, write_bytes_atomic
+from hashreplay.core.paths import RecordingsDirOutside
 from hashreplay.core.store import (
     Store,
     dumps,
@@ -489,7 +490,7 @@ CHILD = textwrap.dedent(
 
     Path.replace = slow_replace
 
-    from hashreplay.core.paths import write_bytes_atomic
+    from hashreplay.core.atomic import write_bytes_atomic
 
     write_bytes_atomic(Path(sys.argv[1]), b'{"big": "' + b"x" * 5_000_000 + b'"}\\n')
     print("DONE", flush=True)

@@ -16,6 +16,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
+from hashreplay.core.atomic import (
+    TEMP_DIRNAME,
+    state_temp_dir,
+    sweep_temp_files,
+    write_bytes_atomic,
+)
 from hashreplay.core.blobs import (
     BlobRef,
     binary_size,
@@ -38,15 +44,7 @@ from hashreplay.core.constants import (
 from hashreplay.core.errors import BodyTooLarge, RecordingError
 from hashreplay.core.format import FormatError, Recording, check_bodies, recording_from_json
 from hashreplay.core.names import model_list_glob, recording_name
-from hashreplay.core.paths import (
-    TEMP_DIRNAME,
-    read_bytes,
-    read_contained,
-    recordings_dir_for,
-    state_temp_dir,
-    sweep_temp_files,
-    write_bytes_atomic,
-)
+from hashreplay.core.paths import read_bytes, read_contained, recordings_dir_for
 
 if TYPE_CHECKING:
     from hashreplay.core.config import Config

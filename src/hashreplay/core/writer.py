@@ -45,8 +45,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from hashreplay.core.atomic import create_temp
 from hashreplay.core.errors import HashReplayError, RecordingError, RecordingWriteError
-from hashreplay.core.paths import create_temp
 
 __all__ = [
     "DEFAULT_THREADS",

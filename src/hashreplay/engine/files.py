@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from hashreplay.core.atomic import write_bytes_atomic
 from hashreplay.core.config import Config
 from hashreplay.core.constants import (
     KEY_VERSION,
@@ -38,7 +39,7 @@ from hashreplay.core.names import (
 )
 from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_request_body
 from hashreplay.core.normalise_response import normalise_response
-from hashreplay.core.paths import SKIP_DIRS, write_bytes_atomic
+from hashreplay.core.paths import SKIP_DIRS
 from hashreplay.core.store import Store, dumps, parse_recording
 from hashreplay.core.urls import stored_url
 from hashreplay.engine.miss import record_target

@@ -29,13 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from hashreplay.core.atomic import awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.errors import ReplayFailure
 from hashreplay.core.format import RecordedRequest, RecordedResponse, Recording
 from hashreplay.core.matching import MatchRule, RuleIndex
 from hashreplay.core.modes import MaxAge, Mode, Stale
 from hashreplay.core.names import model_list_name_prefix, recording_name
 from hashreplay.core.normalise import IdRegistry, new_id_registry
-from hashreplay.core.paths import awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.store import Found, Store
 from hashreplay.core.writer import BackgroundWriter, Content
 from hashreplay.engine.faults import TestOptions
