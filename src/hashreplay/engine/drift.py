@@ -21,11 +21,11 @@ import orjson
 
 from hashreplay.core.atomic import write_bytes_atomic
 from hashreplay.core.constants import STATE_DIRNAME
-from hashreplay.core.diff import compare, shape_of
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import EndState, RecordedResponse
 from hashreplay.core.modes import Mode
 from hashreplay.core.network import placeholder_keys
+from hashreplay.core.shape import compare, shape_of
 from hashreplay.engine.scenarios import FileIndex, unused
 from hashreplay.engine.state import Call, StoreView, Tests, TestState, sequence_for
 
