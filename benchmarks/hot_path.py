@@ -61,7 +61,7 @@ def recorded_store(calls: int, stream: bool) -> tuple[Path, list[Any]]:
 
     from hashreplay.adapters import httpx as adapter
     from hashreplay.core.config import load_config
-    from hashreplay.core.keys import test_context
+    from hashreplay.core.context import test_context
     from hashreplay.engine.session import Session
 
     work = Path(tempfile.mkdtemp(prefix="hashreplay-hot-")) / "hr"
@@ -97,7 +97,7 @@ def stages(work: Path, requests: list[Any]) -> dict[str, Callable[[int], None]]:
 
     from hashreplay.adapters import httpx as adapter
     from hashreplay.core.config import load_config
-    from hashreplay.core.keys import test_context
+    from hashreplay.core.context import test_context
     from hashreplay.core.paths import read_contained
     from hashreplay.engine.http import IncomingRequest
     from hashreplay.engine.session import Session

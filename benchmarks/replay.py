@@ -35,7 +35,7 @@ from _common import (
 from hashreplay import Mode
 from hashreplay.adapters import httpx as adapter
 from hashreplay.core.config import load_config
-from hashreplay.core.keys import set_process_test_id, test_context
+from hashreplay.core.context import set_process_test_id, test_context
 from hashreplay.engine.session import Session
 
 

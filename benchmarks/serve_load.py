@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 from tests.fakes.upstream import FakeUpstream
 
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.store import read_recording
+from hashreplay.core.store import parse_recording
 
 CHAT = "/v1/chat/completions"
 
@@ -160,7 +160,7 @@ def check_files(root: Path, requests: int) -> dict[str, Any]:
     prompts: set[str] = set()
     for path in files:
         try:
-            recording = read_recording(path)
+            recording = parse_recording(path.read_bytes(), path)
         except (RecordingError, OSError) as exc:
             unreadable.append(str(exc))
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from hashreplay.core.context import conversation, current_test_id, test_context
 from hashreplay.core.errors import (
     BodyTooLarge,
     ConfigError,
@@ -20,7 +21,6 @@ from hashreplay.core.errors import (
     RecordingError,
     ReplayMiss,
 )
-from hashreplay.core.keys import conversation, current_test_id, test_context
 from hashreplay.core.modes import Mode
 
 if TYPE_CHECKING:

@@ -45,7 +45,7 @@ from hashreplay.core.constants import (
     RUN_HEADER,
     TEST_ID_HEADER,
 )
-from hashreplay.core.keys import conversation, test_context
+from hashreplay.core.context import conversation, test_context
 from hashreplay.engine.miss import ServerRequest, serving
 from hashreplay.engine.placeholders import Placeholders
 from hashreplay.engine.session import Session

@@ -12,7 +12,7 @@ import pytest
 
 from hashreplay import Mode, test_context
 from hashreplay.core.format import RecordedResponse
-from hashreplay.core.store import read_recording
+from hashreplay.core.store import parse_recording
 from hashreplay.core.transcript import conversation, reply, response_tokens
 from tests.cli.conftest import (
     CHAT,
@@ -294,9 +294,9 @@ def test_progress_bar_is_drawn_only_on_a_terminal(monkeypatch: pytest.MonkeyPatc
 
 
 def _recorded(recorder: Recorder, test_id: str) -> RecordedResponse:
-    files = [p for p in recorder.files() if read_recording(p).test_id == test_id]
+    files = [p for p in recorder.files() if parse_recording(p.read_bytes(), p).test_id == test_id]
     assert len(files) == 1
-    return read_recording(files[0]).response
+    return parse_recording(files[0].read_bytes(), files[0]).response
 
 
 def test_streamed_tool_calls_are_assembled(upstream: FakeUpstream, recorder: Recorder) -> None:

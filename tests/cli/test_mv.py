@@ -17,7 +17,7 @@ import pytest
 
 from hashreplay import Mode, test_context
 from hashreplay.adapters import httpx as httpx_adapter
-from hashreplay.core.keys import request_hash
+from hashreplay.core.hashing import request_hash
 from hashreplay.engine.usage import RunUsage, TestUsage, read_usage, write_usage
 from tests.cli.conftest import Cli
 from tests.conftest import Recorder
@@ -432,3 +432,26 @@ def test_a_recording_under_a_narrower_rule_moves_under_its_own_rule(
     assert data["match"]["match_on"] == ["method", "endpoint"]  # its rule, kept
     assert not named_by_its_request(root, path)  # not the strict key: the body is left out
     assert cli("verify").code == 0  # verify names it by its own rule: the name is right
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "inside"),
+    [
+        (A, "tests/recordings/test_a.py", "tests/recordings"),
+        (X, "recordings/blobs/test_a.py::test_x", "recordings"),
+        ("tests/llm/", "tests/llm/recordings/", "tests/llm/recordings"),
+    ],
+)
+def test_mv_into_a_recordings_directory_is_refused_and_moves_nothing(
+    store: Path, cli: Cli, old: str, new: str, inside: str
+) -> None:
+    """NEW would put the recordings inside a store (`…/recordings/recordings/`, the blobs):
+    refused naming it, with every file left where it was."""
+    before = by_test(store)
+    result = cli("mv", old, new)
+    assert result.code != 0
+    assert "Traceback" not in result.err
+    # the command line shows paths relative to the project
+    assert f"lies inside the recordings directory {inside}: " in result.err
+    assert f"move the test file out of {inside}" in result.err
+    assert by_test(store) == before

@@ -7,19 +7,24 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
-from hashreplay import test_context
+from hashreplay import Mode, test_context
+from hashreplay.adapters import httpx as httpx_adapter
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import KEY_VERSION
 from hashreplay.core.format import RecordedResponse
-from hashreplay.core.keys import model_list_filename, request_hash
+from hashreplay.core.hashing import request_hash
+from hashreplay.core.names import model_list_filename
 from hashreplay.core.store import dumps
 from hashreplay.engine.http import IncomingRequest
 from hashreplay.engine.rehash import Rekey, apply_rekeys
 from hashreplay.engine.session import Session
 from tests.cli.conftest import CHAT, STREAM, TOOLS, Cli, Project
+from tests.conftest import Recorder
+from tests.fakes.upstream import FakeUpstream
 
 
 def edit(path: Path, change: Any) -> dict[str, Any]:
@@ -438,3 +443,28 @@ def test_a_file_that_keeps_its_own_rule_says_so_and_rehash_leaves_it(
     ]
     cli("rehash")
     assert project.snapshot() == kept
+
+
+def test_a_lone_surrogate_in_a_test_id_records_replays_and_verifies(
+    tmp_path: Path, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch, cli: Cli
+) -> None:
+    """Half an emoji in a test id (`hashreplay.test_context`, or pytest with its id escaping
+    turned off) is keyed and written as its `\\uXXXX` escape, as pytest's own escaping
+    writes it; `verify` recomputes the name replay looks up."""
+    (tmp_path / "pyproject.toml").write_text("[tool.hashreplay]\n")
+    test_id = "tests/test_a.py::test_x[\ud83d]"
+    recorder = Recorder(tmp_path)
+    try:
+        for mode in (Mode.RECORD, Mode.REPLAY):
+            session = recorder.start(mode)
+            with test_context(test_id):
+                response = httpx.post(f"{upstream.url}/echo", json={"q": "hi"})
+            assert response.status_code == 200, response.text
+            session.close()
+    finally:
+        httpx_adapter.uninstall()
+    (path,) = sorted((tmp_path / "tests" / "recordings").glob("*.json"))
+    assert orjson.loads(path.read_bytes())["test_id"] == "tests/test_a.py::test_x[\\ud83d]"
+    monkeypatch.chdir(tmp_path)
+    result = cli("verify")
+    assert result.code == 0, result.out + result.err

@@ -14,8 +14,8 @@ import pytest
 from hashreplay import Mode, RecordingError
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import RUN_HEADER, SECRET_PLACEHOLDER, TEST_ID_HEADER
+from hashreplay.core.context import inside_call
 from hashreplay.core.format import RecordedException, RecordedResponse
-from hashreplay.core.keys import inside_call
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.replay import Decision, Live, Miss, Passthrough, Record, Replay
 from hashreplay.engine.session import Session

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from hashreplay.core.paths import is_temp_name
+from hashreplay.core.atomic import is_temp_name
 from tests.fakes.upstream import FakeUpstream
 
 ROUNDS = 6

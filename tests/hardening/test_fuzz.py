@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from hashreplay.core.config import load_config
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.store import dump_recording, parse_recording
+from hashreplay.core.store import dumps, parse_recording
 from hashreplay.engine.http import IncomingRequest, LiveExchange, plan_for
 from hashreplay.engine.session import Session
 from hashreplay.server.app import ProxyApp
@@ -73,7 +73,7 @@ def loads_or_recording_error(content: bytes) -> None:
     except RecordingError as exc:
         assert "fuzz.json" in str(exc)
         return
-    assert parse_recording(dump_recording(recording), "again.json") == recording
+    assert parse_recording(dumps(recording.model_dump(mode="json")), "again.json") == recording
     for response in recording.responses:
         try:
             plan = plan_for(response, Path("fuzz.json"))

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from hashreplay.core.atomic import is_temp_name, sweep_temp_files, write_bytes_atomic
 from hashreplay.core.config import load_config
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import Recording
-from hashreplay.core.paths import find_strays, is_temp_name, sweep_temp_files, write_bytes_atomic
-from hashreplay.core.store import Store, read_recording
+from hashreplay.core.paths import find_strays
+from hashreplay.core.store import Store, parse_recording
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session
 
@@ -122,7 +123,7 @@ KILLED_WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from hashreplay.core.paths import write_bytes_atomic
+    from hashreplay.core.atomic import write_bytes_atomic
     from hashreplay.core.store import Store
     from tests.unit.test_store import make_recording
 
@@ -208,4 +209,5 @@ def test_without_a_state_directory_temp_files_go_beside_the_file(root: Path) -> 
 def read_any_recording(root: Path) -> Recording:
     other = root / "other"
     other.mkdir()
-    return read_recording(record(other, "tests/test_x.py::t"))
+    path = record(other, "tests/test_x.py::t")
+    return parse_recording(path.read_bytes(), path)

@@ -170,10 +170,10 @@ def test_recording_stays_verifiable_after_scrubbing(tmp_path: Path) -> None:
         tmp_path, "bearer-abcdefgh1", "header-abcdefgh2", "query-abcdef3", "pw-abcdefgh4"
     )
     session = Session(load_config(tmp_path, env={}, mode="replay"))
-    from hashreplay.core.store import read_recording
+    from hashreplay.core.store import parse_recording
 
     for path in (tmp_path / "tests" / "recordings").glob("*.json"):
-        recording = read_recording(path)
+        recording = parse_recording(path.read_bytes(), path)
         assert session.keyer.key_of(recording.request, recording.test_id)[0] == path.stem
 
 

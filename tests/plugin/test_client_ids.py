@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hashreplay.cli import main
-from hashreplay.core.keys import request_hash
+from hashreplay.core.hashing import request_hash
 from tests.fakes.upstream import FakeUpstream
 
 pytest_plugins = ["pytester"]

@@ -225,7 +225,7 @@ def test_a_scrub_pattern_that_does_not_compile_is_a_config_error(project: pytest
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
-            "*`scrub`: entry 1: pattern 'user-(' (replace 'u') does not compile: missing ), "
-            "unterminated subpattern at position 5*"
+            "*`scrub`: entry 1: pattern 'user-(' (replace 'u') does not compile under RE2, the "
+            "linear-time engine scrub patterns run on: missing ): user-(*"
         ]
     )

@@ -27,6 +27,8 @@ NOT_AT_START_UP = (
     # the miss report and the request diff, loaded on the first miss or mismatch
     "hashreplay.engine.miss",
     "hashreplay.core.diff",
+    # the response shapes a drift run compares
+    "hashreplay.core.shape",
     # the record path, built on the first recording
     "hashreplay.engine.record",
     "hashreplay.engine.record",

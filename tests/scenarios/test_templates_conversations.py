@@ -15,8 +15,8 @@ import httpx2
 import pytest
 
 from hashreplay import Mode, conversation, test_context
+from hashreplay.core.context import set_process_test_id
 from hashreplay.core.errors import ReplayMiss
-from hashreplay.core.keys import set_process_test_id
 from tests.conftest import Recorder
 from tests.fakes.upstream import FakeUpstream
 

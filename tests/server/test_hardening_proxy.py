@@ -13,7 +13,7 @@ from typing import Any
 import httpx2
 import pytest
 
-import hashreplay.core.store as store_module
+import hashreplay.core.atomic as atomic_module
 from hashreplay.core.config import load_config
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.session import Session
@@ -97,7 +97,7 @@ def full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_space(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(store_module.os, "fsync", no_space)
+    monkeypatch.setattr(atomic_module.os, "fsync", no_space)  # the atomic write's fsync
 
 
 async def call_asgi(app: ProxyApp, body: dict[str, Any]) -> list[dict[str, Any]]:

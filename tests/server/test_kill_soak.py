@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx2
 
-from hashreplay.core.store import read_recording
+from hashreplay.core.store import parse_recording
 from tests.fakes.upstream import FakeUpstream
 from tests.server.conftest import Servers
 
@@ -78,7 +78,9 @@ def test_kill_9_during_concurrent_recording_leaves_a_clean_store(
     files = sorted(p for p in root.rglob("*.json") if ".hashreplay" not in p.parts)
     assert len(files) >= total  # every answered request has its file (some unanswered too)
     for path in files:
-        read_recording(path)  # raises a RecordingError for a partial or corrupt file
+        parse_recording(
+            path.read_bytes(), path
+        )  # raises a RecordingError for a partial or corrupt file
     env = {**os.environ, "HASHREPLAY_ROOT": str(root), "NO_COLOR": "1"}
     env.pop("INFERENCE_MODE", None)
     verify = subprocess.run(

@@ -72,6 +72,8 @@ def test_a_fault_with_times_applies_in_order_without_a_run_header(
         ('{"status": 200, "headers": {"x-a": "one\\ntwo"}}', "holds CR, LF or NUL"),
         ('{"status": 200, "headers": {"x-a": "nul\\u0000"}}', "holds CR, LF or NUL"),
         ('{"status": 200, "headers": {"bad name": "v"}}', "is not an HTTP header name"),
+        ('{"status": "500"}', "status '500' is not an HTTP status"),
+        ('{"error": "disconnect", "body": {"e": 1}}', "headers and body go with status=..."),
     ],
 )
 def test_a_malformed_fault_header_is_a_clear_400(

@@ -22,7 +22,7 @@ from hashreplay.core.blobs import (
 from hashreplay.core.config import load_config
 from hashreplay.core.diff import first_difference
 from hashreplay.core.errors import BodyTooLarge, RecordingError
-from hashreplay.core.keys import request_hash
+from hashreplay.core.hashing import request_hash
 from hashreplay.core.store import Store, parse_recording
 from hashreplay.engine.http import IncomingRequest, LiveExchange
 from hashreplay.engine.replay import Replay

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hashreplay.core.bodies import BodyEncoding, decode_body, encode_body, encode_request_body
-from hashreplay.core.keys import request_hash
+from hashreplay.core.hashing import request_hash
 from hashreplay.core.normalise import normalise_request_body
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"

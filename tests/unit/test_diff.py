@@ -1,4 +1,4 @@
-"""`hashreplay.engine.keys.first_difference`: the first differing field of two requests (§6)."""
+"""`hashreplay.core.diff.first_difference`: the first differing field of two requests (§6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`hashreplay.core.keys`: the request hash and model-list naming (docs/design.md §3, contract).
+"""`hashreplay.core.hashing` and the names built on it: the request hash and model-list
+naming (docs/design.md §3, contract).
 
 The golden hashes below guard the contract: if one changes, every existing recording is
 orphaned, so the change needs a KEY_VERSION bump and a `hashreplay rehash`.
@@ -17,16 +18,12 @@ from hypothesis import strategies as st
 
 from hashreplay.core import normalise as normalise_module
 from hashreplay.core.constants import KEY_VERSION
-from hashreplay.core.keys import (
-    canonical_json,
-    endpoint_of,
-    is_model_list,
-    model_ids,
-    model_list_filename,
-    request_hash,
-)
+from hashreplay.core.hashing import canonical_json, request_hash
+from hashreplay.core.model_lists import is_model_list, model_ids
+from hashreplay.core.names import model_list_filename
 from hashreplay.core.normalise import RequestRules, normalise_request_body
 from hashreplay.core.redact import Redactor
+from hashreplay.core.urls import endpoint_of
 
 CHAT_BODY = {
     "model": "gpt-4o-mini",

@@ -1,9 +1,10 @@
 """The layering of docs/design.md ("Layers"), checked on the source: imports point down only,
-and there is no import cycle, lazy and type-checking-only imports included; and the shape of
-the modules: each one whole idea of at most 450 lines, no class over 250.
+core and engine import no HTTP client and no pytest, and there is no import cycle, lazy and
+type-checking-only imports included. Nothing here limits a module's or a class's size or the
+number of modules: a module holds one concept, whatever its length.
 
-core (rank 0) < engine, with its maintenance tools (1) < adapters (2) < front ends (3): the plugin, the
-CLI, the proxy server, `install()`, the middleware and the package's front door.
+core (rank 0) < engine, with its maintenance tools (1) < adapters (2) < front ends (3): the
+plugin, the CLI, the proxy server, `install()`, the middleware and the package's front door.
 """
 
 from __future__ import annotations

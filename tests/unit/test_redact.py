@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hashreplay.core.constants import SECRET_PLACEHOLDER
-from hashreplay.core.keys import endpoint_of
 from hashreplay.core.redact import Redactor
+from hashreplay.core.urls import endpoint_of
 
 SECRET = SECRET_PLACEHOLDER
 DESIGN_KEYS = [

@@ -8,15 +8,10 @@ import pytest
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.format import RecordedResponse, Timing
 from hashreplay.core.modes import Pace, Unconsumed
-from hashreplay.core.streams import (
-    StreamFormat,
-    TemplateError,
-    fill,
-    has_markers,
-    parse_path,
-    stream_finished,
-)
+from hashreplay.core.streams import StreamFormat, stream_finished
+from hashreplay.core.templates import TemplateError, fill, has_markers, parse_path
 from hashreplay.engine.faults import ActiveFault, FaultSpec
+from hashreplay.engine.http import BreakKind
 from hashreplay.engine.scenarios import NoTiming, delays_for
 
 REQUEST = {
@@ -120,6 +115,50 @@ def test_fault_arguments_are_validated_with_the_valid_forms() -> None:
         assert 'error="read_timeout"|"connect_error"|"disconnect"' in message
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "problem"),
+    [
+        # each names the keyword and the value given, in the marker's terms
+        ({"status": 0}, "status 0 is not an HTTP status"),
+        ({"status": "500"}, "status '500' is not an HTTP status"),
+        ({"status": True}, "status True is not an HTTP status"),
+        ({"error": ""}, "unknown fault kind error=''"),
+        ({"error": "abandoned"}, "unknown fault kind error='abandoned'"),
+        ({"error": "disconnect", "call": 1.5}, "call=1.5 must be an integer >= 1"),
+        ({"error": "disconnect", "after_chunks": -1}, "after_chunks=-1 must be an integer >= 0"),
+        ({"status": 500, "endpoint": 3}, "endpoint 3 must be a path (suffix) string"),
+        ({"status": 500, "headers": ["x"]}, "headers must be a dict of strings"),
+        ({"status": 500, "body": 3}, "body must be a dict, a list or a str, got int"),
+        # a fault that replaces no response has no headers or body to give
+        ({"error": "disconnect", "body": "x"}, "headers and body go with status=..."),
+        ({"hang": True, "headers": {"x-a": "1"}}, "headers and body go with status=..."),
+        ({"status": 500, "sttaus": 1, "times": 0}, "unknown argument 'sttaus'"),
+    ],
+)
+def test_each_bad_fault_keyword_is_named_with_its_value(
+    kwargs: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        FaultSpec.parse(kwargs, source="@pytest.mark.hashreplay_fault")
+    assert str(info.value).startswith(f"@pytest.mark.hashreplay_fault: {problem}; valid forms: ")
+
+
+def test_a_fault_keeps_what_was_given() -> None:
+    spec = FaultSpec.parse(
+        {"status": 503, "headers": {"Retry-After": "1"}, "body": {"e": 1}, "times": 2}
+    )
+    assert (spec.status, spec.headers, spec.body, spec.times) == (
+        503,
+        (("retry-after", "1"),),
+        {"e": 1},
+        2,
+    )
+    broken = FaultSpec.parse({"error": "read_timeout", "after_chunks": 0, "call": 3})
+    assert broken.error is BreakKind.READ_TIMEOUT
+    assert broken.breaks_recorded
+    assert broken.describe() == "hashreplay_fault(error='read_timeout', after_chunks=0, call=3)"
+
+
 def test_fault_counting_times_call_and_endpoint() -> None:
     limited = ActiveFault(FaultSpec.parse({"status": 429, "times": 2, "endpoint": "/chat"}))
     assert [limited.take(p) for p in ["/v1/chat", "/v1/other", "/v1/chat", "/v1/chat"]] == [
@@ -186,11 +225,8 @@ def test_a_response_knows_whether_its_body_holds_markers() -> None:
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from hashreplay.core.streams import (  # noqa: E402
-    escape,
-    fill_stream,
-    render_stream,
-)
+from hashreplay.core.streams import render_stream  # noqa: E402
+from hashreplay.core.templates import escape, fill_stream  # noqa: E402
 
 STREAM_REQUEST = {
     "body": {"model": "m-1", "note": "two\nlines", "cr": "a\rb", "n": 3},

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hashreplay.core.diff import compare, field_types, shape_of
 from hashreplay.core.format import RecordedResponse
+from hashreplay.core.shape import compare, field_types, shape_of
 from hashreplay.core.streams import StreamFormat
 
 

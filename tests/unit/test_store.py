@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import hashreplay.core.store as store_module
+from hashreplay.core.atomic import awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import KEY_VERSION
 from hashreplay.core.errors import RecordingError
@@ -26,10 +26,9 @@ from hashreplay.core.format import (
     Recording,
     new_recording,
 )
-from hashreplay.core.paths import awrite_bytes_atomic, write_bytes_atomic
+from hashreplay.core.paths import RecordingsDirOutside
 from hashreplay.core.store import (
     Store,
-    dump_recording,
     dumps,
     parse_recording,
 )
@@ -72,7 +71,7 @@ def write(path: Path, recording: Recording) -> None:
 
 
 def valid_bytes() -> bytes:
-    return dump_recording(make_recording())
+    return dumps(make_recording().model_dump(mode="json"))
 
 
 @pytest.fixture
@@ -271,12 +270,12 @@ def test_unknown_fields_are_kept(tmp_path: Path) -> None:
     path = tmp_path / f"{HASH}.json"
     path.write_bytes(dumps(data))
     back = PLAIN.read(path)
-    assert orjson.loads(dump_recording(back)) == data
+    assert orjson.loads(dumps(back.model_dump(mode="json"))) == data
 
 
 def test_same_recording_same_bytes(tmp_path: Path) -> None:
-    a = dump_recording(make_recording())
-    b = dump_recording(make_recording())
+    a = dumps(make_recording().model_dump(mode="json"))
+    b = dumps(make_recording().model_dump(mode="json"))
     assert a == b
     path = tmp_path / f"{HASH}.json"
     write(path, make_recording())
@@ -286,7 +285,7 @@ def test_same_recording_same_bytes(tmp_path: Path) -> None:
 
 
 def test_bytes_are_sorted_indented_with_trailing_newline() -> None:
-    content = dump_recording(make_recording())
+    content = dumps(make_recording().model_dump(mode="json"))
     assert content.endswith(b"}\n")
     assert not content.endswith(b"\n\n")
     data = orjson.loads(content)
@@ -321,7 +320,7 @@ async def test_async_write_round_trip(tmp_path: Path) -> None:
     recording = make_recording()
     path = tmp_path / "deep" / "dir" / f"{HASH}.json"
     await awrite_bytes_atomic(path, PLAIN.dump(recording), PLAIN.temp_dir)
-    assert path.read_bytes() == dump_recording(recording)
+    assert path.read_bytes() == dumps(recording.model_dump(mode="json"))
     assert PLAIN.read(path) == recording
     assert [p.name for p in path.parent.iterdir()] == [f"{HASH}.json"]
 
@@ -436,7 +435,7 @@ def test_exception_during_write_keeps_old_content_and_no_temp(
     def broken_fsync(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(store_module.os, "fsync", broken_fsync)
+    monkeypatch.setattr(os, "fsync", broken_fsync)
     with pytest.raises(OSError, match="No space left"):
         write(path, make_recording("new"))
     assert path.read_bytes() == old
@@ -470,7 +469,7 @@ async def test_async_exception_during_write_keeps_old_content_and_no_temp(
     def broken_fsync(fd: int) -> None:
         raise OSError(5, "I/O error")
 
-    monkeypatch.setattr(store_module.os, "fsync", broken_fsync)
+    monkeypatch.setattr(os, "fsync", broken_fsync)
     with pytest.raises(OSError, match="I/O error"):
         await awrite_bytes_atomic(path, PLAIN.dump(make_recording("new")))
     assert path.read_bytes() == old
@@ -491,7 +490,7 @@ CHILD = textwrap.dedent(
 
     Path.replace = slow_replace
 
-    from hashreplay.core.paths import write_bytes_atomic
+    from hashreplay.core.atomic import write_bytes_atomic
 
     write_bytes_atomic(Path(sys.argv[1]), b'{"big": "' + b"x" * 5_000_000 + b'"}\\n')
     print("DONE", flush=True)
@@ -545,7 +544,7 @@ def test_trailing_garbage_is_not_called_truncated(tmp_path: Path) -> None:
     path = tmp_path / "x.json"
     path.write_bytes(b'{"format_version": 1}}')
     with pytest.raises(RecordingError, match="not valid JSON") as info:
-        store_module.read_recording(path)
+        parse_recording(path.read_bytes(), path)
     assert "truncated" not in str(info.value)
 
 
@@ -554,7 +553,7 @@ def test_format_version_must_be_the_integer(tmp_path: Path, version: str) -> Non
     path = tmp_path / "x.json"
     path.write_text('{"format_version": ' + version + "}")
     with pytest.raises(RecordingError, match="this hashreplay reads format_version 1"):
-        store_module.read_recording(path)
+        parse_recording(path.read_bytes(), path)
 
 
 def test_new_recordings_get_ordinary_permissions(tmp_path: Path) -> None:
@@ -566,3 +565,45 @@ def test_new_recordings_get_ordinary_permissions(tmp_path: Path) -> None:
     target.chmod(0o640)
     write_bytes_atomic(target, b"{}\n")
     assert target.stat().st_mode & 0o777 == 0o640  # a replaced file keeps its mode
+
+
+@pytest.mark.parametrize(
+    ("node_id", "inside"),
+    [
+        ("recordings/test_x.py::t", "recordings"),  # would be recordings/recordings/
+        ("recordings/blobs/test_x.py::t", "recordings"),  # would be among the blobs
+        ("tests/recordings/test_x.py::t", "tests/recordings"),
+        ("tests/recordings/sub/test_x.py::t[p]", "tests/recordings"),
+        ("tests/a/../recordings/test_x.py::t", "tests/recordings"),
+        ("tests\\recordings\\test_x.py::t", "tests/recordings"),
+    ],
+)
+def test_a_test_file_inside_a_recordings_directory_is_refused_naming_it(
+    store: Store, root: Path, node_id: str, inside: str
+) -> None:
+    """Its recordings would nest inside a store, where the tools take them for the files
+    of that store: refused, before anything is read or written there."""
+    with pytest.raises(RecordingsDirOutside) as info:
+        store.dir_for(node_id)
+    message = str(info.value)
+    assert f"lies inside the recordings directory {root / inside}" in message
+    assert f"move the test file out of {root / inside}" in message
+    assert not (root / inside / "recordings").exists()
+
+
+def test_a_test_file_inside_a_configured_common_directory_is_refused(root: Path) -> None:
+    store = Store(root, root / "tests" / "data")
+    with pytest.raises(RecordingsDirOutside) as info:
+        store.dir_for("tests/data/test_x.py::t")
+    assert f"inside the recordings directory {root / 'tests' / 'data'}" in str(info.value)
+    assert store.dir_for("tests/test_x.py::t") == root / "tests" / "recordings"
+
+
+@pytest.mark.parametrize(
+    "node_id", ["recordings_helpers/test_x.py::t", "tests/my_recordings/test_x.py::t[recordings]"]
+)
+def test_a_directory_only_named_like_recordings_is_no_store(
+    store: Store, root: Path, node_id: str
+) -> None:
+    expected = root / node_id.split("::", 1)[0]
+    assert store.dir_for(node_id) == expected.parent / "recordings"

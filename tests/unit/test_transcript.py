@@ -13,7 +13,7 @@ from hashreplay.core.format import (
     RecordedResponse,
     new_recording,
 )
-from hashreplay.core.store import dump_recording
+from hashreplay.core.store import dumps
 from hashreplay.core.transcript import CORRUPT_MARK, textconv, transcript
 
 
@@ -123,9 +123,8 @@ def test_binary_and_text_bodies() -> None:
 def test_textconv_keeps_what_is_not_a_recording_byte_for_byte() -> None:
     for content in (b"", b"\xff\xfe binary", b"[1, 2]", b'{"name": "x"}'):
         assert textconv(content) == content
-    good = dump_recording(
-        _recording({"prompt": "hi"}, RecordedResponse(status=200, body={"response": "yo"}))
-    )
+    recording = _recording({"prompt": "hi"}, RecordedResponse(status=200, body={"response": "yo"}))
+    good = dumps(recording.model_dump(mode="json"))
     assert textconv(good).decode().splitlines()[-3:] == [
         "response: 200",
         "assistant: yo",

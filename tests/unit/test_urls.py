@@ -1,10 +1,10 @@
-"""The stored URL of a recording (`core/keys.py`): a loopback upstream keeps no port."""
+"""The stored URL of a recording (`core/urls.py`): a loopback upstream keeps no port."""
 
 from __future__ import annotations
 
 import pytest
 
-from hashreplay.core.keys import is_loopback_host, stored_url
+from hashreplay.core.urls import is_loopback_host, stored_url
 
 
 @pytest.mark.parametrize(

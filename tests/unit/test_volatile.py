@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from hashreplay.core.keys import request_hash
+from hashreplay.core.hashing import request_hash
 from hashreplay.core.normalise import RequestRules, compile_patterns, normalise_request_body
 
 RULES = RequestRules(volatile=compile_patterns(["uuid", "iso-timestamp", "unix-ms"]))

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from hashreplay.core import writer as durable_writes
+from hashreplay.core.atomic import create_temp, is_temp_name
 from hashreplay.core.errors import BodyTooLarge, RecordingError, RecordingWriteError
-from hashreplay.core.paths import create_temp, is_temp_name
 from hashreplay.core.writer import BackgroundWriter, DurableWrites
 
 

@@ -33,8 +33,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from hashreplay.adapters import _shared as _state
 from hashreplay.adapters._shared import Patches
 from hashreplay.core.constants import TEST_ID_HEADER
+from hashreplay.core.context import adapter_io
 from hashreplay.core.errors import BodyTooLarge, HashReplayWarning, assert_never
-from hashreplay.core.keys import adapter_io
 from hashreplay.engine import scenarios as pacing
 from hashreplay.engine.http import BreakKind, IncomingRequest, LiveBody, LiveExchange, ReplayPlan
 from hashreplay.engine.keys import Prepared

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 from hashreplay.adapters import _shared as _state
 from hashreplay.adapters._shared import Patches
+from hashreplay.core.context import inside_call
 from hashreplay.core.errors import ConfigError
 from hashreplay.core.format import RecordedException, RecordedResponse
-from hashreplay.core.keys import inside_call
 from hashreplay.core.streams import StreamFormat
 from hashreplay.core.typed import (
     EXCEPTION_KEY,

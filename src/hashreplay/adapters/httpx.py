@@ -21,8 +21,8 @@ from typing import Any
 from hashreplay.adapters import _shared as _state
 from hashreplay.adapters._shared import Patches, when_imported
 from hashreplay.core.constants import TEST_ID_HEADER
+from hashreplay.core.context import adapter_io
 from hashreplay.core.errors import assert_never
-from hashreplay.core.keys import adapter_io
 from hashreplay.engine import scenarios as pacing
 from hashreplay.engine.http import BreakKind, IncomingRequest, LiveExchange, ReplayPlan
 from hashreplay.engine.keys import Prepared

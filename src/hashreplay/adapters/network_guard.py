@@ -45,7 +45,7 @@ from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from hashreplay.adapters._shared import Patches, when_imported
-from hashreplay.core.keys import current_test_id, has_own_test_context, in_adapter_io
+from hashreplay.core.context import current_test_id, has_own_test_context, in_adapter_io
 from hashreplay.core.network import grpc_target_hosts, is_loopback
 from hashreplay.engine.connections import Connection, Reach
 

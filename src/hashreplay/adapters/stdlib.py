@@ -41,7 +41,7 @@ from hashreplay.adapters._shared import (
     rebuild_exception,
 )
 from hashreplay.core.constants import TEST_ID_HEADER
-from hashreplay.core.keys import adapter_io, in_adapter_io
+from hashreplay.core.context import adapter_io, in_adapter_io
 from hashreplay.engine.http import (
     BreakKind,
     IncomingRequest,

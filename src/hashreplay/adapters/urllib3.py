@@ -57,8 +57,8 @@ from hashreplay.adapters._shared import (
     seconds,
 )
 from hashreplay.core.constants import TEST_ID_HEADER
+from hashreplay.core.context import adapter_io
 from hashreplay.core.errors import HashReplayWarning, assert_never
-from hashreplay.core.keys import adapter_io
 from hashreplay.engine.http import (
     BreakKind,
     IncomingRequest,

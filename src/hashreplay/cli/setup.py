@@ -211,7 +211,7 @@ def init(args: Any, console: Console) -> int:
     if updated is None:
         console.line(f"{where}: already has [tool.hashreplay]; nothing changed")
     else:
-        from hashreplay.core.paths import write_bytes_atomic
+        from hashreplay.core.atomic import write_bytes_atomic
 
         try:
             write_bytes_atomic(target, updated)

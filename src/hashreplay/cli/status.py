@@ -21,7 +21,8 @@ from hashreplay.core.config import ModeSource
 from hashreplay.core.constants import MODE_ENV
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import RecordedResponse, recording_from_json
-from hashreplay.core.keys import hash_of_name, is_model_list_name
+from hashreplay.core.model_lists import newest_model_list
+from hashreplay.core.names import hash_of_name, is_model_list_name
 from hashreplay.core.paths import PYPROJECT, has_hashreplay_table
 from hashreplay.core.transcript import (
     Tokens,
@@ -31,7 +32,6 @@ from hashreplay.core.transcript import (
     response_tokens,
 )
 from hashreplay.engine.files import Loaded, load
-from hashreplay.engine.keys import newest_model_list
 
 # --- status ---------------------------------------------------------------------------------
 

@@ -11,13 +11,16 @@ be a list of strings, got a string ('http://localhost')".
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
-import re
 import sys
-from collections.abc import Callable, Mapping
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -30,7 +33,7 @@ from hashreplay.core.constants import (
     PACE_ENV,
     RECORDINGS_DIRNAME,
 )
-from hashreplay.core.errors import ConfigError, explain
+from hashreplay.core.errors import ConfigError
 from hashreplay.core.matching import (
     DEFAULT_MATCH_ON,
     MatchRule,
@@ -39,10 +42,13 @@ from hashreplay.core.matching import (
     parse_match_on,
     parse_path,
 )
-from hashreplay.core.modes import INSTANT, Mode, Pace, RecordFailures, Stale, Unconsumed
+from hashreplay.core.modes import Mode, Pace, RecordFailures, Stale, Unconsumed
 from hashreplay.core.network import BlockNetwork, host_entry, passthrough_prefixes
 from hashreplay.core.normalise import compile_patterns
 from hashreplay.core.paths import PYPROJECT, find_root
+
+if TYPE_CHECKING:
+    from pydantic.fields import FieldInfo
 
 
 class ModeSource(str, Enum):
@@ -85,10 +91,12 @@ def parse_scrub(value: object) -> tuple[tuple[str, str], ...]:
         if not isinstance(pattern, str) or not isinstance(replace, str) or not pattern:
             msg = f"entry {n}: `pattern` must be a non-empty string and `replace` a string"
             raise ValueError(msg)
+        from hashreplay.core.scrub import ScrubPattern  # RE2 loads only for a project's scrub
+
         try:
-            re.compile(pattern).sub(replace, "")
-        except (re.error, IndexError) as exc:
-            msg = f"entry {n}: pattern {pattern!r} (replace {replace!r}) does not compile: {exc}"
+            ScrubPattern(pattern, replace)
+        except ValueError as exc:
+            msg = f"entry {n}: pattern {pattern!r} (replace {replace!r}) {exc}"
             raise ValueError(msg) from None
         rules.append((pattern, replace))
     return tuple(rules)
@@ -133,7 +141,7 @@ class Config(BaseModel):
     record_timing: bool = False
     #: How replay spaces responses out: "instant", "recorded" or "fixed:<ms>" (parsed here,
     #: once: `HASHREPLAY_PACE` overrides the file's).
-    pace: Pace = INSTANT
+    pace: Pace = Pace()  # instant
     #: Recorded responses a replayed test did not use: "warn", "fail" or "ignore".
     unconsumed: Unconsumed = Unconsumed.WARN
     #: What a call that got no HTTP response leaves: "responses" (nothing), "all" (its error).
@@ -261,12 +269,6 @@ class Config(BaseModel):
 
     def with_mode(self, mode: Mode, source: ModeSource) -> Config:
         return self.model_copy(update={"mode": mode, "mode_source": source})
-
-
-def project_root(explicit: Path | str | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """The project root outside pytest: explicit, else `HASHREPLAY_ROOT`, else found upward
-    from the working directory (`hashreplay.core.paths`)."""
-    return find_root(explicit, env).path
 
 
 def read_table(pyproject: Path) -> dict[str, Any]:
@@ -428,3 +430,106 @@ def _without(values: Mapping[str, Any], keys: set[str]) -> dict[str, Any]:
 
 
 _INTERNAL = frozenset({"root", "mode_source", "config_file", "root_reason"})
+
+
+# --- validation errors in TOML terms --------------------------------------------------------
+
+
+def toml_type(value: Any) -> str:
+    """What a TOML value is called: `a string`, `an integer`, `a list`, `a table`, …"""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, datetime.datetime):
+        return "a date-time"
+    if isinstance(value, datetime.date):
+        return "a date"
+    if isinstance(value, datetime.time):
+        return "a time"
+    return f"a {type(value).__name__}"
+
+
+def expected(annotation: Any) -> str:
+    """What a field must be, in TOML words."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (tuple, list) and args:
+        return f"a list of {_plural(args[0])}"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(expected(a) for a in args if a is not type(None))
+    return _singular(annotation)
+
+
+def _singular(annotation: Any) -> str:
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return "one of " + ", ".join(str(m.value) for m in annotation)
+    return {str: "a string", bool: "a boolean", int: "an integer", float: "a number"}.get(
+        annotation, getattr(annotation, "__name__", str(annotation))
+    )
+
+
+def _plural(annotation: Any) -> str:
+    return {str: "strings", int: "integers", float: "numbers", bool: "booleans"}.get(
+        annotation, f"{getattr(annotation, '__name__', annotation)} values"
+    )
+
+
+def _shown(value: Any) -> str:
+    """The value as TOML would spell it (`"http://x"`, `true`, `[1, "a"]`), shortened."""
+    if isinstance(value, (datetime.date, datetime.time)):
+        text = value.isoformat()
+    else:
+        text = json.dumps(value, default=str, ensure_ascii=False, separators=(", ", " = "))
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+#: pydantic's bound errors, as a user would say them
+_BOUNDS = {
+    "greater_than_equal": "at least",
+    "greater_than": "more than",
+    "less_than_equal": "at most",
+    "less_than": "less than",
+}
+
+
+def explain(
+    exc: ValidationError, where: str, fields: Mapping[str, FieldInfo], known: Iterable[str]
+) -> str:
+    """Every problem of one validation, a line each, under the file it is in."""
+    lines = [f"invalid [tool.hashreplay] in {where}:"]
+    valid = ", ".join(known)
+    for error in exc.errors():
+        loc = error["loc"]
+        key = str(loc[0]) if loc else "(table)"
+        got = error.get("input")
+        message = str(error["msg"]).removeprefix("Value error, ").removeprefix(f"{key}: ")
+        field = fields.get(key)
+        if error["type"] == "extra_forbidden":
+            lines.append(f"  unknown key {key!r}; valid keys are: {valid}")
+        elif key == "mode":
+            lines.append(f"  mode: {message}")
+        elif error["type"] in _BOUNDS:
+            limit = next(iter(error.get("ctx", {}).values()), "?")
+            lines.append(f"  `{key}` must be {_BOUNDS[error['type']]} {limit}, got {_shown(got)}")
+        elif error["type"] in ("value_error", "assertion_error") or field is None:
+            lines.append(f"  `{key}`: {message} (got {_shown(got)})")
+        elif len(loc) > 1 and isinstance(loc[1], int):
+            lines.append(
+                f"  `{key}` must be {expected(field.annotation)}, got {toml_type(got)} "
+                f"({_shown(got)}) as item {loc[1] + 1}"
+            )
+        else:
+            lines.append(
+                f"  `{key}` must be {expected(field.annotation)}, got {toml_type(got)} "
+                f"({_shown(got)})"
+            )
+    return "\n".join(lines)

@@ -48,7 +48,8 @@ from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import CALL_METHOD, FORMAT_VERSION, KEY_VERSION
 from hashreplay.core.errors import ConfigError, RecordingError
 from hashreplay.core.matching import MatchRule
-from hashreplay.core.streams import StreamFormat, has_markers
+from hashreplay.core.streams import StreamFormat
+from hashreplay.core.templates import has_markers
 
 _M = TypeVar("_M", bound="_Model")
 

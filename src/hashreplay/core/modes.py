@@ -146,9 +146,6 @@ class Pace(NamedTuple):
         return f"fixed:{self.fixed_ms:g}" if self.kind == "fixed" else self.kind
 
 
-INSTANT = Pace()
-
-
 class Unconsumed(Choice):
     """What to do about recorded responses a replayed test did not use."""
 

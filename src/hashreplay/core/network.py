@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Final, NamedTuple
 from urllib.parse import urlsplit
 
-from hashreplay.core.keys import is_loopback_host
+from hashreplay.core.urls import is_loopback_host
 
 
 class BlockNetwork(str, Enum):

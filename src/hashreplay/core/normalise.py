@@ -338,11 +338,13 @@ class _RequestNormaliser:
     def text(self, text: str) -> str:
         if self.redactor is not None:
             text = self.redactor.text(text)
+        if not (self.plain and text.isascii() and "." not in text):
+            text = normalise_text(text, self.id_map, self.volatile, self.placeholders)
+        # client ids are looked for in the text as stored (decimals re-rendered, ids
+        # mapped), which is what `rehash` and `verify` walk again: both find the same ids
         if not self.client_ids and len(text) >= _CLIENT_ID_MIN and has_client_id(text):
             self.client_ids = True
-        if self.plain and text.isascii() and "." not in text:
-            return text
-        return normalise_text(text, self.id_map, self.volatile, self.placeholders)
+        return text
 
     def key(self, key: Any) -> str:
         if type(key) is str and key.isascii() and "." not in key:

@@ -94,9 +94,6 @@ class SecretValues:
                 at = text.find(value, at + len(value))
         return merge_spans(found)
 
-    def optional_text(self, text: str | None) -> str | None:
-        return None if text is None else self.text(text)
-
     def mentioned_in(self, serialised: bytes) -> bool:
         """Whether any value occurs in these JSON bytes (as it would be written there)."""
         if self._encoded is None:

@@ -9,7 +9,6 @@ recording that refers to them and puts them back on every read.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
+from hashreplay.core.atomic import (
+    TEMP_DIRNAME,
+    state_temp_dir,
+    sweep_temp_files,
+    write_bytes_atomic,
+)
 from hashreplay.core.blobs import (
     BlobRef,
     binary_size,
@@ -38,16 +43,8 @@ from hashreplay.core.constants import (
 )
 from hashreplay.core.errors import BodyTooLarge, RecordingError
 from hashreplay.core.format import FormatError, Recording, check_bodies, recording_from_json
-from hashreplay.core.keys import model_list_glob, recording_name
-from hashreplay.core.paths import (
-    TEMP_DIRNAME,
-    read_bytes,
-    read_contained,
-    recordings_dir_for,
-    state_temp_dir,
-    sweep_temp_files,
-    write_bytes_atomic,
-)
+from hashreplay.core.names import model_list_glob, recording_name
+from hashreplay.core.paths import read_bytes, read_contained, recordings_dir_for
 
 if TYPE_CHECKING:
     from hashreplay.core.config import Config
@@ -64,10 +61,6 @@ _DIR_CACHE_MAX = 4096
 def dumps(data: Any) -> bytes:
     """Deterministic bytes: sorted keys, 2-space indent, trailing newline."""
     return orjson.dumps(data, option=_DUMP) + b"\n"
-
-
-def dump_recording(recording: Recording) -> bytes:
-    return dumps(recording.model_dump(mode="json"))
 
 
 def parse_recording(
@@ -140,33 +133,6 @@ def read_file(path: Path) -> bytes:
         raise
     except OSError as exc:
         raise RecordingError(path, f"cannot read the file: {exc.strerror or exc}") from None
-
-
-def read_limited(path: Path, max_bytes: int, what: str = "file") -> bytes:
-    """A file's bytes, refusing one over `max_bytes` before reading it, and never reading
-    more than `max_bytes` + 1 (a device or a file that grows is refused, not read to its
-    end). FileNotFoundError passes through; other problems are a RecordingError naming the
-    file."""
-    try:
-        with path.open("rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            data = b"" if size > max_bytes else f.read(max_bytes + 1)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise RecordingError(path, f"cannot read the {what}: {exc.strerror or exc}") from None
-    if size > max_bytes or len(data) > max_bytes:
-        shown = f"{size} bytes" if size > max_bytes else f"over {max_bytes} bytes"
-        msg = (
-            f"the {what} is {shown}, over max_body_bytes ({max_bytes}); raise "
-            "max_body_bytes in [tool.hashreplay] to read it"
-        )
-        raise RecordingError(path, msg)
-    return data
-
-
-def read_recording(path: Path, blobs: BlobReader | None = None) -> Recording:
-    return parse_recording(read_file(path), path, blobs)
 
 
 #: the most bytes of recordings a run holds read ahead (`ReadAhead`)

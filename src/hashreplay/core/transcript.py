@@ -19,7 +19,7 @@ from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import STABLE_ID_PREFIX
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import EndState, RecordedRequest, RecordedResponse, Recording
-from hashreplay.core.keys import model_ids
+from hashreplay.core.model_lists import model_ids
 from hashreplay.core.store import parse_recording
 from hashreplay.core.streams import StreamFormat, data_values
 

@@ -1,6 +1,6 @@
 """Recordings written behind the caller in durable batches (docs/design.md §4).
 
-Each file goes through a temp file (under `.hashreplay/tmp`, see `core/paths.py`) that is
+Each file goes through a temp file (under `.hashreplay/tmp`, see `core/atomic.py`) that is
 written and fsynced, then renamed over its target; once every file of the batch is in
 place, each directory that received one is fsynced once, so its new entries survive a
 crash too. A file counts as written only after all of that.
@@ -45,8 +45,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from hashreplay.core.atomic import create_temp
 from hashreplay.core.errors import HashReplayError, RecordingError, RecordingWriteError
-from hashreplay.core.paths import create_temp
 
 __all__ = [
     "DEFAULT_THREADS",

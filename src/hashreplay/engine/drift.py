@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from hashreplay.core.atomic import write_bytes_atomic
 from hashreplay.core.constants import STATE_DIRNAME
-from hashreplay.core.diff import compare, shape_of
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import EndState, RecordedResponse
 from hashreplay.core.network import placeholder_keys
-from hashreplay.core.paths import write_bytes_atomic
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues, SeenSecrets
+from hashreplay.core.shape import compare, shape_of
 from hashreplay.core.transcript import printable
 from hashreplay.engine.owner import Call, Owners, TestRecordings
 from hashreplay.engine.unconsumed import FileIndex

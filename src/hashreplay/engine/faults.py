@@ -19,9 +19,20 @@ import re
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Annotated, Any
 
 import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from hashreplay.core.age import MaxAge
 from hashreplay.core.constants import FAULT_MARKER
@@ -35,19 +46,6 @@ from hashreplay.engine.http import BreakKind
 FAULT_ERRORS = (BreakKind.READ_TIMEOUT, BreakKind.CONNECT_ERROR, BreakKind.DISCONNECT)
 
 
-_FIELDS = (
-    "status",
-    "headers",
-    "body",
-    "endpoint",
-    "times",
-    "call",
-    "error",
-    "after_chunks",
-    "hang",
-)
-
-
 #: An HTTP header name (RFC 9110 §5.1: a token).
 _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"  # compiled on first use, not at import
 
@@ -59,78 +57,101 @@ FORMS = (
     "times=<n>, call=<n>"
 )
 
+#: What a marker keyword or header field that is not of its type is told, in the user's
+#: terms (`{value!r}` is what was given).
+_WRONG: dict[str, str] = {
+    "status": "status {value!r} is not an HTTP status",
+    "error": "unknown fault kind error={value!r}",
+    "hang": "hang={value!r} must be True or False",
+    "headers": "headers must be a dict of strings",
+    "endpoint": "endpoint {value!r} must be a path (suffix) string",
+    "times": "times={value!r} must be an integer >= 1",
+    "call": "call={value!r} must be an integer >= 1",
+    "after_chunks": "after_chunks={value!r} must be an integer >= 0",
+}
 
-class FaultSpec(NamedTuple):
-    """One fault: a response (`status`), a broken exchange (`error`) or a hang."""
 
-    status: int | None = None
+class FaultSpec(BaseModel):
+    """One fault: a response (`status`), a broken exchange (`error`) or a hang; the
+    keywords of `@pytest.mark.hashreplay_fault(...)` and the fields of the proxy's
+    `X-HashReplay-Fault` header, one definition for both."""
+
+    # the schema is built when a fault is first validated, not when this module loads
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+    status: Annotated[StrictInt, Field(ge=100, le=599)] | None = None
+    #: lower-cased names, in the order given
     headers: tuple[tuple[str, str], ...] = ()
+    #: a JSON body: a dict, a list or a str
     body: Any = None
-    endpoint: str | None = None
+    #: a path suffix the request's path must end with
+    endpoint: StrictStr | None = None
     #: how many matching requests get it (None: every one)
-    times: int | None = None
+    times: Annotated[StrictInt, Field(ge=1)] | None = None
     #: only the n-th matching request (1-based)
-    call: int | None = None
+    call: Annotated[StrictInt, Field(ge=1)] | None = None
     error: BreakKind | None = None
-    after_chunks: int | None = None
-    hang: bool = False
+    after_chunks: Annotated[StrictInt, Field(ge=0)] | None = None
+    hang: StrictBool = False
+
+    @field_validator("error", mode="before")
+    @classmethod
+    def _error(cls, value: object) -> object:
+        if value is not None and value not in FAULT_ERRORS:
+            msg = f"unknown fault kind error={value!r}"
+            raise ValueError(msg)
+        return value
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _headers(cls, value: object) -> tuple[tuple[str, str], ...]:
+        if isinstance(value, tuple):
+            return value  # already validated (a copy)
+        if value is None:
+            return ()
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise ValueError(_WRONG["headers"])
+        for name, text in value.items():  # a response header must be able to carry them
+            if not re.fullmatch(_TOKEN, name):
+                msg = f"header name {name!r} is not an HTTP header name"
+                raise ValueError(msg)
+            if any(c in text for c in "\r\n\x00"):
+                msg = f"header {name!r}: value {text!r} holds CR, LF or NUL"
+                raise ValueError(msg)
+        return tuple((k.lower(), v) for k, v in value.items())
+
+    @field_validator("body", mode="before")
+    @classmethod
+    def _body(cls, value: object) -> object:
+        if value is not None and not isinstance(value, (dict, list, str)):
+            msg = f"body must be a dict, a list or a str, got {type(value).__name__}"
+            raise ValueError(msg)
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> FaultSpec:
+        kinds = [self.status is not None, self.error is not None, self.hang]
+        if kinds.count(True) != 1:
+            msg = "give exactly one of status, error or hang"
+            raise ValueError(msg)
+        if self.after_chunks is not None and self.error is None:
+            msg = "after_chunks needs error=..."
+            raise ValueError(msg)
+        if self.status is None and (self.headers or self.body is not None):
+            msg = "headers and body go with status=..."
+            raise ValueError(msg)
+        return self
 
     @classmethod
     def parse(cls, values: Mapping[str, Any], *, source: str = FAULT_MARKER) -> FaultSpec:
-        """Validate fault arguments; a ConfigError naming `source` and the valid forms."""
-        unknown = sorted(set(values) - set(_FIELDS))
-        if unknown:
-            _bad(source, f"unknown argument {unknown[0]!r}")
-        status = values.get("status")
-        error = values.get("error")
-        hang = values.get("hang", False)
-        kinds = [k for k, v in (("status", status), ("error", error), ("hang", hang)) if v]
-        if len(kinds) != 1:
-            _bad(source, "give exactly one of status, error or hang")
-        if status is not None and not (isinstance(status, int) and 100 <= status <= 599):
-            _bad(source, f"status {status!r} is not an HTTP status")
-        if error is not None and error not in FAULT_ERRORS:
-            _bad(source, f"unknown fault kind error={error!r}")
-        if not isinstance(hang, bool):
-            _bad(source, f"hang={hang!r} must be True or False")
-        headers = values.get("headers") or {}
-        if not isinstance(headers, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-        ):
-            _bad(source, "headers must be a dict of strings")
-        for name, value in headers.items():  # a response header must be able to carry them
-            if not re.fullmatch(_TOKEN, name):
-                _bad(source, f"header name {name!r} is not an HTTP header name")
-            if any(c in value for c in "\r\n\x00"):
-                _bad(source, f"header {name!r}: value {value!r} holds CR, LF or NUL")
-        body = values.get("body")
-        if body is not None and not isinstance(body, (dict, list, str)):
-            _bad(source, f"body must be a dict, a list or a str, got {type(body).__name__}")
-        endpoint = values.get("endpoint")
-        if endpoint is not None and not isinstance(endpoint, str):
-            _bad(source, f"endpoint {endpoint!r} must be a path (suffix) string")
-        for name in ("times", "call", "after_chunks"):
-            value = values.get(name)
-            low = 0 if name == "after_chunks" else 1
-            if value is not None and not (
-                isinstance(value, int) and not isinstance(value, bool) and value >= low
-            ):
-                _bad(source, f"{name}={value!r} must be an integer >= {low}")
-        if values.get("after_chunks") is not None and error is None:
-            _bad(source, "after_chunks needs error=...")
-        if (status is not None or hang) and (values.get("headers") or body) and not status:
-            _bad(source, "headers and body go with status=...")
-        return cls(
-            status=status,
-            headers=tuple((k.lower(), v) for k, v in headers.items()),
-            body=body,
-            endpoint=endpoint,
-            times=values.get("times"),
-            call=values.get("call"),
-            error=None if error is None else BreakKind(error),
-            after_chunks=values.get("after_chunks"),
-            hang=hang,
-        )
+        """Validate fault arguments; a ConfigError naming `source`, the keyword or header
+        field in error, the value given and the valid forms."""
+        try:
+            return cls.model_validate(dict(values))
+        except ValidationError as exc:
+            raise ConfigError(f"{source}: {_problem(exc)}; valid forms: {FORMS}") from None
 
     @classmethod
     def from_header(cls, value: str, *, source: str) -> FaultSpec:
@@ -176,9 +197,18 @@ class FaultSpec(NamedTuple):
         return f"{FAULT_MARKER}({what})"
 
 
-def _bad(source: str, problem: str) -> None:
-    msg = f"{source}: {problem}; valid forms: {FORMS}"
-    raise ConfigError(msg)
+def _problem(exc: ValidationError) -> str:
+    """The first problem of a fault, in the user's terms: an unknown keyword first, then
+    the first keyword in error with the value given."""
+    errors = exc.errors()
+    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    field = str(error["loc"][0]) if error["loc"] else ""
+    if error["type"] == "extra_forbidden":
+        return f"unknown argument {field!r}"
+    if error["type"] == "value_error":  # a validator's own sentence
+        return str(error["ctx"]["error"])
+    value = error["input"]
+    return _WRONG[field].format(value=value) if field in _WRONG else error["msg"]
 
 
 class ActiveFault:

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from hashreplay.core.atomic import write_bytes_atomic
 from hashreplay.core.config import Config
 from hashreplay.core.constants import (
     KEY_VERSION,
@@ -27,20 +28,20 @@ from hashreplay.core.constants import (
 from hashreplay.core.diff import first_difference
 from hashreplay.core.errors import PathNotFound, RecordingError
 from hashreplay.core.format import EndState, Recording, is_no_response
-from hashreplay.core.keys import (
+from hashreplay.core.matching import DEFAULT_RULE, MatchRule, file_rule
+from hashreplay.core.model_lists import model_ids
+from hashreplay.core.modes import RecordFailures
+from hashreplay.core.names import (
     hash_of_name,
     is_model_list_name,
-    model_ids,
     model_list_filename,
     recording_name,
-    stored_url,
 )
-from hashreplay.core.matching import DEFAULT_RULE, MatchRule, file_rule
-from hashreplay.core.modes import RecordFailures
 from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_request_body
 from hashreplay.core.normalise_response import normalise_response
-from hashreplay.core.paths import SKIP_DIRS, outside_root, write_bytes_atomic
+from hashreplay.core.paths import SKIP_DIRS, outside_root
 from hashreplay.core.store import Store, dumps, parse_recording
+from hashreplay.core.urls import stored_url
 from hashreplay.engine.miss import record_target
 from hashreplay.engine.session import Session
 

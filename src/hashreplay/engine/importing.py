@@ -14,15 +14,17 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
+from hashreplay.core.atomic import write_bytes_atomic
 from hashreplay.core.bodies import MAX_NESTING, deep_field, too_deep_problem
 from hashreplay.core.config import Config
 from hashreplay.core.constants import BLOBS_DIRNAME, RECORDINGS_DIRNAME, STATE_DIRNAME
+from hashreplay.core.context import test_context
 from hashreplay.core.errors import ConfigError, HashReplayError
 from hashreplay.core.format import RecordedResponse
-from hashreplay.core.keys import MODEL_LIST_SUFFIXES, test_context
 from hashreplay.core.matching import MatchRule, RuleSource
+from hashreplay.core.model_lists import MODEL_LIST_SUFFIXES
 from hashreplay.core.modes import Mode
-from hashreplay.core.paths import SKIP_DIRS, write_bytes_atomic
+from hashreplay.core.paths import SKIP_DIRS
 from hashreplay.core.store import Store
 from hashreplay.core.typed import refused_exception
 from hashreplay.engine.http import IncomingRequest, LiveExchange

@@ -1,25 +1,16 @@
 """Keying (docs/design.md §3): a request as stored and hashed, and the file name it gets, by
 the one rule (`Keyer.key_of`) for live requests and, in `hashreplay verify`/`rehash`, stored
-ones. Shared model lists: one file per model set in the common directory, merged on replay.
-
-The user's say over what is keyed and written (docs/design.md §14): request hooks, record
-hooks and `scrub` patterns. The engine never imports pytest: a front end hands it plain
-callables (the dicts each hook gets: the hookspecs in `plugin/markers.py`).
+ones; `check_name` warns when a file found by its name holds another request.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
-import operator
 import re
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-from pydantic import ValidationError
 
 from hashreplay.core.bodies import parse_checked_body
 from hashreplay.core.config import Config
@@ -28,26 +19,15 @@ from hashreplay.core.constants import (
     CONVERSATION_HEADER,
     FAULT_HEADER,
     KEY_VERSION,
-    RECORD_HOOK,
-    REQUEST_HOOK,
     RUN_HEADER,
     TEST_ID_HEADER,
 )
-from hashreplay.core.errors import HashReplayError, HashReplayWarning
-from hashreplay.core.format import RecordedRequest, RecordedResponse, Recording
-from hashreplay.core.keys import (
-    MODEL_LIST_KEYS,
-    MODEL_LIST_SUFFIXES,
-    current_conversation,
-    endpoint_of,
-    is_model_list,
-    model_id,
-    model_ids,
-    model_list_filename,
-    request_hash,
-    stored_url,
-)
+from hashreplay.core.context import current_conversation
+from hashreplay.core.errors import HashReplayWarning
+from hashreplay.core.format import RecordedRequest, Recording
+from hashreplay.core.hashing import request_hash
 from hashreplay.core.matching import MatchRule
+from hashreplay.core.model_lists import MODEL_LIST_SUFFIXES, is_model_list
 from hashreplay.core.modes import Mode
 from hashreplay.core.normalise import (
     KEPT_REQUEST_HEADERS,
@@ -58,154 +38,20 @@ from hashreplay.core.normalise import (
 )
 from hashreplay.core.redact import Redactor
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues, request_secrets, scrub_request
-from hashreplay.core.store import Store
 from hashreplay.core.typed import jsonable_arg
+from hashreplay.core.urls import endpoint_of, stored_url
+from hashreplay.engine.hooks import HookError, Hooks, hook_problem
 from hashreplay.engine.http import IncomingRequest
-
-#: What a front end hands the engine: the implementations to run now, as (label, function).
-HookImpls = Callable[[], Sequence[tuple[str, Callable[..., object]]]]
-
-#: What turns a file's redacted JSON dict into what is written (`Hooks.written`).
-Finish = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-def _none() -> Sequence[tuple[str, Callable[..., object]]]:
-    return ()
-
-
-class HookError(HashReplayError):
-    """A user hook raised, or returned something that is not the changed dict."""
-
-
-class Hooks:
-    """What a front end plugged in, and the project's compiled `scrub` patterns (in order)."""
-
-    def __init__(self, scrub: Sequence[tuple[str, str]] = ()) -> None:
-        self.scrub = tuple((re.compile(pattern), replace) for pattern, replace in scrub)
-        self.request: HookImpls = _none
-        self.before_record: HookImpls = _none
-
-    def run(self, name: str, impls: HookImpls, value: dict[str, Any]) -> dict[str, Any]:
-        """Every implementation of hook `name` on `value`, each seeing the last one's result;
-        one that raises or returns neither a dict nor None is a `HookError` naming it."""
-        for label, function in impls():
-            try:
-                result = function(value)
-            except Exception as exc:
-                msg = f"{name} ({label}) raised {type(exc).__name__}: {exc}"
-                raise HookError(msg) from exc
-            if isinstance(result, dict):
-                value = result
-            elif result is not None:
-                msg = (
-                    f"{name} ({label}) returned {type(result).__name__} {_short(result)}; it "
-                    "must change the dict it is given in place (and return None) or return "
-                    "the changed dict"
-                )
-                raise HookError(msg)
-        return value
-
-    def request_parts(
-        self, method: str, url: str, headers: Sequence[tuple[str, str]], body: Any
-    ) -> tuple[str, str, list[tuple[str, str]], Any] | None:
-        """A request after the request hooks and the scrub patterns: method, URL, headers,
-        body; None when there is nothing to do (no hook, no pattern)."""
-        # the common case (no hook, no pattern) without a call: every request comes here
-        impls = () if self.request is _none else self.request()
-        if not impls and not self.scrub:
-            return None
-        parts = urlsplit(url)
-        request: dict[str, Any] = {
-            "method": method,
-            "endpoint": parts.path or "/",
-            "query": dict(parse_qsl(parts.query, keep_blank_values=True)),
-            "headers": {name.lower(): value for name, value in headers},
-            "body": copy.deepcopy(body),
-        }
-        if impls:
-            request = self.run(REQUEST_HOOK, lambda: impls, request)
-            _check_request(request)
-        if self.scrub:  # not the method: it is no value to scrub
-            scrubbed = ("endpoint", "query", "headers", "body")
-            request = {**request, **self._scrubbed({k: request[k] for k in scrubbed})}
-        query = urlencode([(str(k), str(v)) for k, v in request["query"].items()])
-        new_url = urlunsplit((parts.scheme, parts.netloc, request["endpoint"], query, ""))
-        new_headers = [(str(k), str(v)) for k, v in request["headers"].items()]
-        return str(request["method"]).upper(), new_url, new_headers, request["body"]
-
-    def finish(self, redact: Callable[[Any], Any]) -> Finish | None:
-        """`written` with `redact`, or None when there is no record hook and no pattern."""
-        if not self.scrub and not self.before_record():
-            return None
-        return functools.partial(self.written, redact=redact)
-
-    def written(self, data: dict[str, Any], redact: Callable[[Any], Any]) -> dict[str, Any]:
-        """A file's JSON dict (redacted already) as it is written: the record hooks, the
-        scrub patterns, and redaction again after a hook."""
-        impls = self.before_record()
-        if impls:
-            data = redact(self.run(RECORD_HOOK, lambda: impls, data))
-        if self.scrub:
-            data = self._scrubbed(data)
-        if impls:
-            try:
-                Recording.model_validate(data)
-            except ValidationError as exc:
-                error = exc.errors()[0]
-                where = ".".join(str(p) for p in error["loc"])
-                msg = (
-                    f"{RECORD_HOOK} left a dict that is no recording: {where}: {error['msg']}"
-                    f" ({exc.error_count()} problem(s))"
-                )
-                raise HookError(msg) from None
-        return data
-
-    def _scrubbed(self, value: Any) -> Any:
-        """`value` with every match of the scrub patterns in its strings replaced (keys stay)."""
-        if isinstance(value, str):
-            for pattern, replace in self.scrub:
-                value = pattern.sub(replace, value)
-            return value
-        if isinstance(value, dict):
-            return {key: self._scrubbed(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [self._scrubbed(item) for item in value]
-        return value
-
-
-def _check_request(request: dict[str, Any]) -> None:
-    """The request dict a hook left still has its parts, of their types."""
-    for key, kind in (("method", str), ("endpoint", str), ("query", dict), ("headers", dict)):
-        if not isinstance(request.get(key), kind):
-            msg = (
-                f"{REQUEST_HOOK} left request[{key!r}] as {_short(request.get(key))}; it must "
-                f"stay a {kind.__name__}"
-            )
-            raise HookError(msg)
-    if "body" not in request:
-        msg = f"{REQUEST_HOOK} removed request['body']; set it to None for no body"
-        raise HookError(msg)
-
-
-def hook_problem(error: HookError, *, sent: bool = False) -> str:
-    """What a test that met a failing hook fails with: the error and where to fix it."""
-    what = "the live answer was not recorded" if sent else "nothing was sent or recorded"
-    return (
-        f'{error}; {what}. Fix the hook (in your conftest.py; docs/usage.md, "Hooks") '
-        "and run the test again"
-    )
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:59] + "…"
-
 
 #: Entries of each keying memo: a suite uses a few dozen URLs or credential sets; a proxy, any.
 _MEMO_MAX = 1024
 
-#: What `check_name` compares under the default matching rule, besides the test id
-_COMPARED = operator.attrgetter("body", "endpoint", "method", "conversation")
+#: Half of a UTF-16 pair, alone
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 class Prepared(NamedTuple):
@@ -250,7 +96,7 @@ class Keyer:
         memo = functools.lru_cache(maxsize=_MEMO_MAX)
         self._url = memo(self._url_forms)
         self._secrets = memo(functools.partial(request_secrets, self.redactor))
-        self._shown_id = memo(self.redactor.text)
+        self._shown_id = memo(self._shown)
 
     def request(
         self, incoming: IncomingRequest, id_map: Mapping[str, str] | None
@@ -334,6 +180,14 @@ class Keyer:
             return None
         return self._shown_id(secrets.text(test_id))
 
+    def _shown(self, test_id: str) -> str:
+        """`test_id` with its secret shapes removed and each lone surrogate (half an emoji,
+        which no UTF-8 file or hash input holds) written as its `\\uXXXX` escape, as
+        pytest's own id escaping writes it: `test_x[\\ud83d]`."""
+        if not test_id.isascii():
+            test_id = _LONE_SURROGATE.sub(_escaped, test_id)
+        return self.redactor.text(test_id)
+
     def key_of(
         self, request: RecordedRequest, test_id: str | None, rule: MatchRule | None = None
     ) -> tuple[str, bool]:
@@ -365,17 +219,23 @@ def check_name(
     path: Path, recording: Recording, prep: Prepared, rule: MatchRule | None = None
 ) -> None:
     """Warn when a file found by its name holds another request (edited by hand, or named by
-    other rules): replay still uses it, and `hashreplay verify` lists every such file. Under
-    a narrower matching `rule` only what it keys on has to agree."""
+    other rules): replay still uses it, and `hashreplay verify` lists every such file. What
+    has to agree is what the name hashes: under a narrower matching `rule` only what it keys
+    on, and always the conversation."""
     stored, live = recording.request, prep.request
     current = recording.key_version == KEY_VERSION
     same_id = recording.test_id == prep.shown_test_id
-    if current and same_id and rule is not None:
+    narrowed = rule is not None and not rule.is_default and not prep.shared
+    if narrowed:
+        assert rule is not None
         keyed = rule.project(stored.method, stored.endpoint, stored.body)
-        if keyed == rule.project(live.method, live.endpoint, live.body):
-            return
-    elif current and same_id and _COMPARED(stored) == _COMPARED(live):
-        return  # the common case, at C speed: no field-by-field walk
+        wanted = rule.project(live.method, live.endpoint, live.body)
+    else:  # the common case, compared at C speed: no field-by-field walk
+        keyed = (stored.method, stored.endpoint, stored.body)
+        wanted = (live.method, live.endpoint, live.body)
+    same_conversation = stored.conversation == live.conversation
+    if current and same_id and same_conversation and keyed == wanted:
+        return
     if not current:
         problem = (
             f"it was named by key_version {recording.key_version}, this hashreplay uses "
@@ -383,10 +243,18 @@ def check_name(
         )
     elif not same_id:
         problem = f"it stores test id {recording.test_id!r}, not {prep.shown_test_id!r}"
+    elif not same_conversation:
+        problem = (
+            f"it stores conversation {stored.conversation!r}, not {live.conversation!r}: "
+            "was it edited by hand?"
+        )
     else:
-        from hashreplay.core.diff import request_difference  # only a mismatch needs it
+        from hashreplay.core.diff import Difference, first_difference  # only a mismatch
 
-        diff = request_difference(stored, live)
+        fields = zip(("method", "endpoint"), keyed[:2], wanted[:2], strict=True)
+        diff = next((Difference(f, a, b, "value") for f, a, b in fields if a != b), None)
+        if diff is None:
+            diff = first_difference(keyed[2], wanted[2], "body")
         if diff is None:
             return
         problem = f"its stored request differs ({diff.describe()}): was it edited by hand?"
@@ -395,35 +263,3 @@ def check_name(
         "`hashreplay verify` lists every such file"
     )
     warnings.warn(HashReplayWarning(msg), stacklevel=2)
-
-
-def model_list_path(store: Store, hash_hex: str, response: RecordedResponse) -> Path:
-    """Where a model-list response of this request hash is stored."""
-    return store.common_dir / model_list_filename(hash_hex, model_ids(response.body))
-
-
-def merge_model_lists(responses: Sequence[RecordedResponse]) -> RecordedResponse:
-    """One model-list response holding every model of all of them (union by model id)."""
-    first = responses[0]
-    if len(responses) == 1 or not isinstance(first.body, dict):
-        return first
-    body = dict(first.body)
-    for key in MODEL_LIST_KEYS:
-        if isinstance(body.get(key), list):
-            seen: dict[str, Any] = {}
-            for response in responses:
-                items = response.body.get(key) if isinstance(response.body, dict) else None
-                for item in items or []:
-                    if (ident := model_id(item)) is not None:
-                        seen.setdefault(ident, item)
-            body[key] = list(seen.values())
-    return first.replace(body=body)
-
-
-def newest_model_list(files: Sequence[tuple[Path, RecordedResponse]]) -> int:
-    """Which of a request's model-list files dates the list (docs/recordings.md, "Age"): the
-    one recorded last, when the endpoint last answered live (the files of the union differ only
-    in the models listed), so renewing one file makes the whole list fresh. Files without a day
-    count only when none has one (ISO days compare as text)."""
-    days = [response.recorded_on or "" for _, response in files]
-    return max(range(len(days)), key=lambda i: (days[i], -i))

@@ -29,8 +29,8 @@ from hashreplay.core.constants import (
 )
 from hashreplay.core.diff import count_differences, request_difference
 from hashreplay.core.errors import HashReplayError, RecordingError, unreadable_fix
-from hashreplay.core.keys import is_model_list_name, recording_name
 from hashreplay.core.matching import MatchRule, file_rule
+from hashreplay.core.names import is_model_list_name, recording_name
 from hashreplay.core.paths import SKIP_DIRS
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from hashreplay.core.config import Config
 from hashreplay.core.constants import BLOBS_DIRNAME
 from hashreplay.core.errors import RecordingError, UsageError
 from hashreplay.core.format import Recording
-from hashreplay.core.keys import is_model_list_name
+from hashreplay.core.names import is_model_list_name
 from hashreplay.core.store import Store
 from hashreplay.engine.files import default_paths, find_recordings, load
 from hashreplay.engine.usage import RunUsage, read_usage_file, relative

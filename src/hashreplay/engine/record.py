@@ -26,14 +26,17 @@ from hashreplay.core.format import (
     RecordedResponse,
     new_recording,
 )
+from hashreplay.core.model_lists import model_list_path
 from hashreplay.core.modes import Mode
 from hashreplay.core.normalise import filter_headers, new_id_registry
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.redact import Redactor, merge_spans
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues, redact_across
 from hashreplay.core.store import Store
-from hashreplay.core.streams import escape, parse_stream, stream_format_for
+from hashreplay.core.streams import parse_stream, stream_format_for
+from hashreplay.core.templates import escape
 from hashreplay.core.writer import Content
+from hashreplay.engine.hooks import Finish, HookError, Hooks, hook_problem
 from hashreplay.engine.http import (
     IncomingRequest,
     LiveExchange,
@@ -41,7 +44,7 @@ from hashreplay.engine.http import (
     run_stopping,
     timing_of,
 )
-from hashreplay.engine.keys import Finish, HookError, Hooks, Prepared, hook_problem, model_list_path
+from hashreplay.engine.keys import Prepared
 from hashreplay.engine.owner import Call, Owners, RecordedSequence, response_field
 from hashreplay.engine.state import StoreView
 

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 from hashreplay.core.constants import KEY_VERSION
 from hashreplay.core.errors import RecordingError, SettingsError, UsageError
-from hashreplay.core.keys import stored_url
+from hashreplay.core.urls import stored_url
 from hashreplay.engine.files import Loaded, Rules, recorded_test_id, write_like
 from hashreplay.engine.usage import TestUsage, read_usage, relative, usage_path, write_usage
 

@@ -36,7 +36,7 @@ from hashreplay.core.errors import RecordingError, ReplayMiss
 from hashreplay.core.format import RecordedResponse
 from hashreplay.core.redact import Redactor
 from hashreplay.core.store import Store
-from hashreplay.core.streams import TemplateError
+from hashreplay.core.templates import TemplateError
 from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.http import IncomingRequest, ReplayPlan, miss_plan, plan_for
 from hashreplay.engine.keys import Prepared
@@ -148,7 +148,7 @@ class Replayer:
         paths = self.view.model_list_paths(prep.hash, prep.test_id)
         if not paths:
             return None
-        from hashreplay.engine.keys import merge_model_lists, newest_model_list  # model lists
+        from hashreplay.core.model_lists import merge_model_lists, newest_model_list
 
         responses = [self.view.read(p).response for p in paths]
         merged = merge_model_lists(responses)

@@ -31,7 +31,7 @@ from hashreplay.core.constants import FAULT_HEADER
 from hashreplay.core.errors import RecordingError, error_body
 from hashreplay.core.format import RecordedResponse
 from hashreplay.core.modes import Pace
-from hashreplay.core.streams import TemplateError, fill, fill_stream
+from hashreplay.core.templates import TemplateError, fill, fill_stream
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hang, TestOptions
 from hashreplay.engine.http import BreakKind, IncomingRequest, ReplayPlan
 

@@ -26,6 +26,7 @@ from hashreplay.core.age import MaxAge, StaleUse, today
 from hashreplay.core.bodies import encode_request_body
 from hashreplay.core.config import Config
 from hashreplay.core.constants import FAULT_HEADER, RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.context import current_test_id, in_call
 from hashreplay.core.errors import (
     BodyTooLarge,
     ConfigError,
@@ -34,7 +35,6 @@ from hashreplay.core.errors import (
     ReplayMiss,
 )
 from hashreplay.core.format import RecordedRequest
-from hashreplay.core.keys import current_test_id, endpoint_of, in_call
 from hashreplay.core.matching import MatchRule, Repeat
 from hashreplay.core.modes import Mode, Pace, RecordFailures, Stale, Unconsumed
 from hashreplay.core.network import (
@@ -52,6 +52,7 @@ from hashreplay.core.secret_values import (
     carries_any,
 )
 from hashreplay.core.store import ReadAhead, Store
+from hashreplay.core.urls import endpoint_of
 from hashreplay.core.writer import BackgroundWriter
 from hashreplay.engine.connections import Connections
 from hashreplay.engine.faults import ActiveFault, FaultSpec, Hangs, TestOptions

@@ -15,10 +15,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from hashreplay.core.atomic import awrite_bytes_atomic, write_bytes_atomic
 from hashreplay.core.format import RecordedRequest, Recording
-from hashreplay.core.keys import model_list_name_prefix, recording_name
 from hashreplay.core.matching import MatchRule, RuleIndex
-from hashreplay.core.paths import awrite_bytes_atomic, write_bytes_atomic
+from hashreplay.core.names import model_list_name_prefix, recording_name
 from hashreplay.core.store import Found, Store
 from hashreplay.core.writer import BackgroundWriter, Content
 from hashreplay.engine.keys import Prepared

@@ -28,10 +28,10 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
+from hashreplay.core.atomic import write_bytes_atomic
 from hashreplay.core.constants import STATE_DIRNAME
 from hashreplay.core.errors import UsageError
 from hashreplay.core.modes import Mode
-from hashreplay.core.paths import write_bytes_atomic
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues
 from hashreplay.core.store import dumps
 

@@ -31,15 +31,15 @@ import pytest
 
 from hashreplay.core.age import MaxAge
 from hashreplay.core.constants import FAULT_MARKER, RECORD_HOOK, REQUEST_HOOK
+from hashreplay.core.context import conversation
 from hashreplay.core.errors import ConfigError, HashReplayWarning, RecordingError
-from hashreplay.core.keys import conversation
 from hashreplay.core.matching import DEFAULT_MATCH_ON, MatchRule, Repeat, RuleSource
 from hashreplay.core.modes import Mode, Pace, Stale, Unconsumed
 from hashreplay.core.network import BlockNetwork
 from hashreplay.plugin import recording
 
 if TYPE_CHECKING:  # the engine loads when a project opts in, not with the plugin
-    from hashreplay.engine.keys import HookImpls, Hooks
+    from hashreplay.engine.hooks import HookImpls, Hooks
     from hashreplay.engine.owner import Call
     from hashreplay.engine.session import Session
 

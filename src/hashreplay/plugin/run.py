@@ -15,8 +15,8 @@ import pytest
 from hashreplay import adapters
 from hashreplay.core.config import Config
 from hashreplay.core.constants import FIXTURE_MARK
+from hashreplay.core.context import process_test_id, set_process_test_id, test_context
 from hashreplay.core.errors import ConfigError, RecordingError, RecordingWriteError, ReplayFailure
-from hashreplay.core.keys import process_test_id, set_process_test_id, test_context
 from hashreplay.core.modes import Mode
 from hashreplay.engine.placeholders import Placeholders
 from hashreplay.engine.session import Session, Stats

@@ -21,8 +21,8 @@ from urllib.parse import quote, urlsplit
 from hashreplay.core.bodies import RequestTooDeep
 from hashreplay.core.config import load_config
 from hashreplay.core.constants import FAULT_HEADER, RUN_HEADER, TEST_ID_HEADER
+from hashreplay.core.context import test_context
 from hashreplay.core.errors import ConfigError, ProxyError, UnknownUpstream
-from hashreplay.core.keys import test_context
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues, request_secrets
 from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.session import Session, touch_test
