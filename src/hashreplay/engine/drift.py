@@ -230,7 +230,9 @@ class DriftCheck:
                         tests.use(prep.test_id, path)
                     # the live ids get the stable ids the recording has, so a later request
                     # that echoes one is keyed as it was recorded (docs/design.md §5)
-                    live = normalise_response(live, seq.ids, known_ids=state.id_map)
+                    live = normalise_response(
+                        live, seq.ids, known_ids=state.id_map, request=prep.request
+                    )
                     state.id_map.update(seq.ids.stable)
         except RecordingError as exc:
             self.note(

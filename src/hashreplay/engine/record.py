@@ -276,7 +276,9 @@ class Recorder:
                 for stable in [k for k, v in seq.ids.facts.items() if v.startswith(inside)]:
                     del seq.ids.facts[stable]
             # the test's next request is hashed with the ids this registers: in call order
-            normalised = normalise_response(response, seq.ids, where=where, known_ids=state.id_map)
+            normalised = normalise_response(
+                response, seq.ids, where=where, known_ids=state.id_map, request=prep.request
+            )
             normalised = self._dated(prep, seq, index, normalised, day)
             # in place of the one it replaces, or appended
             responses = [*seq.responses[:index], normalised, *seq.responses[index + 1 :]]
