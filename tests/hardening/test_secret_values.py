@@ -196,3 +196,74 @@ def test_proxy_log_lines_are_scrubbed(tmp_path: Path, caplog: pytest.LogCaptureF
     text = caplog.text
     assert "unknown-shape-9876" not in text and "abc123" not in text
     assert text.count(SECRET) == 3
+
+
+# --- encoded and glued forms -----------------------------------------------------------------
+
+KEY = "sk-proj-Q7vLm2Nx8RtY4wZp6KcB3dFh"
+
+
+def encoded_forms(text: str) -> dict[str, str]:
+    """`text` base64-encoded (standard and URL-safe, padded and not) at each alignment inside
+    a longer encoded text, and URL-encoded: what an upstream might echo."""
+    from urllib.parse import quote, quote_plus
+
+    forms: dict[str, str] = {"quote": quote(text, safe=""), "quote_plus": quote_plus(text)}
+    for before in ("", "x", "xy", '{"auth": "'):
+        for name, encode in (("std", base64.b64encode), ("url", base64.urlsafe_b64encode)):
+            whole = encode(f"{before}{text}".encode()).decode()
+            forms[f"{name}-{len(before)}"] = whole
+            forms[f"{name}-{len(before)}-nopad"] = whole.rstrip("=")
+            forms[f"{name}-{len(before)}-after"] = encode(f'{before}{text}"}}'.encode()).decode()
+    return forms
+
+
+def the_key_is_in(text: str) -> bool:
+    """Whether `text` holds KEY plainly, or in any encoded form `encoded_forms` makes (the
+    characters that encode the key's bytes alone)."""
+    if KEY in text or any(f in text for f in encoded_forms(KEY).values() if len(f) >= 8):
+        return True
+    raw = KEY.encode()
+    for offset, start in enumerate((0, 2, 3)):
+        core = base64.b64encode(b"\0" * offset + raw).decode()[start : (offset + len(raw)) * 8 // 6]
+        if core in text or core.translate(str.maketrans("+/", "-_")) in text:
+            return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "form", sorted(encoded_forms(f"Bearer {KEY}").items()) + sorted(encoded_forms(KEY).items())
+)
+def test_an_encoded_form_of_the_request_key_is_never_written(
+    tmp_path: Path, form: tuple[str, str]
+) -> None:
+    _, echoed = form
+    session = Session(load_config(tmp_path, env={}, mode="record"))
+    headers = [("authorization", f"Bearer {KEY}"), ("content-type", "application/json")]
+    incoming = IncomingRequest("POST", "http://127.0.0.1:9/v1/chat", headers, b'{"q": 1}')
+    answer = {"echo": f"seen: {echoed}", "list": [echoed]}
+    path = session.record(
+        session.prepare(incoming, test_id="tests/test_k.py::t"),
+        LiveExchange(200, [("content-type", "application/json")], [json.dumps(answer).encode()]),
+    )
+    assert path is not None
+    written = path.read_text()
+    assert not the_key_is_in(written), written
+    assert SECRET in written
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"GET /v1/files/_{KEY} failed",
+        f"key é_{KEY}",
+        f"key é{KEY}",
+        f"(x_{KEY})",
+        f"ref:{KEY}",
+        f"Authorization:_Bearer {KEY}",
+    ],
+)
+def test_a_key_glued_to_what_comes_before_is_removed_by_its_shape(text: str) -> None:
+    out = Redactor().text(text)
+    assert KEY not in out and "Q7vLm2Nx8RtY4wZp6KcB3dFh" not in out
+    assert SECRET in out

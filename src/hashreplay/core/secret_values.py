@@ -18,7 +18,7 @@ import re
 import threading
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
 import orjson
 
@@ -142,8 +142,42 @@ def _irreducible(forms: Iterable[bytes]) -> tuple[bytes, ...]:
 
 
 def _with_encodings(value: str) -> list[str]:
-    """The value and the forms it takes inside URLs (percent-encoded)."""
-    return [value, quote(value, safe=""), quote(value, safe="/:")]
+    """The value and the forms it takes when an upstream or a client encodes it: inside URLs
+    (percent-encoded, `+` for spaces) and in base64 (`_base64_forms`). A value too short to
+    be scrubbed is not scrubbed encoded either (`short` encodes to 8 characters)."""
+    if len(value) < MIN_SECRET_LENGTH:
+        return [value]
+    return [
+        value,
+        quote(value, safe=""),
+        quote(value, safe="/:"),
+        quote_plus(value, safe=""),
+        *_base64_forms(value),
+    ]
+
+
+#: Where the characters that encode only the value's own bits begin in the base64 of a text
+#: in which the value starts 0, 1 or 2 bytes after a 3-byte group's start.
+_BASE64_START = (0, 2, 3)
+
+
+def _base64_forms(value: str) -> list[str]:
+    """The value's base64, standard and URL-safe, padded and not, and at each of the three
+    alignments it can have inside a longer encoded text (`{"auth": "Bearer sk-…"}` encoded
+    whole): the run of characters that encode the value's bytes alone, the same whatever
+    comes before and after it."""
+    raw = value.encode("utf-8")
+    forms: list[str] = []
+    for offset, start in enumerate(_BASE64_START):
+        encoded = base64.b64encode(b"\0" * offset + raw).decode("ascii")
+        end = (offset + len(raw)) * 8 // 6  # the last character holding no later bits
+        forms.append(encoded[start:end])
+        if offset == 0:
+            forms.extend((encoded, encoded.rstrip("=")))
+    return [form for f in forms for form in (f, f.translate(_URLSAFE))]
+
+
+_URLSAFE = str.maketrans("+/", "-_")
 
 
 def _authorization_values(value: str) -> list[str]:
