@@ -6,6 +6,7 @@ import base64
 import json
 import logging
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -177,13 +178,46 @@ def test_recording_stays_verifiable_after_scrubbing(tmp_path: Path) -> None:
         assert session.keyer.key_of(recording.request, recording.test_id)[0] == path.stem
 
 
-def test_proxy_log_lines_are_scrubbed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+class _Lines(logging.Handler):
+    """The formatted lines of the records one logger handles itself."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+@pytest.fixture
+def proxy_log_lines() -> Iterator[list[str]]:
+    """What the proxy's loggers write, read on each logger itself. Not through the root
+    logger (caplog): whatever configured uvicorn earlier in the process (`uvicorn.Config`
+    applies its logging config: `uvicorn.access` at the given level, not propagating) would
+    hide the access log's records, and the test would depend on which tests ran before."""
+    handler = _Lines()
+    saved = []
+    for name in ("uvicorn.access", "hashreplay.serve"):
+        log = logging.getLogger(name)
+        saved.append((log, log.level, log.disabled))
+        log.setLevel(logging.INFO)
+        log.disabled = False
+        log.addHandler(handler)
+    try:
+        yield handler.lines
+    finally:
+        for log, level, disabled in saved:
+            log.removeHandler(handler)
+            log.setLevel(level)
+            log.disabled = disabled
+
+
+def test_proxy_log_lines_are_scrubbed(tmp_path: Path, proxy_log_lines: list[str]) -> None:
     session = Session(load_config(tmp_path, env={}, mode="replay"))
     session.prepare(
         IncomingRequest("GET", "http://h/x", [("x-api-key", "unknown-shape-9876")], b"")
     )
     install_log_filter(session)
-    caplog.set_level(logging.INFO)
     logging.getLogger("uvicorn.access").info(
         '%s - "%s %s HTTP/%s" %d',
         "127.0.0.1:1",
@@ -193,7 +227,8 @@ def test_proxy_log_lines_are_scrubbed(tmp_path: Path, caplog: pytest.LogCaptureF
         200,
     )
     logging.getLogger("hashreplay.serve").warning("upstream said unknown-shape-9876")
-    text = caplog.text
+    text = "\n".join(proxy_log_lines)
+    assert len(proxy_log_lines) == 2, proxy_log_lines
     assert "unknown-shape-9876" not in text and "abc123" not in text
     assert text.count(SECRET) == 3
 
