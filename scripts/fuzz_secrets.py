@@ -255,8 +255,15 @@ def _incoming(case: Case, body: dict[str, Any]) -> IncomingRequest:
 
 
 def run_batch(
-    root: Path, cases: list[Case], result: Result, *, proxy_every: int, drift_every: int
+    root: Path,
+    cases: list[Case],
+    result: Result,
+    *,
+    proxy_every: int,
+    drift_every: int,
+    faults: bool = True,
 ) -> None:
+    rng = random.Random(cases[0].index if cases else 0)
     recorder = Session(load_config(root, env={}, mode="record"))
     for case in cases:
         result.cases += 1
@@ -287,12 +294,11 @@ def run_batch(
 
         _guard(result, case, "miss report", miss)
         if proxy_every and case.index % proxy_every == 0:
-            _guard(
-                result,
-                case,
-                "proxy",
-                lambda case=case, other=other: _proxy(app, case, other, result),
-            )
+
+            def proxy(case: Case = case, other: dict[str, Any] = other) -> None:
+                _proxy(app, case, other, result, faults=faults, rng=rng)
+
+            _guard(result, case, "proxy", proxy)
     if drift_every:
         for case in cases[:: max(1, drift_every)]:
             _guard(result, case, "drift", lambda case=case: _drift(root, case, result))
@@ -320,7 +326,17 @@ def _capture_proxy_log() -> None:
         log.setLevel(logging.INFO)
 
 
-def _proxy(app: ProxyApp, case: Case, body: dict[str, Any], result: Result) -> None:
+def _proxy(
+    app: ProxyApp,
+    case: Case,
+    body: dict[str, Any],
+    result: Result,
+    *,
+    faults: bool,
+    rng: random.Random,
+) -> None:
+    """The proxy's answer to the case's request (a miss), or with `faults`, half the time,
+    to the same request with a bad `X-HashReplay-Fault` that quotes the credential."""
     path, _, query = case.url.split("127.0.0.1", 1)[1].partition("/")[2].partition("?")
     # a proxy's client has no userinfo to send: the same credential goes as Basic auth
     basic = base64.b64encode(f"user:{case.credential}".encode()).decode()
@@ -330,7 +346,7 @@ def _proxy(app: ProxyApp, case: Case, body: dict[str, Any], result: Result) -> N
         *userinfo,
         ("x-hashreplay-test-id", case.test_id),
         ("x-hashreplay-fault", '{"status": "' + case.credential + '"}')
-        if case.index % 2
+        if faults and rng.random() < 0.5
         else ("x-hashreplay-conversation", case.shaped),
     ]
     scope = {
@@ -380,9 +396,16 @@ def cases_of(seed: int, count: int, port: int = 9) -> Iterator[Case]:
 
 
 def campaign(
-    count: int, seed: int, *, proxy_every: int = 10, drift_every: int = 20, batch: int = BATCH
+    count: int,
+    seed: int,
+    *,
+    proxy_every: int = 10,
+    drift_every: int = 20,
+    batch: int = BATCH,
+    faults: bool = True,
 ) -> Result:
-    """Run `count` cases from `seed`; returns what was found."""
+    """Run `count` cases from `seed`; returns what was found. `faults=False` leaves out the
+    proxy's answer to a bad `X-HashReplay-Fault` header."""
     result = Result()
     _capture_proxy_log()
     pending: list[Case] = []
@@ -392,7 +415,14 @@ def campaign(
             if len(pending) == batch or n == count - 1:
                 root = Path(tmp) / f"p{n // batch}"
                 root.mkdir()
-                run_batch(root, pending, result, proxy_every=proxy_every, drift_every=drift_every)
+                run_batch(
+                    root,
+                    pending,
+                    result,
+                    proxy_every=proxy_every,
+                    drift_every=drift_every,
+                    faults=faults,
+                )
                 pending = []
     return result
 
@@ -403,10 +433,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--proxy-every", type=int, default=10)
     parser.add_argument("--drift-every", type=int, default=20)
+    parser.add_argument(
+        "--no-faults", action="store_true", help="leave out the bad X-HashReplay-Fault probe"
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     result = campaign(
-        args.cases, args.seed, proxy_every=args.proxy_every, drift_every=args.drift_every
+        args.cases,
+        args.seed,
+        proxy_every=args.proxy_every,
+        drift_every=args.drift_every,
+        faults=not args.no_faults,
     )
     took = time.monotonic() - started
     print(

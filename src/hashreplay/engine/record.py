@@ -31,7 +31,7 @@ from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.redact import Redactor, merge_spans
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues, redact_across
 from hashreplay.core.store import Store
-from hashreplay.core.streams import escape, parse_stream, stream_format_for
+from hashreplay.core.streams import StreamFormat, escape, parse_stream, stream_format_for
 from hashreplay.core.writer import Content
 from hashreplay.engine.http import (
     IncomingRequest,
@@ -118,7 +118,9 @@ def stored_response(
     redacted again, so no caller can write a secret by passing an unredacted value."""
     if isinstance(outcome, RecordedResponse):
         return _stored_text(_redacted(outcome, redactor, kept_headers), redactor, secrets)
-    response = _stored_text(_from_exchange(outcome, redactor, kept_headers), redactor, secrets)
+    response = _stored_text(
+        _from_exchange(outcome, redactor, kept_headers, secrets), redactor, secrets
+    )
     update: dict[str, Any] = {}
     if outcome.exception is not None or outcome.abandoned:
         state = EndState.ERROR if outcome.exception is not None else EndState.ABANDONED
@@ -148,13 +150,18 @@ def _across_pieces(
     body = response.body
     if not response.is_streaming or not isinstance(body, list) or len(body) < 2:
         return response
+    scrubbed = _split_secrets_removed(response.stream_format, body, redactor, secrets)
+    return response if scrubbed is body else response.replace(body=scrubbed)
 
+
+def _split_secrets_removed(
+    fmt: StreamFormat | None, body: list[Any], redactor: Redactor, secrets: SecretValues
+) -> list[Any]:
     def spans(text: str) -> list[tuple[int, int]]:
         found = redactor.spans(text)
         return merge_spans([*found, *secrets.spans(text)]) if secrets else found
 
-    scrubbed = redact_across(response.stream_format, body, spans, SECRET_PLACEHOLDER)
-    return response if scrubbed is body else response.replace(body=scrubbed)
+    return redact_across(fmt, body, spans, SECRET_PLACEHOLDER)
 
 
 def _chunk_count(response: RecordedResponse) -> int:
@@ -164,7 +171,10 @@ def _chunk_count(response: RecordedResponse) -> int:
 
 
 def _from_exchange(
-    exchange: LiveExchange, redactor: Redactor, kept_headers: frozenset[str]
+    exchange: LiveExchange,
+    redactor: Redactor,
+    kept_headers: frozenset[str],
+    secrets: SecretValues = NO_SECRETS,
 ) -> RecordedResponse:
     content_type = header_value(exchange.headers, "content-type")
     kept = filter_headers(exchange.headers, kept_headers, redactor.header)
@@ -187,6 +197,11 @@ def _from_exchange(
     except RecursionError:  # JSON nested past what any parser here goes
         raise TooDeep("response.body", _NOT_RECORDED) from None
     _check_nesting(body)
+    if fmt is not None and isinstance(body, list) and len(body) > 1:
+        # a key split between events is found in the joined text before each event is
+        # redacted alone: redacting first would remove the part one event holds and leave
+        # the rest, which no longer has the key's shape, in the next
+        body = _split_secrets_removed(fmt, body, redactor, secrets)
     return RecordedResponse(
         status=exchange.status,
         headers=kept,
