@@ -302,3 +302,31 @@ def test_a_key_glued_to_what_comes_before_is_removed_by_its_shape(text: str) -> 
     out = Redactor().text(text)
     assert KEY not in out and "Q7vLm2Nx8RtY4wZp6KcB3dFh" not in out
     assert SECRET in out
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["base64-body", "binary-chunks"])
+def test_a_key_inside_a_binary_body_is_removed_and_the_file_still_reads(
+    tmp_path: Path, chunked: bool
+) -> None:
+    from hashreplay.core.store import read_recording
+
+    session = Session(load_config(tmp_path, env={}, mode="record"))
+    headers = [("authorization", f"Bearer {KEY}")]
+    incoming = IncomingRequest("POST", "http://127.0.0.1:9/v1/files", headers, b"{}")
+    binary = [b"\x00\xffhead ", KEY.encode() + b" tail\xfe"] if chunked else [KEY.encode()]
+    answer = LiveExchange(
+        200, [("content-type", "application/octet-stream")], [b"\x89\x00", *binary], chunked
+    )
+    path = session.record(session.prepare(incoming, test_id="tests/test_k.py::t"), answer)
+    assert path is not None
+    recording = read_recording(path)  # the base64 it holds still decodes
+    body = recording.response.body
+    if chunked:  # binary chunks are stored as {"base64": …}, text chunks as text
+        raw = b"".join(
+            base64.b64decode(p["base64"]) if isinstance(p, dict) else p.encode() for p in body
+        )
+    else:
+        assert recording.response.body_encoding == "base64"
+        raw = base64.b64decode(body)
+    assert KEY.encode() not in raw and SECRET.encode() in raw
+    assert not the_key_is_in(path.read_text())

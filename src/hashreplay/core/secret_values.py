@@ -112,13 +112,29 @@ class SecretValues:
             data = data.replace(value.encode("utf-8"), placeholder)
         return data
 
+    def base64(self, text: str) -> str:
+        """A base64 body or chunk with the secrets removed from the bytes it encodes, encoded
+        again: taking a value's base64 characters out of it, as from text, would leave data
+        that no longer decodes, and a recording that cannot be read."""
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            return self.text(text)
+        scrubbed = self.data(raw)
+        return text if scrubbed == raw else base64.b64encode(scrubbed).decode("ascii")
+
     def value(self, value: Any) -> Any:
-        """A copy of a JSON-like value with the secrets removed from every string and key."""
+        """A copy of a JSON-like value with the secrets removed from every string and key;
+        base64 bodies and binary chunks are scrubbed in the bytes they encode (`base64`)."""
         if not self.values:
             return value
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
+            if value.get("body_encoding") == "base64" and isinstance(value.get("body"), str):
+                return {**self.value({**value, "body": None}), "body": self.base64(value["body"])}
+            if len(value) == 1 and isinstance(value.get("base64"), str):  # a binary chunk
+                return {"base64": self.base64(value["base64"])}
             return {
                 (self.text(k) if isinstance(k, str) else k): self.value(v) for k, v in value.items()
             }
