@@ -40,8 +40,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.config import load_config
 from hashreplay.core.errors import HashReplayError
+from hashreplay.core.format import RecordedResponse
+from hashreplay.core.store import read_recording
 from hashreplay.core.transcript import textconv
 from hashreplay.engine.drift import DriftCheck, render
 from hashreplay.engine.http import IncomingRequest, LiveExchange
@@ -167,7 +170,13 @@ def make_case(rng: random.Random, index: int, port: int) -> Case:
 
 
 def _response(rng: random.Random, echo: Callable[[], str]) -> LiveExchange:
-    how = rng.randrange(4)
+    how = rng.randrange(5)
+    if how == 4:  # binary (stored as base64), whole or in raw chunks
+        data = b"\x89\x00\xff" + echo().encode() + b"\xfe" + echo().encode()
+        cut = rng.randrange(1, len(data))
+        chunked = rng.random() < 0.5
+        chunks = [data[:cut], data[cut:]] if chunked else [data]
+        return LiveExchange(200, [("content-type", "application/octet-stream")], chunks, chunked)
     if how == 0:  # a JSON error that echoes
         status = rng.choice([400, 401, 403, 429, 500])
         body = {"error": {"message": echo(), "type": "invalid_request_error", "code": None}}
@@ -250,6 +259,19 @@ def _guard(result: Result, case: Case, surface: str, run: Callable[[], None]) ->
         result.crashes.append(f"case {case.index}: {surface}: {type(exc).__name__}: {exc}")
 
 
+def _decoded(response: RecordedResponse) -> str:
+    """A binary body or stream's bytes, as text: a key inside them is a key written."""
+    body = response.body
+    parts: list[bytes] = []
+    if response.body_encoding is BodyEncoding.BASE64 and isinstance(body, str):
+        parts.append(base64.b64decode(body))
+    elif isinstance(body, list):
+        parts += [
+            base64.b64decode(p["base64"]) for p in body if isinstance(p, dict) and "base64" in p
+        ]
+    return b"".join(parts).decode("utf-8", "replace")
+
+
 def _incoming(case: Case, body: dict[str, Any]) -> IncomingRequest:
     return IncomingRequest("POST", case.url, case.headers, json.dumps(body).encode())
 
@@ -277,6 +299,8 @@ def run_batch(
             path = recorder.record(prep, case.response)
             if path is not None:
                 content = path.read_bytes()
+                recording = read_recording(path)  # what was written still reads
+                _check(result, case, "file (decoded)", _decoded(recording.response))
                 _check(result, case, "file", content.decode("utf-8", "replace"))
                 _check(result, case, "textconv", textconv(content).decode("utf-8", "replace"))
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import importlib.util
 import json
 import sys
@@ -44,6 +45,7 @@ def test_a_slice_of_the_campaign_finds_no_leak_and_no_crash() -> None:
     assert set(result.surfaces) == {
         "keying",
         "file",
+        "file (decoded)",
         "textconv",
         "miss report",
         "proxy error body",
@@ -145,3 +147,41 @@ def test_the_proxy_bad_fault_body_does_not_quote_the_credential(tmp_path: Path) 
     body = asyncio.run(proxy_answer(app, headers))
     assert body["error"]["code"] == "bad_fault"
     assert HF_KEY not in json.dumps(body)
+
+
+def record_binary(root: Path, chunks: list[bytes], chunked: bool) -> Path:
+    session = Session(load_config(root, env={}, mode="record"))
+    prep = session.prepare(
+        IncomingRequest("POST", "http://127.0.0.1:9/v1/files", JSON, b"{}"), test_id="t.py::t"
+    )
+    answer = LiveExchange(200, [("content-type", "application/octet-stream")], chunks, chunked)
+    path = session.record(prep, answer)
+    assert path is not None
+    return path
+
+
+def stored_bytes(path: Path) -> bytes:
+    from hashreplay.core.store import read_recording
+    from hashreplay.core.streams import decode_chunk
+
+    response = read_recording(path).response  # what was written still reads
+    body = response.body
+    if isinstance(body, list):
+        return b"".join(decode_chunk(item) for item in body)
+    assert isinstance(body, str)
+    return base64.b64decode(body)
+
+
+def test_a_shaped_key_inside_a_binary_body_is_removed(tmp_path: Path) -> None:
+    path = record_binary(tmp_path, [b"\x89\x00\xff key=" + HF_KEY.encode() + b"\xfe"], False)
+    assert stored_bytes(path) == b"\x89\x00\xff key=[secret removed]\xfe"
+
+
+def test_a_shaped_key_split_between_raw_chunks_is_removed_to_its_last_character(
+    tmp_path: Path,
+) -> None:
+    # a binary chunk (stored as base64) holds the key's start, a text chunk its end
+    head, tail = HF_KEY[:20].encode(), HF_KEY[20:].encode()
+    path = record_binary(tmp_path, [b"\x89\x00\xff " + head, tail + b" end"], True)
+    assert stored_bytes(path) == b"\x89\x00\xff [secret removed] end"
+    assert HF_KEY[-8:] not in path.read_text()

@@ -100,7 +100,17 @@ class SecretValues:
     def mentioned_in(self, serialised: bytes) -> bool:
         """Whether any value occurs in these JSON bytes (as it would be written there)."""
         if self._encoded is None:
-            forms = {form for v in self.values for form in (v.encode(), orjson.dumps(v)[1:-1])}
+            # the base64 of each form too: a value inside a binary body is in the JSON only
+            # as base64 (scrubbed in the bytes it encodes, `base64`)
+            forms = {
+                form
+                for v in self.values
+                for form in (
+                    v.encode(),
+                    orjson.dumps(v)[1:-1],
+                    *(f.encode() for f in _base64_forms(v) if len(f) >= MIN_SECRET_LENGTH),
+                )
+            }
             self._encoded = _irreducible(forms)
         return any(form in serialised for form in self._encoded)
 
