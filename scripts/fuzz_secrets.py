@@ -476,6 +476,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{result.documented_errors} documented error(s)"
     )
     print("checked: " + ", ".join(f"{k} {v}" for k, v in sorted(result.surfaces.items())))
+    if result.leaks:
+        where: dict[str, int] = {}
+        for line in result.leaks:
+            surface = line.split(": ", 1)[1].split(" shows ", 1)[0]
+            where[surface] = where.get(surface, 0) + 1
+        print("leaks by surface: " + ", ".join(f"{k} {v}" for k, v in sorted(where.items())))
     for line in (result.leaks + result.crashes)[:50]:
         print("  " + line)
     return 0 if result.ok else 1
