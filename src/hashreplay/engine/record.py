@@ -7,7 +7,6 @@ hands in, and the file's bytes are made now or, on a write-behind session, on th
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import datetime
 from collections.abc import Callable
@@ -30,16 +29,15 @@ from hashreplay.core.modes import Mode, today
 from hashreplay.core.normalise import filter_headers, new_id_registry
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.redact import Redactor, merge_spans
-from hashreplay.core.secret_values import NO_SECRETS, SecretValues, redact_across
-from hashreplay.core.store import Store
-from hashreplay.core.streams import (
-    StreamFormat,
-    decode_chunk,
-    encode_chunk,
-    escape,
-    parse_stream,
-    stream_format_for,
+from hashreplay.core.secret_values import NO_SECRETS, SecretValues
+from hashreplay.core.split_secrets import (
+    SpanFinder,
+    redact_across,
+    redact_binary,
+    redact_raw_chunks,
 )
+from hashreplay.core.store import Store
+from hashreplay.core.streams import StreamFormat, escape, parse_stream, stream_format_for
 from hashreplay.core.writer import Content
 from hashreplay.engine.http import (
     IncomingRequest,
@@ -154,67 +152,29 @@ def _across_pieces(
     response: RecordedResponse, redactor: Redactor, secrets: SecretValues
 ) -> RecordedResponse:
     """The response with secrets split between its stream's pieces removed
-    (`core.secret_values.redact_across`: pieces keep their count)."""
+    (`core.split_secrets.redact_across`: pieces keep their count)."""
     body = response.body
     if not response.is_streaming or not isinstance(body, list) or len(body) < 2:
         return response
-    scrubbed = _split_secrets_removed(response.stream_format, body, redactor, secrets)
+    spans = _spans_of(redactor, secrets)
+    scrubbed = redact_across(response.stream_format, body, spans, SECRET_PLACEHOLDER)
     return response if scrubbed is body else response.replace(body=scrubbed)
 
 
-def _split_secrets_removed(
-    fmt: StreamFormat | None, body: list[Any], redactor: Redactor, secrets: SecretValues
-) -> list[Any]:
+def _spans_of(redactor: Redactor, secrets: SecretValues) -> SpanFinder:
+    """Where secrets are in a text: their shapes, and the request's own credential values."""
+
     def spans(text: str) -> list[tuple[int, int]]:
         found = redactor.spans(text)
         return merge_spans([*found, *secrets.spans(text)]) if secrets else found
 
-    return redact_across(fmt, body, spans, SECRET_PLACEHOLDER)
+    return spans
 
 
 def _chunk_count(response: RecordedResponse) -> int:
     if response.is_streaming and isinstance(response.body, list):
         return len(response.body)
     return 1 if response.body not in (None, "", b"") else 0
-
-
-def _binary_redacted(body: Any, encoding: BodyEncoding, redactor: Redactor) -> Any:
-    """A base64 body, or a stream's binary chunks (`{"base64": …}`), with secret shapes
-    removed from the bytes they encode: read as Latin-1, one character a byte, so an ASCII key
-    inside binary data is found and every other byte is kept as it is. Scanning the base64
-    text instead would find nothing."""
-
-    def scrubbed(encoded: str) -> str:
-        raw = base64.b64decode(encoded)
-        text = raw.decode("latin-1")
-        clean = redactor.text(text)
-        return encoded if clean == text else base64.b64encode(clean.encode("latin-1")).decode()
-
-    if encoding is BodyEncoding.BASE64 and isinstance(body, str):
-        return scrubbed(body)
-    if isinstance(body, list):
-        return [
-            {"base64": scrubbed(item["base64"])}
-            if isinstance(item, dict) and isinstance(item.get("base64"), str) and len(item) == 1
-            else item
-            for item in body
-        ]
-    return body
-
-
-def _raw_chunks_redacted(items: list[Any], redactor: Redactor, secrets: SecretValues) -> list[Any]:
-    """Raw chunks with every secret removed that a network split between them, binary
-    chunks included: the chunks' bytes are read as one Latin-1 text (one character a byte)
-    and cut as a stream's text pieces are (`core.secret_values.redact_across`); each chunk is
-    stored again as text or base64, as it would be."""
-    texts = [decode_chunk(item).decode("latin-1") for item in items]
-    cut = _split_secrets_removed(StreamFormat.CHUNKS, texts, redactor, secrets)
-    if cut is texts:
-        return items
-    return [
-        item if new == old else encode_chunk(new.encode("latin-1"))
-        for item, old, new in zip(items, texts, cut, strict=True)
-    ]
 
 
 def _from_exchange(
@@ -244,14 +204,14 @@ def _from_exchange(
     except RecursionError:  # JSON nested past what any parser here goes
         raise TooDeep("response.body", _NOT_RECORDED) from None
     _check_nesting(body)
-    body = _binary_redacted(body, encoding, redactor)
+    body = redact_binary(body, encoding, redactor.text)
     if fmt is StreamFormat.CHUNKS and isinstance(body, list) and len(body) > 1:
-        body = _raw_chunks_redacted(body, redactor, secrets)
+        body = redact_raw_chunks(body, _spans_of(redactor, secrets), SECRET_PLACEHOLDER)
     elif fmt is not None and isinstance(body, list) and len(body) > 1:
         # a key split between events is found in the joined text before each event is
         # redacted alone: redacting first would remove the part one event holds and leave
         # the rest, which no longer has the key's shape, in the next
-        body = _split_secrets_removed(fmt, body, redactor, secrets)
+        body = redact_across(fmt, body, _spans_of(redactor, secrets), SECRET_PLACEHOLDER)
     return RecordedResponse(
         status=exchange.status,
         headers=kept,
