@@ -59,7 +59,7 @@ def test_a_shaped_key_split_between_stream_events_is_removed_to_its_last_charact
 ) -> None:
     # the first event holds enough of the key to match its shape alone: redacting each
     # event first removed that part and left the last characters in the next one
-    head, tail = HF_KEY[:-6], HF_KEY[-6:]
+    head, tail = HF_KEY[:-4], HF_KEY[-4:]
     events = [
         b'data: {"choices": [{"delta": {"content": "key: ' + head.encode() + b'"}}]}\n\n',
         b'data: {"choices": [{"delta": {"content": "' + tail.encode() + b' ok"}}]}\n\n',
@@ -185,3 +185,12 @@ def test_a_shaped_key_split_between_raw_chunks_is_removed_to_its_last_character(
     path = record_binary(tmp_path, [b"\x89\x00\xff " + head, tail + b" end"], True)
     assert stored_bytes(path) == b"\x89\x00\xff [secret removed] end"
     assert HF_KEY[-8:] not in path.read_text()
+
+
+def test_a_binary_chunk_that_holds_most_of_a_key_leaves_none_of_it_to_the_next(
+    tmp_path: Path,
+) -> None:
+    # the first chunk holds enough of the key to match its shape alone (`hf_` and 30)
+    head, tail = HF_KEY[:-4].encode(), HF_KEY[-4:].encode()
+    path = record_binary(tmp_path, [b"\x89\x00\xff " + head, tail + b"\xfe end"], True)
+    assert stored_bytes(path) == b"\x89\x00\xff [secret removed]\xfe end"

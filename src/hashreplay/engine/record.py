@@ -204,13 +204,13 @@ def _from_exchange(
     except RecursionError:  # JSON nested past what any parser here goes
         raise TooDeep("response.body", _NOT_RECORDED) from None
     _check_nesting(body)
-    body = redact_binary(body, encoding, redactor.text)
+    # the joined pieces first: redacting one piece first would remove the part of a key it
+    # holds and leave the rest, which no longer has the key's shape, in the next
     if fmt is StreamFormat.CHUNKS and isinstance(body, list) and len(body) > 1:
         body = redact_raw_chunks(body, _spans_of(redactor, secrets), SECRET_PLACEHOLDER)
-    elif fmt is not None and isinstance(body, list) and len(body) > 1:
-        # a key split between events is found in the joined text before each event is
-        # redacted alone: redacting first would remove the part one event holds and leave
-        # the rest, which no longer has the key's shape, in the next
+    else:
+        body = redact_binary(body, encoding, redactor.text)
+    if fmt is not StreamFormat.CHUNKS and isinstance(body, list) and len(body) > 1:
         body = redact_across(fmt, body, _spans_of(redactor, secrets), SECRET_PLACEHOLDER)
     return RecordedResponse(
         status=exchange.status,
