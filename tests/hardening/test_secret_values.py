@@ -6,6 +6,7 @@ import base64
 import json
 import logging
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -177,13 +178,46 @@ def test_recording_stays_verifiable_after_scrubbing(tmp_path: Path) -> None:
         assert session.keyer.key_of(recording.request, recording.test_id)[0] == path.stem
 
 
-def test_proxy_log_lines_are_scrubbed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+class _Lines(logging.Handler):
+    """The formatted lines of the records one logger handles itself."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+@pytest.fixture
+def proxy_log_lines() -> Iterator[list[str]]:
+    """What the proxy's loggers write, read on each logger itself. Not through the root
+    logger (caplog): whatever configured uvicorn earlier in the process (`uvicorn.Config`
+    applies its logging config: `uvicorn.access` at the given level, not propagating) would
+    hide the access log's records, and the test would depend on which tests ran before."""
+    handler = _Lines()
+    saved = []
+    for name in ("uvicorn.access", "hashreplay.serve"):
+        log = logging.getLogger(name)
+        saved.append((log, log.level, log.disabled))
+        log.setLevel(logging.INFO)
+        log.disabled = False
+        log.addHandler(handler)
+    try:
+        yield handler.lines
+    finally:
+        for log, level, disabled in saved:
+            log.removeHandler(handler)
+            log.setLevel(level)
+            log.disabled = disabled
+
+
+def test_proxy_log_lines_are_scrubbed(tmp_path: Path, proxy_log_lines: list[str]) -> None:
     session = Session(load_config(tmp_path, env={}, mode="replay"))
     session.prepare(
         IncomingRequest("GET", "http://h/x", [("x-api-key", "unknown-shape-9876")], b"")
     )
     install_log_filter(session)
-    caplog.set_level(logging.INFO)
     logging.getLogger("uvicorn.access").info(
         '%s - "%s %s HTTP/%s" %d',
         "127.0.0.1:1",
@@ -193,6 +227,106 @@ def test_proxy_log_lines_are_scrubbed(tmp_path: Path, caplog: pytest.LogCaptureF
         200,
     )
     logging.getLogger("hashreplay.serve").warning("upstream said unknown-shape-9876")
-    text = caplog.text
+    text = "\n".join(proxy_log_lines)
+    assert len(proxy_log_lines) == 2, proxy_log_lines
     assert "unknown-shape-9876" not in text and "abc123" not in text
     assert text.count(SECRET) == 3
+
+
+# --- encoded and glued forms -----------------------------------------------------------------
+
+KEY = "sk-proj-Q7vLm2Nx8RtY4wZp6KcB3dFh"
+
+
+def encoded_forms(text: str) -> dict[str, str]:
+    """`text` base64-encoded (standard and URL-safe, padded and not) at each alignment inside
+    a longer encoded text, and URL-encoded: what an upstream might echo."""
+    from urllib.parse import quote, quote_plus
+
+    forms: dict[str, str] = {"quote": quote(text, safe=""), "quote_plus": quote_plus(text)}
+    for before in ("", "x", "xy", '{"auth": "'):
+        for name, encode in (("std", base64.b64encode), ("url", base64.urlsafe_b64encode)):
+            whole = encode(f"{before}{text}".encode()).decode()
+            forms[f"{name}-{len(before)}"] = whole
+            forms[f"{name}-{len(before)}-nopad"] = whole.rstrip("=")
+            forms[f"{name}-{len(before)}-after"] = encode(f'{before}{text}"}}'.encode()).decode()
+    return forms
+
+
+def the_key_is_in(text: str) -> bool:
+    """Whether `text` holds KEY plainly, or in any encoded form `encoded_forms` makes (the
+    characters that encode the key's bytes alone)."""
+    if KEY in text or any(f in text for f in encoded_forms(KEY).values() if len(f) >= 8):
+        return True
+    raw = KEY.encode()
+    for offset, start in enumerate((0, 2, 3)):
+        core = base64.b64encode(b"\0" * offset + raw).decode()[start : (offset + len(raw)) * 8 // 6]
+        if core in text or core.translate(str.maketrans("+/", "-_")) in text:
+            return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "form", sorted(encoded_forms(f"Bearer {KEY}").items()) + sorted(encoded_forms(KEY).items())
+)
+def test_an_encoded_form_of_the_request_key_is_never_written(
+    tmp_path: Path, form: tuple[str, str]
+) -> None:
+    _, echoed = form
+    session = Session(load_config(tmp_path, env={}, mode="record"))
+    headers = [("authorization", f"Bearer {KEY}"), ("content-type", "application/json")]
+    incoming = IncomingRequest("POST", "http://127.0.0.1:9/v1/chat", headers, b'{"q": 1}')
+    answer = {"echo": f"seen: {echoed}", "list": [echoed]}
+    path = session.record(
+        session.prepare(incoming, test_id="tests/test_k.py::t"),
+        LiveExchange(200, [("content-type", "application/json")], [json.dumps(answer).encode()]),
+    )
+    assert path is not None
+    written = path.read_text()
+    assert not the_key_is_in(written), written
+    assert SECRET in written
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"GET /v1/files/_{KEY} failed",
+        f"key é_{KEY}",
+        f"key é{KEY}",
+        f"(x_{KEY})",
+        f"ref:{KEY}",
+        f"Authorization:_Bearer {KEY}",
+    ],
+)
+def test_a_key_glued_to_what_comes_before_is_removed_by_its_shape(text: str) -> None:
+    out = Redactor().text(text)
+    assert KEY not in out and "Q7vLm2Nx8RtY4wZp6KcB3dFh" not in out
+    assert SECRET in out
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["base64-body", "binary-chunks"])
+def test_a_key_inside_a_binary_body_is_removed_and_the_file_still_reads(
+    tmp_path: Path, chunked: bool
+) -> None:
+    from hashreplay.core.store import read_recording
+
+    session = Session(load_config(tmp_path, env={}, mode="record"))
+    headers = [("authorization", f"Bearer {KEY}")]
+    incoming = IncomingRequest("POST", "http://127.0.0.1:9/v1/files", headers, b"{}")
+    binary = [b"\x00\xffhead ", KEY.encode() + b" tail\xfe"] if chunked else [KEY.encode()]
+    answer = LiveExchange(
+        200, [("content-type", "application/octet-stream")], [b"\x89\x00", *binary], chunked
+    )
+    path = session.record(session.prepare(incoming, test_id="tests/test_k.py::t"), answer)
+    assert path is not None
+    recording = read_recording(path)  # the base64 it holds still decodes
+    body = recording.response.body
+    if chunked:  # binary chunks are stored as {"base64": …}, text chunks as text
+        raw = b"".join(
+            base64.b64decode(p["base64"]) if isinstance(p, dict) else p.encode() for p in body
+        )
+    else:
+        assert recording.response.body_encoding == "base64"
+        raw = base64.b64decode(body)
+    assert KEY.encode() not in raw and SECRET.encode() in raw
+    assert not the_key_is_in(path.read_text())

@@ -166,6 +166,8 @@ def test_client_without_a_key(caplog, n):
     with caplog.at_level(logging.WARNING):
         genai.Client()  # raises without GOOGLE_API_KEY or GEMINI_API_KEY
     assert "Both GOOGLE_API_KEY and GEMINI_API_KEY" not in caplog.text, caplog.text
+    # what Google's quick start has user code read
+    assert os.environ.get("GEMINI_API_KEY") or os.environ["GOOGLE_API_KEY"]
     print("GOOGLE:", os.environ.get("GOOGLE_API_KEY"), "GEMINI:", os.environ.get("GEMINI_API_KEY"))
 """
 
@@ -173,11 +175,13 @@ def test_client_without_a_key(caplog, n):
 @pytest.mark.parametrize(
     ("env", "table", "expected"),
     [
-        ({}, "", "GOOGLE: hashreplay-replay-placeholder GEMINI: None"),
+        ({}, "", "GOOGLE: None GEMINI: hashreplay-replay-placeholder"),
         ({"GEMINI_API_KEY": "AIza-the-users-own"}, "", "GOOGLE: None GEMINI: AIza-the-users-own"),
+        ({"GOOGLE_API_KEY": "AIza-the-users-own"}, "", "GOOGLE: AIza-the-users-own GEMINI: None"),
         ({}, 'replay_env = { GEMINI_API_KEY = "mine" }', "GOOGLE: None GEMINI: mine"),
+        ({}, 'replay_env = { GOOGLE_API_KEY = "mine" }', "GOOGLE: mine GEMINI: None"),
     ],
-    ids=["neither-set", "gemini-set", "gemini-in-table"],
+    ids=["neither-set", "gemini-set", "google-set", "gemini-in-table", "google-in-table"],
 )
 def test_google_genai_gets_one_key_and_warns_no_test(
     project: pytest.Pytester,
@@ -201,13 +205,14 @@ def test_google_genai_gets_one_key_and_warns_no_test(
 
 def test_alternatives_get_one_placeholder() -> None:
     values = replay_env_values(True)
-    assert missing(values, {}).keys() >= {"GOOGLE_API_KEY"}
-    assert "GEMINI_API_KEY" not in missing(values, {})
+    # the name Google's quick start uses: what user code reads, and google-genai takes alone
+    assert missing(values, {}).keys() >= {"GEMINI_API_KEY"}
+    assert "GOOGLE_API_KEY" not in missing(values, {})
     assert "GOOGLE_API_KEY" not in missing(values, {"GEMINI_API_KEY": "real"})
     assert "GEMINI_API_KEY" not in missing(values, {"GOOGLE_API_KEY": "real"})
     # a table entry comes first, so it wins over the default it stands in for
-    mine = replay_env_values({"GEMINI_API_KEY": "mine"})
-    assert missing(mine, {})["GEMINI_API_KEY"] == "mine"
-    assert "GOOGLE_API_KEY" not in missing(mine, {})
-    # leaving the Google default out lets the other one have the placeholder
-    assert missing(replay_env_values({"GOOGLE_API_KEY": ""}), {})["GEMINI_API_KEY"]
+    mine = replay_env_values({"GOOGLE_API_KEY": "mine"})
+    assert missing(mine, {})["GOOGLE_API_KEY"] == "mine"
+    assert "GEMINI_API_KEY" not in missing(mine, {})
+    # leaving the Gemini default out lets the other one have the placeholder
+    assert missing(replay_env_values({"GEMINI_API_KEY": ""}), {})["GOOGLE_API_KEY"]

@@ -277,8 +277,12 @@ json_trees = st.recursive(
 @st.composite
 def with_secret(draw: st.DrawFn) -> tuple[Any, str]:
     secret = draw(secret_values)
-    how = draw(st.sampled_from(["value", "in_text", "secret_key", "bearer", "query"]))
-    if how == "value":
+    how = draw(st.sampled_from(["value", "in_text", "glued", "secret_key", "bearer", "query"]))
+    if how == "glued":  # no word boundary before the key: `/_sk-…`, `é_sk-…`, `ésk-…`
+        glue = draw(st.sampled_from(["_", "/_", "é_", "é", "(", "-", "__", ".", "ß_"]))
+        leaf = f"{draw(filler)}{glue}{secret}{draw(filler)}"
+        key = draw(plain_keys)
+    elif how == "value":
         leaf: Any = secret
         key = draw(plain_keys)
     elif how == "in_text":
@@ -466,3 +470,22 @@ def test_no_secret_shape_matches_a_text_shorter_than_the_length_the_scan_skips()
         parser = importlib.import_module("sre_parse")
     shortest = min(parser.parse(shape).getwidth()[0] for shape in SECRET_SHAPES)
     assert shortest == SHAPE_MIN_LENGTH
+
+
+words = st.text(
+    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", min_size=1
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(words, st.text(alphabet="abcdefghijklmnopqrstuvwxyz-_", min_size=16, max_size=40))
+def test_a_shape_inside_a_word_is_not_a_key(before: str, tail: str) -> None:
+    # a letter or digit right before `sk-`, `Bearer`, `ghp_`…: a word (`task-…`, `desk-…`)
+    for text in (f"{before}sk-{tail}", f"{before}Bearer {tail}", f"{before}ghp_{tail}"):
+        assert Redactor().text(text) == text
+
+
+@pytest.mark.parametrize("key", ["max_tokens", "max_completion_tokens", "key_version", "task"])
+def test_ordinary_keys_with_shaped_neighbours_stay(key: str) -> None:
+    body = {key: 5, "note": "task-management-overview-document", "ask": "desk-abcdefghijklmnop"}
+    assert Redactor().value(body) == body

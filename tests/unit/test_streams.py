@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from hashreplay.core.constants import SECRET_PLACEHOLDER
 from hashreplay.core.redact import Redactor
-from hashreplay.core.secret_values import SecretValues, redact_across
+from hashreplay.core.secret_values import SecretValues
+from hashreplay.core.split_secrets import redact_across
 from hashreplay.core.streams import (
     StreamFormat,
     data_values,

@@ -255,9 +255,10 @@ DEFAULT_REPLAY_ENV: Mapping[str, str] = {
     "AZURE_OPENAI_API_KEY": PLACEHOLDER,
     "ANTHROPIC_API_KEY": PLACEHOLDER,
     # one of these two only (ALTERNATIVES): google-genai warns on every client it builds
-    # when both are set
-    "GOOGLE_API_KEY": PLACEHOLDER,
+    # when both are set, and reads either alone without a word. GEMINI_API_KEY first: the
+    # name Google's quick start tells users to set, so the one their own code reads.
     "GEMINI_API_KEY": PLACEHOLDER,
+    "GOOGLE_API_KEY": PLACEHOLDER,
     "MISTRAL_API_KEY": PLACEHOLDER,
     "CO_API_KEY": PLACEHOLDER,
     "COHERE_API_KEY": PLACEHOLDER,
@@ -280,7 +281,7 @@ DEFAULT_REPLAY_ENV: Mapping[str, str] = {
 
 #: Variables that stand for one another: a placeholder is set for the first of a group only,
 #: and only when none of the group is set.
-ALTERNATIVES: tuple[frozenset[str], ...] = (frozenset({"GOOGLE_API_KEY", "GEMINI_API_KEY"}),)
+ALTERNATIVES: tuple[frozenset[str], ...] = (frozenset({"GEMINI_API_KEY", "GOOGLE_API_KEY"}),)
 
 
 _OTHERS: Mapping[str, frozenset[str]] = {

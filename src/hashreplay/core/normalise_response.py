@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import orjson
 
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import FIXED_EPOCH, STABLE_ID_PREFIX
-from hashreplay.core.format import RecordedResponse
-from hashreplay.core.normalise import IdRegistry, map_ids
+from hashreplay.core.format import RecordedRequest, RecordedResponse
+from hashreplay.core.normalise import MIN_EMBEDDED_ID, IdRegistry, map_ids
 from hashreplay.core.streams import (
     EventStreamFrames,
     StreamFormat,
@@ -30,8 +32,11 @@ from hashreplay.core.streams import (
 
 # --- response rules (data, not code) -------------------------------------------------------
 
-#: Keys whose non-null string values are per-call ids, replaced by stable `rec-…` ids.
-RESPONSE_ID_KEYS: frozenset[str] = frozenset({"id", "call_id", "responseId"})
+#: Keys whose non-null string values are per-call ids, replaced by stable `rec-…` ids when
+#: they look like one (`is_generated_id`) and the request did not name them (`named_values`).
+RESPONSE_ID_KEYS: frozenset[str] = frozenset(
+    {"id", "call_id", "tool_call_id", "item_id", "event_id", "response_id", "responseId"}
+)
 #: Keys whose non-null values are creation/completion times: numbers → 0, strings → epoch.
 RESPONSE_TIME_KEYS: frozenset[str] = frozenset(
     {"created", "created_at", "completed_at", "createTime", "updateTime"}
@@ -62,6 +67,59 @@ RESPONSE_CLEARED_KEYS: Mapping[str, Any] = {
 EVENTSTREAM_CLEARED_KEYS: Mapping[str, str] = {"p": ""}
 
 
+# --- what is an id (docs/design.md §5, "What is an id") ----------------------------------------
+
+#: A short value that still has the shape of a generated id: a prefix, an underscore and a
+#: token holding a digit (`call_1`, `msg_7a`), or a run of letters and digits mixing both
+#: (`a1b2c3`). Plain numbers (`"0"`), words and model names (`gpt-4o`) shorter than
+#: `MIN_EMBEDDED_ID` are not ids.
+_SHORT_GENERATED = re.compile(
+    r"[A-Za-z][A-Za-z0-9]*_(?=[A-Za-z]*[0-9])[A-Za-z0-9]+"
+    r"|(?=[A-Za-z]*[0-9])(?=[0-9]*[A-Za-z])[A-Za-z0-9]{6,}"
+)
+
+
+def is_generated_id(value: str) -> bool:
+    """Whether the value of an id key is a per-call id: at least `MIN_EMBEDDED_ID` characters
+    (uuids, `chatcmpl-…`, `msg_…`, long hex or base62 runs), or a shorter value of a generated
+    shape (`_SHORT_GENERATED`)."""
+    return len(value) >= MIN_EMBEDDED_ID or _SHORT_GENERATED.fullmatch(value) is not None
+
+
+#: A single model object's endpoint (`GET /v1/models/gpt-4o`, Gemini's
+#: `GET /v1beta/models/gemini-2.0-flash`): its answer describes the model the URL names.
+_MODEL_OBJECT = re.compile(r"(?:^|/)models/[^/:]+/?$")
+
+
+def is_model_object(request: RecordedRequest) -> bool:
+    """Whether `request` asks for one model object: its id and times are facts, kept as a
+    model list's are."""
+    return request.method.upper() == "GET" and _MODEL_OBJECT.search(request.endpoint) is not None
+
+
+def named_values(request: RecordedRequest) -> frozenset[str]:
+    """The strings the request itself named (its URL's path segments and query values, the
+    string values of its JSON body): an id key holding one of them keeps it (a model id asked
+    for, an id the test sent), unless it is an id the test received earlier (`known_ids`)."""
+    parts = urlsplit(request.url)
+    named = {unquote(segment) for segment in parts.path.split("/") if segment}
+    named.update(value for _, value in parse_qsl(parts.query) if value)
+    if request.body_encoding is BodyEncoding.JSON:
+        _strings(request.body, named)
+    return frozenset(named)
+
+
+def _strings(value: Any, into: set[str]) -> None:
+    if isinstance(value, str):
+        into.add(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _strings(item, into)
+    elif isinstance(value, list):
+        for item in value:
+            _strings(item, into)
+
+
 # --- values in a body -------------------------------------------------------------------------
 
 
@@ -74,39 +132,57 @@ def normalise_response_values(
     where: str = "response.body",
     item_suffix: str = "",
     known_ids: Mapping[str, str] | None = None,
+    named: Collection[str] = frozenset(),
 ) -> list[Any]:
     """Normalise the body (or the ordered stream chunks) of one response.
 
     Ids are collected over all values first (so a chunk that references an id defined by a
-    later chunk is still mapped), then every occurrence of an original id anywhere in the
-    values is replaced by its stable form. `known_ids` are ids the same test received earlier
-    (a response that echoes `previous_response_id`): mapped too, not registered again. Model
-    lists pass `rewrite_ids=False,
-    rewrite_times=False`: their ids are model names and their times are facts.
+    later chunk is still mapped): the values of id keys that are generated ids
+    (`is_generated_id`) and not `named` by the request. Then an original id is replaced by its
+    stable form wherever an id key holds it, and elsewhere only when it is at least
+    `MIN_EMBEDDED_ID` characters long (so a tool call id `"0"` never rewrites a text delta
+    `"0"`). `known_ids` are ids the same test received earlier (a response that echoes
+    `previous_response_id`): mapped too, not registered again. Model lists pass
+    `rewrite_ids=False, rewrite_times=False`: their ids are model names and their times are
+    facts.
     """
     values = list(values)
     if rewrite_ids:
         for index, value in enumerate(values):
             label = where if len(values) == 1 else f"{where}[{index}]{item_suffix}"
-            _collect_ids(value, ids, label, known_ids)
-    mapping = {**(known_ids or {}), **ids.stable} if rewrite_ids else {}
-    return [_rewrite(value, mapping, rewrite_times) for value in values]
+            _Collector(ids, label, known_ids, named).walk(value)
+    ids_map = {**(known_ids or {}), **ids.stable} if rewrite_ids else {}
+    ids_map = {k: v for k, v in ids_map.items() if k != v}
+    texts = {k: v for k, v in ids_map.items() if len(k) >= MIN_EMBEDDED_ID}
+    return [_rewrite(value, _IdMaps(ids_map, texts), rewrite_times) for value in values]
 
 
-def _collect_ids(
-    value: Any, ids: IdRegistry, where: str, known: Mapping[str, str] | None = None
-) -> None:
-    _Collector(ids, where, known).walk(value)
+class _IdMaps:
+    """Original → stable ids: `keys` at id keys (every id), `texts` everywhere else (the ids
+    long enough not to be an ordinary word or number)."""
+
+    __slots__ = ("keys", "texts")
+
+    def __init__(self, keys: Mapping[str, str], texts: Mapping[str, str]) -> None:
+        self.keys = keys
+        self.texts = texts
 
 
 class _Collector:
     """One pass registering the ids of a response value; a field's label (`where`) is only
     written out for the fields that hold an id, not for every field walked past."""
 
-    def __init__(self, ids: IdRegistry, where: str, known: Mapping[str, str] | None) -> None:
+    def __init__(
+        self,
+        ids: IdRegistry,
+        where: str,
+        known: Mapping[str, str] | None,
+        named: Collection[str],
+    ) -> None:
         self.ids = ids
         self.where = where
         self.known = known
+        self.named = named
         self.path: list[str | int] = []
 
     def label(self) -> str:
@@ -125,6 +201,8 @@ class _Collector:
                     and item
                     and not item.startswith(STABLE_ID_PREFIX)
                     and not (known is not None and item in known)
+                    and item not in self.named
+                    and is_generated_id(item)
                 ):
                     path.append(key)
                     self.ids.assign(item, self.label())
@@ -141,9 +219,9 @@ class _Collector:
                     path.pop()
 
 
-def _rewrite(value: Any, id_map: Mapping[str, str], times: bool) -> Any:
+def _rewrite(value: Any, ids: _IdMaps, times: bool) -> Any:
     if isinstance(value, str):
-        return map_ids(value, id_map) if id_map else value
+        return map_ids(value, ids.texts) if ids.texts else value
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
@@ -152,10 +230,13 @@ def _rewrite(value: Any, id_map: Mapping[str, str], times: bool) -> Any:
                 if replaced is not _KEEP:
                     out[key] = replaced
                     continue
-            out[key] = item if type(item) in _PLAIN else _rewrite(item, id_map, times)
+            if key in RESPONSE_ID_KEYS and isinstance(item, str) and item in ids.keys:
+                out[key] = ids.keys[item]
+                continue
+            out[key] = item if type(item) in _PLAIN else _rewrite(item, ids, times)
         return out
     if isinstance(value, list):
-        return [item if type(item) in _PLAIN else _rewrite(item, id_map, times) for item in value]
+        return [item if type(item) in _PLAIN else _rewrite(item, ids, times) for item in value]
     return value
 
 
@@ -187,15 +268,21 @@ def normalise_response(
     model_list: bool = False,
     where: str = "response.body",
     known_ids: Mapping[str, str] | None = None,
+    request: RecordedRequest | None = None,
 ) -> RecordedResponse:
-    """Apply the response normaliser (docs/design.md §5) to a body or to stream payloads."""
+    """Apply the response normaliser (docs/design.md §5) to a body or to stream payloads.
+
+    With the `request` it answers, values the request named are kept, and a model object's
+    answer is kept whole (as a model list's)."""
+    model_list = model_list or (request is not None and is_model_object(request))
     rewrite = not model_list
+    named = named_values(request) if request is not None and rewrite else frozenset()
     if response.is_streaming and response.stream_format is not None:
         fmt = StreamFormat(response.stream_format)
         items = list(response.body or [])
         if fmt is StreamFormat.CHUNKS and is_eventstream(_content_type(response)):
             return _normalise_eventstream(
-                response, items, ids, rewrite=rewrite, where=where, known_ids=known_ids
+                response, items, ids, rewrite=rewrite, where=where, known_ids=known_ids, named=named
             )
         values = normalise_response_values(
             data_values(fmt, items),
@@ -205,6 +292,7 @@ def normalise_response(
             where=where,
             item_suffix=".data" if fmt is StreamFormat.SSE else "",
             known_ids=known_ids,
+            named=named,
         )
         body = with_data_values(fmt, items, values)
     elif response.body_encoding is BodyEncoding.JSON:
@@ -215,6 +303,7 @@ def normalise_response(
             rewrite_times=rewrite,
             where=where,
             known_ids=known_ids,
+            named=named,
         )[0]
     else:
         body = response.body
@@ -229,6 +318,7 @@ def _normalise_eventstream(
     rewrite: bool,
     where: str,
     known_ids: Mapping[str, str] | None,
+    named: Collection[str],
 ) -> RecordedResponse:
     """Each frame's JSON payload normalised, its padding cleared, the frame re-encoded; stored
     one chunk per frame, so the file does not depend on how the frames arrived."""
@@ -246,6 +336,7 @@ def _normalise_eventstream(
         where=where,
         item_suffix=".payload",
         known_ids=known_ids,
+        named=named,
     )
     values = [
         value if inner is None else _wrap_bytes(value)

@@ -58,16 +58,21 @@ SECRET_BESIDE_GRANT: frozenset[str] = frozenset(
     {"code", "code_verifier", "device_code", "assertion", "client_assertion"}
 )
 
+#: What may not come right before a secret shape: an ASCII letter or digit (`task-…`,
+#: `desk-…` are words, not keys). A word boundary is not asked for: a key glued to `_`, to a
+#: non-ASCII letter or to a path (`/_sk-…`, `é_sk-proj-…`) is a key all the same.
+_START = r"(?<![A-Za-z0-9])"
+
 #: Value shapes that are secrets wherever they appear (in text, URLs, exception messages).
 SECRET_SHAPES: tuple[str, ...] = (
-    r"\b[Bb]earer\s+[A-Za-z0-9._~+/=\-]{8,}",
-    r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_\-]{16,}",
-    r"\bAIza[0-9A-Za-z_\-]{35,}",
-    r"\b(?:gsk|xai|pplx|ghp|gho|ghs|ghu|github_pat|glpat|nvapi|r8)_[A-Za-z0-9_\-]{16,}",
-    r"\bhf_[A-Za-z0-9]{30,}",
-    r"\bxox[abprs]-[A-Za-z0-9\-]{10,}",
-    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
-    r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
+    _START + r"[Bb]earer\s+[A-Za-z0-9._~+/=\-]{8,}",
+    _START + r"sk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_\-]{16,}",
+    _START + r"AIza[0-9A-Za-z_\-]{35,}",
+    _START + r"(?:gsk|xai|pplx|ghp|gho|ghs|ghu|github_pat|glpat|nvapi|r8)_[A-Za-z0-9_\-]{16,}",
+    _START + r"hf_[A-Za-z0-9]{30,}",
+    _START + r"xox[abprs]-[A-Za-z0-9\-]{10,}",
+    _START + r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])",
+    _START + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
 )
 
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import functools
 import re
 import threading
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
 import orjson
 
@@ -30,7 +29,6 @@ from hashreplay.core.format import (
     request_from_json,
 )
 from hashreplay.core.redact import Redactor, merge_spans
-from hashreplay.core.streams import StreamFormat
 
 __all__ = [
     "MIN_SECRET_LENGTH",
@@ -97,7 +95,17 @@ class SecretValues:
     def mentioned_in(self, serialised: bytes) -> bool:
         """Whether any value occurs in these JSON bytes (as it would be written there)."""
         if self._encoded is None:
-            forms = {form for v in self.values for form in (v.encode(), orjson.dumps(v)[1:-1])}
+            # the base64 of each form too: a value inside a binary body is in the JSON only
+            # as base64 (scrubbed in the bytes it encodes, `base64`)
+            forms = {
+                form
+                for v in self.values
+                for form in (
+                    v.encode(),
+                    orjson.dumps(v)[1:-1],
+                    *(f.encode() for f in _base64_forms(v) if len(f) >= MIN_SECRET_LENGTH),
+                )
+            }
             self._encoded = _irreducible(forms)
         return any(form in serialised for form in self._encoded)
 
@@ -109,13 +117,29 @@ class SecretValues:
             data = data.replace(value.encode("utf-8"), placeholder)
         return data
 
+    def base64(self, text: str) -> str:
+        """A base64 body or chunk with the secrets removed from the bytes it encodes, encoded
+        again: taking a value's base64 characters out of it, as from text, would leave data
+        that no longer decodes, and a recording that cannot be read."""
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            return self.text(text)
+        scrubbed = self.data(raw)
+        return text if scrubbed == raw else base64.b64encode(scrubbed).decode("ascii")
+
     def value(self, value: Any) -> Any:
-        """A copy of a JSON-like value with the secrets removed from every string and key."""
+        """A copy of a JSON-like value with the secrets removed from every string and key;
+        base64 bodies and binary chunks are scrubbed in the bytes they encode (`base64`)."""
         if not self.values:
             return value
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
+            if value.get("body_encoding") == "base64" and isinstance(value.get("body"), str):
+                return {**self.value({**value, "body": None}), "body": self.base64(value["body"])}
+            if len(value) == 1 and isinstance(value.get("base64"), str):  # a binary chunk
+                return {"base64": self.base64(value["base64"])}
             return {
                 (self.text(k) if isinstance(k, str) else k): self.value(v) for k, v in value.items()
             }
@@ -139,8 +163,42 @@ def _irreducible(forms: Iterable[bytes]) -> tuple[bytes, ...]:
 
 
 def _with_encodings(value: str) -> list[str]:
-    """The value and the forms it takes inside URLs (percent-encoded)."""
-    return [value, quote(value, safe=""), quote(value, safe="/:")]
+    """The value and the forms it takes when an upstream or a client encodes it: inside URLs
+    (percent-encoded, `+` for spaces) and in base64 (`_base64_forms`). A value too short to
+    be scrubbed is not scrubbed encoded either (`short` encodes to 8 characters)."""
+    if len(value) < MIN_SECRET_LENGTH:
+        return [value]
+    return [
+        value,
+        quote(value, safe=""),
+        quote(value, safe="/:"),
+        quote_plus(value, safe=""),
+        *_base64_forms(value),
+    ]
+
+
+#: Where the characters that encode only the value's own bits begin in the base64 of a text
+#: in which the value starts 0, 1 or 2 bytes after a 3-byte group's start.
+_BASE64_START = (0, 2, 3)
+
+
+def _base64_forms(value: str) -> list[str]:
+    """The value's base64, standard and URL-safe, padded and not, and at each of the three
+    alignments it can have inside a longer encoded text (`{"auth": "Bearer sk-…"}` encoded
+    whole): the run of characters that encode the value's bytes alone, the same whatever
+    comes before and after it."""
+    raw = value.encode("utf-8")
+    forms: list[str] = []
+    for offset, start in enumerate(_BASE64_START):
+        encoded = base64.b64encode(b"\0" * offset + raw).decode("ascii")
+        end = (offset + len(raw)) * 8 // 6  # the last character holding no later bits
+        forms.append(encoded[start:end])
+        if offset == 0:
+            forms.extend((encoded, encoded.rstrip("=")))
+    return [form for f in forms for form in (f, f.translate(_URLSAFE))]
+
+
+_URLSAFE = str.maketrans("+/", "-_")
 
 
 def _authorization_values(value: str) -> list[str]:
@@ -256,107 +314,3 @@ def carries_any(
     of `values` (keyless replay's placeholders, docs/design.md §7)."""
     secret_headers, _ = redactor.split_headers(headers)
     return any(value in values for value in request_secrets(redactor, url, secret_headers).values)
-
-
-# --- secrets across pieces -------------------------------------------------------------------
-
-#: Where secrets are in a text: sorted, non-overlapping (start, end) pairs
-#: (`Redactor.spans`, `SecretValues.spans`).
-SpanFinder = Callable[[str], list[tuple[int, int]]]
-_Path = tuple[str | int, ...]
-
-
-def redact_across(
-    fmt: StreamFormat | None, items: list[Any], spans_of: SpanFinder, placeholder: str
-) -> list[Any]:
-    """`items` (a stream's events, lines, chunks or values) with every secret removed that
-    is split between pieces (docs/design.md §7, "Streams").
-
-    A model streams its text in deltas, and a network splits raw chunks anywhere, so a key
-    can arrive as `sk-ab` in one event and `cd…` in the next. The text at one place of the
-    events (the same field path: `data.choices[0].delta.content`, or a raw chunk) is joined
-    across the stream and scanned as one text; each secret found is cut from every piece it
-    covers, and the placeholder is put where it began. Pieces keep their number and their
-    order, so the stream replays as the same count of events or chunks; a piece the secret
-    covered whole is left empty. Binary chunks (base64) are left as they are and end a run
-    of text. Items that change are copies; `items` is not modified."""
-    if fmt is None or len(items) < 2:
-        return items
-    runs: dict[_Path, list[tuple[int, _Path, str]]] = {}
-    breaks = 0
-    for index, item in enumerate(items):
-        if fmt is StreamFormat.CHUNKS:
-            if isinstance(item, str):
-                runs.setdefault((breaks,), []).append((index, (), item))
-            else:
-                breaks += 1
-            continue
-        value = item.get("data") if fmt is StreamFormat.SSE and isinstance(item, dict) else item
-        if fmt is StreamFormat.SSE and not isinstance(item, dict):
-            continue
-        head: _Path = ("data",) if fmt is StreamFormat.SSE else ()
-        for path, text in _text_leaves(value, ()):
-            runs.setdefault(path, []).append((index, (*head, *path), text))
-    changes: dict[int, list[tuple[_Path, str]]] = {}
-    for pieces in runs.values():
-        if len(pieces) < 2:
-            continue
-        texts = [text for _, _, text in pieces]
-        cut = _cut(texts, spans_of("".join(texts)), placeholder)
-        for (index, path, text), new in zip(pieces, cut, strict=True):
-            if new != text:
-                changes.setdefault(index, []).append((path, new))
-    if not changes:
-        return items
-    out = list(items)
-    for index, edits in changes.items():
-        item = copy.deepcopy(items[index])
-        for path, new in edits:
-            item = _set(item, path, new)
-        out[index] = item
-    return out
-
-
-def _text_leaves(value: Any, path: _Path) -> Iterator[tuple[_Path, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _text_leaves(item, (*path, key))
-    elif isinstance(value, list):
-        for position, item in enumerate(value):
-            yield from _text_leaves(item, (*path, position))
-
-
-def _set(value: Any, path: _Path, new: str) -> Any:
-    if not path:
-        return new
-    container = value
-    for step in path[:-1]:
-        container = container[step]
-    container[path[-1]] = new
-    return value
-
-
-def _cut(texts: list[str], spans: list[tuple[int, int]], placeholder: str) -> list[str]:
-    """`texts` (pieces of one joined text) with the characters of each span removed and the
-    placeholder put in the piece where the span starts."""
-    if not spans:
-        return texts
-    out: list[str] = []
-    start_of = 0
-    for text in texts:
-        end_of = start_of + len(text)
-        kept: list[str] = []
-        at = start_of
-        for start, end in spans:
-            if end <= at or start >= end_of:
-                continue
-            kept.append(text[at - start_of : max(start, at) - start_of])
-            if start >= start_of:
-                kept.append(placeholder)
-            at = min(end, end_of)
-        kept.append(text[at - start_of :])
-        out.append("".join(kept))
-        start_of = end_of
-    return out

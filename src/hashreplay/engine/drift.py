@@ -119,15 +119,18 @@ class DriftCheck:
         self, test_id: str | None, entry: dict[str, Any], secrets: SecretValues = NO_SECRETS
     ) -> None:
         """Keep an entry redacted as a recording is (docs/design.md §7): field names come from
-        the live answer, so a key it echoes (the request's own, `secrets`) is removed too."""
+        the live answer, so a key it echoes (the request's own, `secrets`) is removed too; and
+        under the test id as files hold it, so a secret in a parametrised id is never printed
+        in the drift table nor written to drift.json ("Test ids")."""
         redactor, seen = self.session.redactor, self.session.seen_secrets.scrubber
 
         def scrub(text: str) -> str:
             return seen.text(secrets.text(redactor.text(text)))
 
+        shown = self.session.stored_id(test_id) if test_id is not None else None
         kept = {k: _scrubbed(v, scrub) for k, v in entry.items()}
         with self._lock:
-            self.entries.setdefault(scrub(test_id or "(no test)"), []).append(kept)
+            self.entries.setdefault(scrub(shown or "(no test)"), []).append(kept)
 
     def check(
         self,

@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import orjson
 
@@ -27,7 +28,13 @@ from hashreplay.core.constants import (
 )
 from hashreplay.core.diff import first_difference
 from hashreplay.core.errors import PathNotFound, RecordingError
-from hashreplay.core.format import EndState, Recording, is_no_response
+from hashreplay.core.format import (
+    EndState,
+    RecordedRequest,
+    RecordedResponse,
+    Recording,
+    is_no_response,
+)
 from hashreplay.core.matching import DEFAULT_RULE, MatchRule, file_rule
 from hashreplay.core.model_lists import model_ids
 from hashreplay.core.modes import RecordFailures
@@ -38,7 +45,7 @@ from hashreplay.core.names import (
     recording_name,
 )
 from hashreplay.core.normalise import IdRegistry, new_id_registry, normalise_request_body
-from hashreplay.core.normalise_response import normalise_response
+from hashreplay.core.normalise_response import is_model_object, normalise_response
 from hashreplay.core.paths import SKIP_DIRS, outside_root
 from hashreplay.core.store import Store, dumps, parse_recording
 from hashreplay.core.urls import stored_url
@@ -417,8 +424,12 @@ def renormalised(loaded: Loaded, rules: Rules) -> dict[str, Any] | None:
     `id_normalization_mapping` change; the request is carried over untouched.
     """
     recording = loaded.recording
-    base = hash_of_name(loaded.path.name) or rules.request_hash(recording, recording.request.body)
-    ids = new_id_registry(base, recording.id_normalization_mapping)
+    request = recording.request
+    base = hash_of_name(loaded.path.name) or rules.request_hash(recording, request.body)
+    facts, responses = recording.id_normalization_mapping, recording.responses
+    if is_model_object(request) and facts:
+        facts, responses = {}, [_model_id_restored(r, facts, request) for r in responses]
+    ids = new_id_registry(base, facts)
     _seed_known_ids(ids, loaded.raw)
     before = [r.model_dump(mode="json") for r in recording.responses]
     after = [
@@ -427,8 +438,9 @@ def renormalised(loaded: Loaded, rules: Rules) -> dict[str, Any] | None:
             ids,
             model_list=loaded.is_model_list_file,
             where="response.body" if index == 0 else f"later_responses[{index - 1}].body",
+            request=request,
         ).model_dump(mode="json")
-        for index, response in enumerate(recording.responses)
+        for index, response in enumerate(responses)
     ]
     if dumps(after) == dumps(before) and ids.facts == recording.id_normalization_mapping:
         return None
@@ -438,6 +450,25 @@ def renormalised(loaded: Loaded, rules: Rules) -> dict[str, Any] | None:
         data["later_responses"] = after[1:]
     data["id_normalization_mapping"] = dict(ids.facts)
     return data
+
+
+def _model_id_restored(
+    response: RecordedResponse, facts: Mapping[str, str], request: RecordedRequest
+) -> RecordedResponse:
+    """A model object's answer written before model objects kept their ids: the stable id
+    that replaced its id given back the model the URL names (the one id such a body holds)."""
+    model = unquote(urlsplit(request.url).path.rstrip("/").rsplit("/", 1)[-1])
+
+    def restored(value: Any) -> Any:
+        if isinstance(value, str):
+            return model if value in facts else value
+        if isinstance(value, dict):
+            return {key: restored(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [restored(item) for item in value]
+        return value
+
+    return response.replace(body=restored(response.body))
 
 
 def write_json(path: Path, data: dict[str, Any], store: Store) -> None:

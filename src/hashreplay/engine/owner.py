@@ -403,7 +403,9 @@ class TestRecordings:
             if recorded is not None:
                 free_ids(seq.ids, index)
             where = response_field(index)
-            mapped = normalise_response(live, seq.ids, where=where, known_ids=self.id_map)
+            mapped = normalise_response(
+                live, seq.ids, where=where, known_ids=self.id_map, request=prep.request
+            )
             self.id_map.update(seq.ids.stable)
         if recorded is not None:
             tally.used(self.test_id, seq.path)

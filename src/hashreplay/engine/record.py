@@ -31,9 +31,15 @@ from hashreplay.core.modes import Mode
 from hashreplay.core.normalise import filter_headers, new_id_registry
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.redact import Redactor, merge_spans
-from hashreplay.core.secret_values import NO_SECRETS, SecretValues, redact_across
+from hashreplay.core.secret_values import NO_SECRETS, SecretValues
+from hashreplay.core.split_secrets import (
+    SpanFinder,
+    redact_across,
+    redact_binary,
+    redact_raw_chunks,
+)
 from hashreplay.core.store import Store
-from hashreplay.core.streams import parse_stream, stream_format_for
+from hashreplay.core.streams import StreamFormat, parse_stream, stream_format_for
 from hashreplay.core.templates import escape
 from hashreplay.core.writer import Content
 from hashreplay.engine.hooks import Finish, HookError, Hooks, hook_problem
@@ -123,7 +129,9 @@ def stored_response(
     redacted again, so no caller can write a secret by passing an unredacted value."""
     if isinstance(outcome, RecordedResponse):
         return _stored_text(_redacted(outcome, redactor, kept_headers), redactor, secrets)
-    response = _stored_text(_from_exchange(outcome, redactor, kept_headers), redactor, secrets)
+    response = _stored_text(
+        _from_exchange(outcome, redactor, kept_headers, secrets), redactor, secrets
+    )
     update: dict[str, Any] = {}
     if outcome.exception is not None or outcome.abandoned:
         state = EndState.ERROR if outcome.exception is not None else EndState.ABANDONED
@@ -149,17 +157,23 @@ def _across_pieces(
     response: RecordedResponse, redactor: Redactor, secrets: SecretValues
 ) -> RecordedResponse:
     """The response with secrets split between its stream's pieces removed
-    (`core.secret_values.redact_across`: pieces keep their count)."""
+    (`core.split_secrets.redact_across`: pieces keep their count)."""
     body = response.body
     if not response.is_streaming or not isinstance(body, list) or len(body) < 2:
         return response
+    spans = _spans_of(redactor, secrets)
+    scrubbed = redact_across(response.stream_format, body, spans, SECRET_PLACEHOLDER)
+    return response if scrubbed is body else response.replace(body=scrubbed)
+
+
+def _spans_of(redactor: Redactor, secrets: SecretValues) -> SpanFinder:
+    """Where secrets are in a text: their shapes, and the request's own credential values."""
 
     def spans(text: str) -> list[tuple[int, int]]:
         found = redactor.spans(text)
         return merge_spans([*found, *secrets.spans(text)]) if secrets else found
 
-    scrubbed = redact_across(response.stream_format, body, spans, SECRET_PLACEHOLDER)
-    return response if scrubbed is body else response.replace(body=scrubbed)
+    return spans
 
 
 def _chunk_count(response: RecordedResponse) -> int:
@@ -169,7 +183,10 @@ def _chunk_count(response: RecordedResponse) -> int:
 
 
 def _from_exchange(
-    exchange: LiveExchange, redactor: Redactor, kept_headers: frozenset[str]
+    exchange: LiveExchange,
+    redactor: Redactor,
+    kept_headers: frozenset[str],
+    secrets: SecretValues = NO_SECRETS,
 ) -> RecordedResponse:
     content_type = header_value(exchange.headers, "content-type")
     kept = filter_headers(exchange.headers, kept_headers, redactor.header)
@@ -192,6 +209,14 @@ def _from_exchange(
     except RecursionError:  # JSON nested past what any parser here goes
         raise TooDeep("response.body", _NOT_RECORDED) from None
     _check_nesting(body)
+    # the joined pieces first: redacting one piece first would remove the part of a key it
+    # holds and leave the rest, which no longer has the key's shape, in the next
+    if fmt is StreamFormat.CHUNKS and isinstance(body, list) and len(body) > 1:
+        body = redact_raw_chunks(body, _spans_of(redactor, secrets), SECRET_PLACEHOLDER)
+    else:
+        body = redact_binary(body, encoding, redactor.text)
+    if fmt is not StreamFormat.CHUNKS and isinstance(body, list) and len(body) > 1:
+        body = redact_across(fmt, body, _spans_of(redactor, secrets), SECRET_PLACEHOLDER)
     return RecordedResponse(
         status=exchange.status,
         headers=kept,
@@ -270,7 +295,9 @@ class Recorder:
         ) -> tuple[Path, Content | None]:
             # the test's next request is hashed with the ids this registers: in call order
             where = response_field(index)
-            normalised = normalise_response(response, seq.ids, where=where, known_ids=id_map)
+            normalised = normalise_response(
+                response, seq.ids, where=where, known_ids=id_map, request=prep.request
+            )
             normalised = self._dated(prep, seq, index, normalised, day)
             # in place of the one it replaces, or appended
             responses = [*seq.responses[:index], normalised, *seq.responses[index + 1 :]]

@@ -206,7 +206,12 @@ def report_leftovers(item: pytest.Item, session: Session, report: pytest.TestRep
     head = f"hashreplay: {item.nodeid} left {count} recorded response(s) unused" + (
         f" and {len(faults)} fault(s) unmatched" if faults else ""
     )
-    text = "\n".join([head, *(f"  {line}" for line in lines)])
+    # file names and test ids are shown as `hashreplay show` shows recorded text: a control
+    # character in one (a file named with an escape sequence) never acts on the terminal
+    from hashreplay.core.transcript import printable  # only a run with leftovers needs it
+
+    shown = [printable(line).replace("\n", "\\n") for line in (head, *lines)]
+    text = "\n".join([shown[0], *(f"  {line}" for line in shown[1:])])
     hint = (
         "\n  (the test makes fewer calls than were recorded: re-record it with "
         'INFERENCE_MODE=record, or set unconsumed = "ignore")'

@@ -421,6 +421,7 @@ def with_serve_next_step(
     sent_url: str | None = None,
     asked: str | None = None,
     forwarded: str | None = None,
+    shown_test_id: str | None = None,
 ) -> ReplayMiss:
     """The same miss, its report ending with the proxy's way to record instead of pytest's.
 
@@ -429,8 +430,9 @@ def with_serve_next_step(
     was routed to, or `stored_url`, the URL as stored: a loopback upstream without its port,
     docs/design.md §13), followed by the upstream URL the request maps to."""
     step = f"{RECORD_LINE}{record_command(settings)}, then run the client again"
-    if miss.test_id:
-        header = shlex.quote(f"{TEST_ID_HEADER}: {miss.test_id}")
+    test_id = shown_test_id or miss.test_id  # as files hold it: secrets removed
+    if test_id:
+        header = shlex.quote(f"{TEST_ID_HEADER}: {test_id}")
         step += f" (it sends {header}, as now)"
     lines = []
     named = [f" {url} " for url in (sent_url, stored_url) if url]
@@ -444,4 +446,5 @@ def with_serve_next_step(
                 lines.append(f"  upstream:  {forwarded}")
         else:
             lines.append(line)
-    return ReplayMiss("\n".join(lines), test_id=miss.test_id, request_hash=miss.request_hash)
+    # the proxy's client reads this miss's test id in the JSON error body: the shown one
+    return ReplayMiss("\n".join(lines), test_id=test_id, request_hash=miss.request_hash)

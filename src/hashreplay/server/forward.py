@@ -134,6 +134,7 @@ class Forwarder:
                 sent_url=session.redactor.url(request.url),
                 asked=request.asked,
                 forwarded=_shown_url(request),
+                shown_test_id=decision.prep.shown_test_id,
             )
             decision = decision._replace(error=error)
             # The client gets the report now; nothing (no pytest) would collect it later.

@@ -29,6 +29,10 @@ HEADER_TIMEOUT_MESSAGE = (
 )
 
 
+#: How often a half-closed connection waiting for its answer is checked for the peer's reset.
+RESET_POLL_SECONDS = 0.05
+
+
 def bad_request_body(detail: str) -> bytes:
     message = BAD_REQUEST_MESSAGE.format(detail=detail.rstrip("."))
     return error_body(message, "hashreplay_bad_request", "bad_request")
@@ -81,12 +85,68 @@ class JsonErrorH11Protocol(H11Protocol):
         else:
             self._disarm_header_timer()
 
+    # --- a client that half-closes after its request still gets the answer -----------------
+
+    #: the client shut its write side (`shutdown(SHUT_WR)`, `curl` reading a request from a
+    #: file, `nc -N`): it sends nothing more, but may still read the answer
+    _client_eof = False
+    _reset_timer: asyncio.TimerHandle | None = None
+
+    def eof_received(self) -> bool | None:  # type: ignore[override]  # asyncio allows True
+        """True keeps the transport open for the answer to a request received whole whose
+        answer has not begun. A FIN alone does not tell a half-close from a client that
+        closed for good (one that timed out), so the connection is probed: an interim
+        `100 Continue` (which every HTTP/1.1 client skips) makes a closed peer answer with a
+        reset, which `_watch_reset` sees and turns into the client's disconnect, as before.
+        A connection idle, cut mid-request (that request can never complete) or ended while
+        its answer was arriving closes as before, and the app sees the client gone."""
+        self._client_eof = True
+        cycle = self.cycle
+        if (
+            cycle is None
+            or cycle.response_started
+            or cycle.disconnected
+            or self.conn.their_state is not h11.DONE
+        ):
+            return None
+        try:
+            interim = h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")
+            probe = self.conn.send(interim)
+        except h11.LocalProtocolError:
+            return None
+        self.transport.write(probe or b"")
+        self._watch_reset()
+        return True
+
+    def _watch_reset(self) -> None:
+        """Until the answer begins, look every `RESET_POLL_SECONDS` whether the peer reset
+        the connection (it had closed, not half-closed): then abort it, so the app sees the
+        client gone and what it records is marked abandoned."""
+        self._reset_timer = None
+        cycle, sock = self.cycle, self.transport.get_extra_info("socket")
+        if self.transport.is_closing() or cycle is None or cycle.response_started:
+            return
+        try:
+            failed = sock is not None and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        except OSError:
+            failed = True
+        if failed:
+            self.transport.abort()
+            return
+        loop = asyncio.get_running_loop()
+        self._reset_timer = loop.call_later(RESET_POLL_SECONDS, self._watch_reset)
+
     def on_response_complete(self) -> None:
         self._disarm_header_timer()  # idle until the next request: the keep-alive timeout
         super().on_response_complete()
+        if self._client_eof and not self.transport.is_closing():
+            self.transport.close()  # nothing more can come: no keep-alive wait
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
+        if self._reset_timer is not None:
+            self._reset_timer.cancel()
+            self._reset_timer = None
         super().connection_lost(exc)
 
     def _header_timed_out(self) -> None:
