@@ -44,7 +44,7 @@ from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.config import load_config
 from hashreplay.core.errors import HashReplayError
 from hashreplay.core.format import RecordedResponse
-from hashreplay.core.store import read_recording
+from hashreplay.core.store import parse_recording, read_file
 from hashreplay.core.transcript import textconv
 from hashreplay.engine.drift import DriftCheck, render
 from hashreplay.engine.http import IncomingRequest, LiveExchange
@@ -299,7 +299,7 @@ def run_batch(
             path = recorder.record(prep, case.response)
             if path is not None:
                 content = path.read_bytes()
-                recording = read_recording(path)  # what was written still reads
+                recording = parse_recording(read_file(path), path)  # what was written still reads
                 _check(result, case, "file (decoded)", _decoded(recording.response))
                 _check(result, case, "file", content.decode("utf-8", "replace"))
                 _check(result, case, "textconv", textconv(content).decode("utf-8", "replace"))

@@ -308,7 +308,7 @@ def test_a_key_glued_to_what_comes_before_is_removed_by_its_shape(text: str) -> 
 def test_a_key_inside_a_binary_body_is_removed_and_the_file_still_reads(
     tmp_path: Path, chunked: bool
 ) -> None:
-    from hashreplay.core.store import read_recording
+    from hashreplay.core.store import parse_recording, read_file
 
     session = Session(load_config(tmp_path, env={}, mode="record"))
     headers = [("authorization", f"Bearer {KEY}")]
@@ -319,7 +319,7 @@ def test_a_key_inside_a_binary_body_is_removed_and_the_file_still_reads(
     )
     path = session.record(session.prepare(incoming, test_id="tests/test_k.py::t"), answer)
     assert path is not None
-    recording = read_recording(path)  # the base64 it holds still decodes
+    recording = parse_recording(read_file(path), path)  # the base64 it holds still decodes
     body = recording.response.body
     if chunked:  # binary chunks are stored as {"base64": …}, text chunks as text
         raw = b"".join(

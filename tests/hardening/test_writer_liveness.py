@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hashreplay.core import paths
+from hashreplay.core import atomic
 
 
 def _dead_pid() -> int:
@@ -30,19 +30,19 @@ def test_on_windows_no_signal_is_sent(monkeypatch: pytest.MonkeyPatch, tmp_path:
         raise AssertionError(f"os.kill({pid}, {sig}) on Windows")
 
     monkeypatch.setattr(os, "kill", no_signals)
-    assert paths._alive(dead) is True
+    assert atomic._alive(dead) is True
     young = tmp_path / f".a.json.{dead}.abcdefgh.tmp"
     old = tmp_path / f".b.json.{dead}.abcdefgh.tmp"
     for path in (young, old):
         path.write_bytes(b"{")
     now = time.time()
     os.utime(young, (now - 60, now - 60))  # past the grace time: a dead POSIX writer's goes
-    os.utime(old, (now - paths.STALE_AFTER - 60,) * 2)
-    assert paths.sweep_temp_files([tmp_path]) == [old]
+    os.utime(old, (now - atomic.STALE_AFTER - 60,) * 2)
+    assert atomic.sweep_temp_files([tmp_path]) == [old]
     assert young.exists() and not old.exists()
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="the POSIX probe")
 def test_on_posix_a_dead_pid_is_dead_and_a_live_one_alive() -> None:
-    assert paths._alive(_dead_pid()) is False
-    assert paths._alive(os.getppid()) is True
+    assert atomic._alive(_dead_pid()) is False
+    assert atomic._alive(os.getppid()) is True
