@@ -140,6 +140,12 @@ class RecordingsDirOutside(RecordingError):
         self.args = (problem,)
 
 
+class RecordingsDirNested(RecordingsDirOutside):
+    """The recordings directory would nest inside another store (a test file in one, a test
+    id naming one): every request of the test is refused, while a test that makes none runs
+    as any other (a test package may be named `recordings`)."""
+
+
 def outside_root(path: Path, root: Path) -> bool:
     return path != root and root not in path.parents
 
@@ -175,7 +181,7 @@ def recordings_dir_for(root: Path, common_dir: Path, test_id: str | None) -> Pat
             f"tools take them for files of {inside} (or its blobs); move the test file out "
             f"of {inside}, or rename that directory if it holds no recordings"
         )
-        raise RecordingsDirOutside(candidate, msg)
+        raise RecordingsDirNested(candidate, msg)
     try:
         resolved = candidate.resolve()
     except (OSError, RuntimeError):

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from hashreplay.core.constants import FORMAT_VERSION, MODEL_LIST_PREFIX
-from hashreplay.core.paths import RecordingsDirOutside, read_bytes
+from hashreplay.core.paths import RecordingsDirNested, read_bytes
 from hashreplay.core.store import Store
 
 
@@ -60,12 +60,12 @@ class FileIndex:
     def files_of(self, test_id: str | None, stored_id: str | None = None) -> list[tuple[str, int]]:
         """The files of a test, as path strings: in its directory, under the id its files
         hold (`stored_id`, the id as written: redacted when it held a secret; default
-        `test_id`). A test whose recordings directory is refused (it leads out of the
-        project, or would nest in another store) has none: each request it makes fails
-        with the reason, and a test that made none has nothing to answer for."""
+        `test_id`). A test whose recordings directory would nest in another store has
+        none: each request it makes fails with the reason, and a test that made none has
+        nothing to answer for (a directory leading out of the project fails the test)."""
         try:
             directory = self.store.dir_for(test_id)
-        except RecordingsDirOutside:
+        except RecordingsDirNested:
             return []
         key = test_id if stored_id is None else stored_id
         with self._lock:
