@@ -350,6 +350,24 @@ def _capture_proxy_log() -> None:
         log.setLevel(logging.INFO)
 
 
+async def answer(app: ProxyApp, scope: dict[str, Any], body: bytes) -> list[dict[str, Any]]:
+    """What the proxy sends for one request of `scope` with `body` (a hang fails after 30 s)."""
+    sent: list[dict[str, Any]] = []
+    incoming = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if incoming:
+            return incoming.pop(0)
+        await asyncio.sleep(3600)
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(dict(message))
+
+    await asyncio.wait_for(app(scope, receive, send), timeout=30)
+    return sent
+
+
 def _proxy(
     app: ProxyApp,
     case: Case,
@@ -381,20 +399,8 @@ def _proxy(
         "query_string": query.encode(),
         "headers": [(k.encode(), v.encode("utf-8")) for k, v in headers],
     }
-    sent: list[dict[str, Any]] = []
-    incoming = [{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}]
-
-    async def receive() -> dict[str, Any]:
-        if incoming:
-            return incoming.pop(0)
-        await asyncio.sleep(3600)
-        raise AssertionError
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(dict(message))
-
     PROXY_LOG.lines.clear()
-    asyncio.run(asyncio.wait_for(app(scope, receive, send), timeout=30))
+    sent = asyncio.run(answer(app, scope, json.dumps(body).encode()))
     _check(result, case, "proxy log", "\n".join(PROXY_LOG.lines))
     head = json.dumps([[k.decode(), v.decode("latin-1")] for k, v in sent[0].get("headers", [])])
     payload = b"".join(m.get("body", b"") for m in sent[1:]).decode("utf-8", "replace")

@@ -102,19 +102,7 @@ async def proxy_answer(app: ProxyApp, headers: list[tuple[str, str]]) -> dict[st
         "query_string": b"",
         "headers": [(k.encode(), v.encode()) for k, v in headers],
     }
-    sent: list[dict[str, Any]] = []
-    incoming = [{"type": "http.request", "body": b'{"q": 1}', "more_body": False}]
-
-    async def receive() -> dict[str, Any]:
-        if incoming:
-            return incoming.pop(0)
-        await asyncio.sleep(3600)
-        raise AssertionError
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(dict(message))
-
-    await asyncio.wait_for(app(scope, receive, send), timeout=30)
+    sent = await load_campaign().answer(app, scope, b'{"q": 1}')
     body: dict[str, Any] = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
     return body
 
