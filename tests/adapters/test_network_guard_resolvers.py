@@ -209,3 +209,41 @@ def test_uninstall_restores_getnameinfo_and_the_asyncio_resolvers(tmp_path: Path
     finally:
         deactivate()
     assert (socket.getnameinfo, loop.getaddrinfo, loop.getnameinfo) == before
+
+
+@pytest.mark.parametrize("resolver", ["gethostbyname", "gethostbyname_ex", "getaddrinfo"])
+def test_a_connection_to_an_address_a_resolver_answered_is_named_by_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resolver: str
+) -> None:
+    """Every forward resolver teaches the guard which name an address belongs to, so a
+    blocked connection to it names the host the code asked for (and an `allowed_hosts`
+    name would allow it), whichever resolver the code used."""
+    from hashreplay import test_context
+    from hashreplay.adapters import network_guard
+    from hashreplay.core.errors import NetworkBlocked
+
+    name, address = "api.example.test", "192.0.2.10"
+    answers: dict[str, Any] = {
+        "gethostbyname": lambda host: address,
+        "gethostbyname_ex": lambda host: (f"edge.{name}", [], [address]),
+        "getaddrinfo": lambda host, port, *a, **k: [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))
+        ],
+    }
+    monkeypatch.setattr(socket, resolver, answers[resolver])  # before the guard: its "real" one
+    activate(Session(load_config(tmp_path, env={}, mode=str(Mode.REPLAY))))
+    try:
+        if resolver == "getaddrinfo":
+            socket.getaddrinfo(name, 443)
+        else:
+            getattr(socket, resolver)(name)
+        assert name in network_guard._resolved[address]
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        with test_context("tests/test_app.py::test_it"), pytest.raises(NetworkBlocked) as blocked:
+            sock.connect((address, 443))
+        sock.close()
+    finally:
+        deactivate()
+    assert name in str(blocked.value)
+    assert getattr(socket, resolver) is answers[resolver]  # put back as it was
+    assert network_guard._resolved == {}

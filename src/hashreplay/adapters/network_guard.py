@@ -20,9 +20,11 @@ for it or lists it in the recording modes' summary:
   the channel is created (`grpc.insecure_channel`, `secure_channel` and their `grpc.aio`
   twins, patched on grpc's first import).
 
-A connection is judged by the address it connects to. `socket.getaddrinfo` is wrapped only to
-learn which names resolved to which addresses, so a report can name the host and an
-`allowed_hosts` name can allow its own addresses, never another connection's.
+A connection is judged by the address it connects to. `socket.getaddrinfo`,
+`gethostbyname` and `gethostbyname_ex` are wrapped only to learn which names resolved to
+which addresses (asyncio's resolvers call `socket.getaddrinfo` in their worker thread, so
+they are learnt from too), so a report can name the host and an `allowed_hosts` name can
+allow its own addresses, never another connection's.
 
 Audit hooks cannot be removed, so the hook is added once per process and does nothing while
 no session is guarding. Network use an adapter makes on the engine's behalf runs inside
@@ -82,15 +84,14 @@ _resolved: dict[str, tuple[str, ...]] = {}
 _resolved_lock = threading.Lock()
 #: the machine's own names: looking them up reaches no network
 _own_names: set[str] = set()
-#: `socket.getaddrinfo` as it was when the guard took its place (and at import, for a caller
-#: that kept the wrapper after `uninstall`)
-_real_getaddrinfo: list[Callable[..., Any] | None] = [None]
-_IMPORTED_GETADDRINFO = socket.getaddrinfo
+#: The `socket` functions the guard wraps while installed, each as it was when the guard
+#: took its place; `_IMPORTED` as they were at import, for a caller that kept a wrapper after
+#: `uninstall`.
+_WRAPPED_NAMES = ("getaddrinfo", "gethostbyname", "gethostbyname_ex", "getnameinfo")
+_real: dict[str, Callable[..., Any]] = {}
+_IMPORTED: dict[str, Callable[..., Any]] = {name: getattr(socket, name) for name in _WRAPPED_NAMES}
 #: gRPC's channel functions, each under its (module, function)
 _grpc = Patches(None)
-#: `socket.getnameinfo` as it was when the guard took its place
-_real_getnameinfo: list[Callable[..., Any] | None] = [None]
-_IMPORTED_GETNAMEINFO = socket.getnameinfo
 #: set while the wrapper runs a `getnameinfo` call that asks for numbers only
 _numeric = threading.local()
 #: the asyncio resolver methods wrapped while guarding: name → original
@@ -107,28 +108,24 @@ def install(session: Session) -> None:
             _hook_added[0] = True
         if not _own_names:
             _own_names.update({socket.gethostname().lower(), "localhost"})
-        if socket.getaddrinfo is not _getaddrinfo:
-            _real_getaddrinfo[0] = socket.getaddrinfo
-            socket.getaddrinfo = _getaddrinfo
-        if socket.getnameinfo is not _getnameinfo:
-            _real_getnameinfo[0] = socket.getnameinfo
-            socket.getnameinfo = _getnameinfo
+        for name, wrapper in _WRAPPERS.items():
+            if getattr(socket, name) is not wrapper:
+                _real[name] = getattr(socket, name)
+                setattr(socket, name, wrapper)
     when_imported("asyncio.base_events", _patch_asyncio)
     if "grpc" in sys.modules or _installed("grpc"):
         when_imported("grpc", _patch_grpc)
 
 
 def uninstall() -> None:
-    """Stop guarding and put back `socket.getaddrinfo` and gRPC's channel functions."""
+    """Stop guarding and put back the `socket` resolvers, asyncio's and gRPC's functions."""
     with _lock:
         _guarding[0] = None
         _resolved.clear()
-        real = _real_getaddrinfo[0]
-        if real is not None and socket.getaddrinfo is _getaddrinfo:
-            socket.getaddrinfo = real
-        real = _real_getnameinfo[0]
-        if real is not None and socket.getnameinfo is _getnameinfo:
-            socket.getnameinfo = real
+        for name, wrapper in _WRAPPERS.items():
+            real = _real.pop(name, None)
+            if real is not None and getattr(socket, name) is wrapper:
+                setattr(socket, name, real)
         _unpatch_asyncio()
         _grpc.restore()
 
@@ -258,21 +255,54 @@ def _is_address(host: str) -> bool:
     return True
 
 
+def _real_function(name: str) -> Callable[..., Any]:
+    return _real.get(name) or _IMPORTED[name]
+
+
+def _name_looked_up(host: Any) -> str | None:
+    """The name a lookup of `host` asks about, if remembering its answer makes sense."""
+    if _guarding[0] is None or not isinstance(host, (str, bytes)) or not host:
+        return None
+    name = host.decode("ascii", "replace") if isinstance(host, bytes) else host
+    return None if _is_address(name) else name
+
+
 def _getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
     """`socket.getaddrinfo`, remembering which addresses each name resolved to."""
-    real = _real_getaddrinfo[0] or _IMPORTED_GETADDRINFO
-    results = real(host, port, *args, **kwargs)
-    if _guarding[0] is not None and isinstance(host, (str, bytes)) and host:
-        name = host.decode("ascii", "replace") if isinstance(host, bytes) else host
-        if not _is_address(name):
-            for result in results:
-                _remember(str(result[4][0]), name)
+    results = _real_function("getaddrinfo")(host, port, *args, **kwargs)
+    name = _name_looked_up(host)
+    if name is not None:
+        for result in results:
+            _remember(str(result[4][0]), name)
     return results
+
+
+def _gethostbyname(host: Any, /) -> Any:
+    """`socket.gethostbyname`, remembering the address the name resolved to."""
+    address = _real_function("gethostbyname")(host)
+    name = _name_looked_up(host)
+    if name is not None and isinstance(address, str):
+        _remember(address, name)
+    return address
+
+
+def _gethostbyname_ex(host: Any, /) -> Any:
+    """`socket.gethostbyname_ex`, remembering the addresses the name (and its canonical
+    name) resolved to."""
+    answer = _real_function("gethostbyname_ex")(host)
+    name = _name_looked_up(host)
+    if name is not None and isinstance(answer, tuple) and len(answer) == 3:
+        canonical, _aliases, addresses = answer
+        for address in addresses:
+            if isinstance(canonical, str) and canonical and canonical != name:
+                _remember(str(address), canonical)
+            _remember(str(address), name)
+    return answer
 
 
 def _getnameinfo(sockaddr: Any, flags: int, /) -> Any:
     """`socket.getnameinfo`, telling the audit hook when the call asks for numbers only."""
-    real = _real_getnameinfo[0] or _IMPORTED_GETNAMEINFO
+    real = _real_function("getnameinfo")
     numeric = isinstance(flags, int) and bool(flags & socket.NI_NUMERICHOST)
     before = getattr(_numeric, "active", False)
     _numeric.active = before or numeric
@@ -280,6 +310,15 @@ def _getnameinfo(sockaddr: Any, flags: int, /) -> Any:
         return real(sockaddr, flags)
     finally:
         _numeric.active = before
+
+
+#: The wrapper of each `socket` function in `_WRAPPED_NAMES`.
+_WRAPPERS: dict[str, Callable[..., Any]] = {
+    "getaddrinfo": _getaddrinfo,
+    "gethostbyname": _gethostbyname,
+    "gethostbyname_ex": _gethostbyname_ex,
+    "getnameinfo": _getnameinfo,
+}
 
 
 def _patch_asyncio(events: ModuleType) -> None:
