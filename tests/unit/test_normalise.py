@@ -401,3 +401,29 @@ def test_short_ids_are_mapped_only_as_whole_values() -> None:
     assert map_ids("1", id_map) == "rec-aaaaaaaaaaaa"
     assert map_ids("version 1.2", id_map) == "version 1.2"
     assert map_ids("see chatcmpl-abcdef123 above", id_map) == "see rec-bbbbbbbbbbbb above"
+
+
+def test_a_session_id_handed_out_in_a_header_becomes_stable() -> None:
+    """`mcp-session-id` (an `ID_HEADERS` header) is kept with a stable value registered as a
+    fact of the exchange's headers; a later answer repeating it (the test's known ids) gets
+    the same stable value; body text quoting it is mapped too; a stable one stays."""
+    from hashreplay.core.format import RecordedResponse
+    from hashreplay.core.normalise_response import normalise_response
+
+    live = "0f3c9a1e5b7d4c2a8e6f1b3d5a7c9e0f"
+    first = RecordedResponse(
+        status=200,
+        headers={"content-type": "application/json", "mcp-session-id": live},
+        body={"jsonrpc": "2.0", "id": 1, "result": {"note": f"session {live}"}},
+    )
+    registry = new_id_registry(HASH)
+    out = normalise_response(first, registry)
+    assert out.headers == {"content-type": "application/json", "mcp-session-id": STABLE}
+    assert out.body["result"]["note"] == f"session {STABLE}"
+    assert out.body["id"] == 1  # the client's JSON-RPC id stays as it numbered it
+    assert registry.facts == {STABLE: "response.headers.mcp-session-id"}
+
+    later = new_id_registry("f" * 32)
+    again = normalise_response(first, later, known_ids=registry.stable)
+    assert again.headers["mcp-session-id"] == STABLE and later.facts == {}
+    assert normalise_response(out, new_id_registry("e" * 32)).headers == out.headers

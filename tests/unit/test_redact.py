@@ -360,8 +360,10 @@ def test_a_list_under_secrets_loses_every_element() -> None:
 
 
 @pytest.mark.parametrize(
-    "key", ["max_tokens", "key_version", "tokens", "prompt_tokens", "signature_count", "code"]
-)
+    "key",
+    ["max_tokens", "key_version", "tokens", "prompt_tokens", "signature_count", "code",
+     "progressToken"],
+)  # fmt: skip
 def test_counts_versions_and_codes_stay(key: str) -> None:
     assert Redactor().value({key: 7}) == {key: 7}
     assert Redactor().value({key: "E42"}) == {key: "E42"}

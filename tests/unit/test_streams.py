@@ -18,6 +18,7 @@ from hashreplay.core.streams import (
     data_values,
     decode_chunk,
     encode_chunk,
+    opens_server_push,
     parse_ndjson,
     parse_sse,
     parse_stream,
@@ -349,3 +350,25 @@ def test_ndjson_lines_and_whole_secrets_inside_one_piece() -> None:
 def test_a_stream_whose_last_data_is_not_a_string_is_not_finished(last: bytes) -> None:
     # a client closing such a stream early is recorded as abandoned, never a crash
     assert stream_finished(StreamFormat.SSE, [b'data: {"n": 1}\n\n', last]) is False
+
+
+def test_an_mcp_answer_ends_its_sse_stream() -> None:
+    """An MCP server's SSE answer ends with the JSON-RPC response: a client that closes
+    right after it read all of it; progress notifications before it do not end it."""
+    progress = b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n'
+    answer = b'event: message\ndata: {"jsonrpc":"2.0","id":3,"result":{}}\n\n'
+    error = b'event: message\ndata: {"jsonrpc":"2.0","id":3,"error":{"code":-1}}\n\n'
+    assert stream_finished(StreamFormat.SSE, [progress, answer]) is True
+    assert stream_finished(StreamFormat.SSE, [progress, error]) is True
+    assert stream_finished(StreamFormat.SSE, [answer, progress]) is False
+    assert stream_finished(StreamFormat.SSE, [b'data: {"id":3,"result":{}}\n\n']) is False
+
+
+def test_a_session_get_for_events_opens_a_server_push_stream() -> None:
+    accept = "application/json, text/event-stream"
+    assert opens_server_push("GET", accept, "rec-0123456789ab") is True
+    assert opens_server_push("get", "Text/Event-Stream", "abc") is True
+    assert opens_server_push("GET", accept, None) is False  # no session: an ordinary stream
+    assert opens_server_push("POST", accept, "abc") is False
+    assert opens_server_push("GET", "application/json", "abc") is False
+    assert opens_server_push("GET", None, "abc") is False

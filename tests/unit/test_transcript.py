@@ -134,3 +134,47 @@ def test_textconv_keeps_what_is_not_a_recording_byte_for_byte() -> None:
     out = textconv(broken)
     assert out.startswith(CORRUPT_MARK.encode())
     assert out.endswith(broken)
+
+
+def test_an_mcp_session_reads_as_calls_and_answers() -> None:
+    """A JSON-RPC request reads `→ method name {arguments}` (`_meta` left out), and each
+    message of the answer `← …`: notifications, a tool's text, a failed tool, a tool list,
+    a JSON-RPC error."""
+    call = {
+        "jsonrpc": "2.0",
+        "id": 4,
+        "method": "tools/call",
+        "params": {"name": "crawl", "arguments": {"pages": 3}, "_meta": {"progressToken": 4}},
+    }
+    events = [
+        {"event": "message", "data": {"jsonrpc": "2.0", "method": "notifications/progress",
+                                      "params": {"progress": 1, "total": 3}}},
+        {"event": "message", "data": {"jsonrpc": "2.0", "id": 4, "result": {
+            "content": [{"type": "text", "text": "crawled 3 pages"}], "isError": False}}},
+    ]  # fmt: skip
+    streamed = RecordedResponse(status=200, body=events, is_streaming=True, stream_format="sse")
+    failed = RecordedResponse(
+        status=200,
+        body={"jsonrpc": "2.0", "id": 4, "result": {"content": [{"type": "text", "text": "no"}],
+                                                    "isError": True}},
+    )  # fmt: skip
+    listed = RecordedResponse(
+        status=200, body={"jsonrpc": "2.0", "id": 4, "result": {"tools": [{"name": "search"}]}}
+    )
+    refused = RecordedResponse(
+        status=200,
+        body={"jsonrpc": "2.0", "id": 4, "error": {"code": -32602, "message": "bad pages"}},
+    )
+    text = transcript(_recording(call, streamed, failed, listed, refused, endpoint="/mcp"))
+    lines = text.splitlines()
+    assert '→ tools/call crawl {"pages":3}' in lines
+    assert "progressToken" not in text and "jsonrpc" not in text
+    assert '← notifications/progress {"progress":1,"total":3}' in lines
+    assert "← result: crawled 3 pages" in lines
+    assert "← tool error: no" in lines
+    assert "← result: tools search" in lines
+    assert "← error -32602: bad pages" in lines
+    plain = transcript(
+        _recording({"jsonrpc": "2.0", "method": "tools/list"}, listed, endpoint="/mcp")
+    )
+    assert "→ tools/list" in plain.splitlines()

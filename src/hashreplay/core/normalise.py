@@ -101,10 +101,20 @@ _QUANTUM = Decimal(1).scaleb(-FLOAT_DIGITS)
 _INT64 = 2**63
 
 
+#: Response headers that hand the client an id it sends back on its later requests (MCP's
+#: streamable-HTTP session, `mcp-session-id`): kept in the file with the value replaced by a
+#: stable id, as a body's ids are, so a replayed client sends back what the file holds and
+#: a re-record against a server handing out fresh ones changes nothing (docs/design.md §5,
+#: "Ids handed out in headers"). A request's value of one is mapped the same way where a
+#: request header is stored or hashed (`match_headers`).
+ID_HEADERS: frozenset[str] = frozenset({"mcp-session-id"})
+
+
 #: Response headers kept by default: the ones that change how a client parses or retries.
 KEPT_RESPONSE_HEADERS: frozenset[str] = frozenset(
     # x-amzn-errortype: the error code of AWS services (botocore reads it from the header)
     {"content-type", "retry-after", "retry-after-ms", "x-should-retry", "x-amzn-errortype"}
+    | ID_HEADERS
 )
 
 

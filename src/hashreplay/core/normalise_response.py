@@ -21,7 +21,7 @@ import orjson
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import FIXED_EPOCH, STABLE_ID_PREFIX
 from hashreplay.core.format import RecordedRequest, RecordedResponse
-from hashreplay.core.normalise import MIN_EMBEDDED_ID, IdRegistry, map_ids
+from hashreplay.core.normalise import ID_HEADERS, MIN_EMBEDDED_ID, IdRegistry, map_ids
 from hashreplay.core.streams import (
     EventStreamFrames,
     StreamFormat,
@@ -277,6 +277,8 @@ def normalise_response(
     model_list = model_list or (request is not None and is_model_object(request))
     rewrite = not model_list
     named = named_values(request) if request is not None and rewrite else frozenset()
+    if rewrite and not ID_HEADERS.isdisjoint(response.headers):
+        response = _header_ids(response, ids, where, known_ids)
     if response.is_streaming and response.stream_format is not None:
         fmt = StreamFormat(response.stream_format)
         items = list(response.body or [])
@@ -308,6 +310,23 @@ def normalise_response(
     else:
         body = response.body
     return response.replace(body=body)
+
+
+def _header_ids(
+    response: RecordedResponse, ids: IdRegistry, where: str, known: Mapping[str, str] | None
+) -> RecordedResponse:
+    """The ids a response hands out in `ID_HEADERS` (`mcp-session-id`) replaced by stable
+    ids: the one the test received earlier (every answer of an MCP session repeats it), else a
+    new one registered at `<exchange>.headers.<name>`; body text quoting it is mapped too."""
+    exchange = where.removesuffix(".body")
+    headers = dict(response.headers)
+    for name in ID_HEADERS.intersection(headers):
+        value = headers[name]
+        if not value or value.startswith(STABLE_ID_PREFIX):
+            continue
+        stable = (known or {}).get(value) or ids.assign(value, f"{exchange}.headers.{name}")
+        headers[name] = stable
+    return response.replace(headers=headers)
 
 
 def _normalise_eventstream(

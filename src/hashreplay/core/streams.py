@@ -97,6 +97,35 @@ TERMINAL_EVENTS = frozenset(
 )
 
 
+def opens_server_push(method: str, accept: str | None, session_id: str | None) -> bool:
+    """Whether a request opens a session's server-push stream: a GET asking for
+    `text/event-stream` that carries a session id a server handed out (`ID_HEADERS` of
+    `core/normalise.py`: MCP's server-to-client channel over streamable HTTP). Such a
+    stream has no last event of its own: it ends when the server closes it or its client
+    does (closing the session), so it is stored complete either way, and replay answers a
+    reconnect past the recorded ones with the last (docs/recordings.md, "MCP over
+    streamable HTTP")."""
+    return (
+        method.upper() == "GET"
+        and bool(session_id)
+        and accept is not None
+        and "text/event-stream" in accept.lower()
+    )
+
+
+def is_jsonrpc_answer(payload: Any) -> bool:
+    """Whether an event's data is a JSON-RPC response (`result`) or error with an `id`: the
+    last event of an MCP server's SSE answer to a request (streamable HTTP), after which its
+    client closes the stream, having read all of it (docs/recordings.md, "MCP over streamable
+    HTTP")."""
+    return (
+        isinstance(payload, dict)
+        and payload.get("jsonrpc") == "2.0"
+        and "id" in payload
+        and ("result" in payload or "error" in payload)
+    )
+
+
 def stream_finished(fmt: StreamFormat, chunks: list[bytes]) -> bool:
     """Whether a stream's bytes end with its API's own last event (`[DONE]`, `"done": true`)."""
     data = b"".join(chunks)
@@ -107,8 +136,10 @@ def stream_finished(fmt: StreamFormat, chunks: list[bytes]) -> bool:
         payload = events[-1].get("data")
         kind = payload.get("type") if isinstance(payload, dict) else payload
         # `data` may be any JSON value (`[1, 2]`, `{"type": [...]}`): only a string names an event
-        return events[-1].get("event") in TERMINAL_EVENTS or (
-            isinstance(kind, str) and kind in TERMINAL_EVENTS
+        return (
+            events[-1].get("event") in TERMINAL_EVENTS
+            or (isinstance(kind, str) and kind in TERMINAL_EVENTS)
+            or is_jsonrpc_answer(payload)
         )
     if fmt is StreamFormat.NDJSON and data.endswith(b"\n"):
         lines = parse_ndjson(data)

@@ -324,7 +324,9 @@ def _request_lines(recording: Recording) -> list[str]:
     lines.extend(f"header {name}: {value}" for name, value in sorted(request.headers.items()))
     body = request.body
     turns = conversation(body, request.endpoint)
-    if isinstance(body, dict):
+    if (call := rpc_call(body)) is not None:
+        lines.append(f"→ {call}")
+    elif isinstance(body, dict):
         if isinstance(tools := body.get("tools"), list) and tools:
             lines.append("tools: " + ", ".join(_tool_name(t) for t in tools))
         if body.get("stream"):
@@ -384,6 +386,11 @@ def _response_lines(label: str, response: RecordedResponse) -> list[str]:
         count = len(response.body or [])
         kind = f"{kind} (stream: {response.stream_format}, {count} events)".strip()
     lines = [f"{label}: {status} {kind}".rstrip()]
+    values = payloads(response) if response.body is not None else []
+    if values and all(_is_rpc(value) for value in values):
+        lines.extend(f"← {rpc_answer(value)}" for value in values)
+        lines.append(f"end: {_end(response)}")
+        return lines
     said = reply(response)
     lines.extend(f"assistant: call {call}" for call in said.tool_calls)
     if said.text:
@@ -408,6 +415,47 @@ def _other_body(response: RecordedResponse) -> list[str]:
     if isinstance(body, dict):
         return [f"body {key}: {_compact(value)}" for key, value in sorted(body.items())]
     return [f"body: {_body_text(response)}"]
+
+
+def _is_rpc(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("jsonrpc") == "2.0"
+
+
+def _params(value: Any) -> Any:
+    """JSON-RPC params without `_meta` (progress tokens, protocol stamps: not what was asked)."""
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if k != "_meta"}
+    return value
+
+
+def rpc_call(body: Any) -> str | None:
+    """An MCP (JSON-RPC 2.0) request or notification as one line: `tools/call search
+    {"query":"otters"}`, `tools/list`, `notifications/progress {...}`; None for other bodies."""
+    if not _is_rpc(body) or not isinstance(body.get("method"), str):
+        return None
+    method, params = body["method"], _params(body.get("params"))
+    if method == "tools/call" and isinstance(params, dict):
+        return f"{method} {params.get('name')} {_compact(params.get('arguments') or {})}"
+    return f"{method} {_compact(params)}" if params else method
+
+
+def rpc_answer(message: dict[str, Any]) -> str:
+    """One JSON-RPC message from an MCP server: a notification or request as `rpc_call`
+    shows it, a tool's result as its text (`tool error: …` when `isError`), a tool list as
+    its names, another result as its fields, an error as its code and message."""
+    call = rpc_call(message)
+    if call is not None:
+        return call
+    error = message.get("error")
+    if isinstance(error, dict):
+        return f"error {error.get('code')}: {error.get('message')}"
+    result = _params(message.get("result"))
+    if isinstance(result, dict) and isinstance(result.get("content"), list):
+        text = text_of(result["content"])
+        return f"{'tool error' if result.get('isError') else 'result'}: {text}"
+    if isinstance(result, dict) and isinstance(tools := result.get("tools"), list):
+        return "result: tools " + ", ".join(_tool_name(tool) for tool in tools)
+    return f"result: {_compact(result)}"
 
 
 def _end(response: RecordedResponse) -> str:

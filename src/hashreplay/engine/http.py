@@ -261,8 +261,12 @@ class LiveBody:
         keep: bool = True,
         started: float | None = None,
         limit: BodyLimit | None = None,
+        push: bool = False,
     ) -> None:
         self.started = started
+        #: a session's server-push stream (`core.streams.opens_server_push`): its client
+        #: closing it, or cancelling the read as it closes the session, ends it completely
+        self.push = push
         self.limit = limit
         #: decoded bytes kept so far
         self.size = 0
@@ -359,6 +363,9 @@ class LiveBody:
         self._done = True
         if self.too_large:
             return None  # the call failed with BodyTooLarge: nothing to record
+        # Ctrl-C while it closes still records nothing
+        if self.push and (exc is None or _cancelled(exc)) and not run_stopping():
+            exc, abandoned = None, False
         if run_stopping(exc):
             return None  # the user stopped the run (Ctrl-C, ...): no answer to record
         if abandoned:
@@ -375,6 +382,13 @@ class LiveBody:
             head_at=self.head_at,
             chunk_at=self.chunk_at,
         )
+
+
+def _cancelled(exc: BaseException) -> bool:
+    """Whether `exc` is an asyncio task's cancellation (asyncio is never imported for it:
+    a process that has not imported it has no such exception)."""
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and isinstance(exc, asyncio.CancelledError)
 
 
 def miss_plan(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -30,6 +30,7 @@ from hashreplay.core.matching import MatchRule
 from hashreplay.core.model_lists import MODEL_LIST_SUFFIXES, is_model_list
 from hashreplay.core.modes import Mode
 from hashreplay.core.normalise import (
+    ID_HEADERS,
     KEPT_REQUEST_HEADERS,
     RequestRules,
     compile_patterns,
@@ -70,6 +71,8 @@ class Prepared(NamedTuple):
     rule: MatchRule | None = None
     #: why the user's request hook failed (the test fails with it; docs/design.md §14)
     hook_failed: str | None = None
+    #: the request opens a session's server-push stream (`core.streams.opens_server_push`)
+    push: bool = False
 
 
 class Keyer:
@@ -129,7 +132,7 @@ class Keyer:
             method=method,
             url=url,
             endpoint=endpoint,
-            headers=filter_headers(headers, self.kept_request_headers, redactor.header),
+            headers=filter_headers(headers, self.kept_request_headers, self._header(id_map)),
             body=body,
             body_encoding=encoding,
             model=model if isinstance(model, str) else None,
@@ -144,6 +147,19 @@ class Keyer:
             if secrets.mentioned_in(b"\n".join([others, incoming.content])):
                 request = scrub_request(request, secrets)
         return request, secrets, failed
+
+    def _header(self, id_map: Mapping[str, str] | None) -> Callable[[str, str], str]:
+        """How a kept request header's value is stored: redacted, and an id a response handed
+        out (`ID_HEADERS`: `mcp-session-id`) as its stable form, so a `match_headers` key on
+        it is the same in every run (docs/design.md §5, "Ids handed out in headers")."""
+        header = self.redactor.header
+        if not id_map:
+            return header
+
+        def stored(name: str, value: str) -> str:
+            return header(name, id_map.get(value, value) if name in ID_HEADERS else value)
+
+        return stored
 
     def _url_forms(self, url: str) -> tuple[str, str]:
         """A URL's endpoint (hashed) and stored form (redacted, loopback host generic)."""

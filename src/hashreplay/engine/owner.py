@@ -304,9 +304,11 @@ class TestRecordings:
             seq = self.sequences.get(prep.hash) or self.sequence(view, prep)
             index = seq.calls
             if index >= len(seq.responses):
-                if not seq.responses or prep.mode.may_record or self.repeat() is not Repeat.LAST:
+                # a polling loop, or a client reconnecting to a server-push stream that ended
+                again = self.repeat() is Repeat.LAST or prep.push
+                if not seq.responses or prep.mode.may_record or not again:
                     return None
-                index = len(seq.responses) - 1  # a polling loop: the last answer again
+                index = len(seq.responses) - 1  # the last answer again
             response = seq.responses[index]
             if prep.mode is Mode.RECORD_IF_MISSING and self._record_again(prep, response):
                 return None
@@ -514,9 +516,10 @@ def response_field(index: int) -> str:
 
 def free_ids(ids: IdRegistry, index: int) -> None:
     """Forget the stable ids the `index`-th exchange's fields held, so the answer that
-    takes its place gets them again (fields like `response.body.id`)."""
+    takes its place gets them again (fields like `response.body.id`, and ids handed out in
+    its headers, `response.headers.mcp-session-id`)."""
     where = response_field(index)
-    inside = (where, f"{where}.", f"{where}[")
+    inside = (where, f"{where}.", f"{where}[", f"{where.removesuffix('.body')}.headers.")
     for stable in [k for k, v in ids.facts.items() if v.startswith(inside)]:
         del ids.facts[stable]
 

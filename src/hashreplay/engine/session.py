@@ -43,7 +43,7 @@ from hashreplay.core.network import (
     placeholder_keys,
     placeholder_refusal,
 )
-from hashreplay.core.normalise import KEPT_RESPONSE_HEADERS
+from hashreplay.core.normalise import ID_HEADERS, KEPT_RESPONSE_HEADERS
 from hashreplay.core.paths import RecordingsDirOutside
 from hashreplay.core.secret_values import (
     NO_SECRETS,
@@ -52,6 +52,7 @@ from hashreplay.core.secret_values import (
     carries_any,
 )
 from hashreplay.core.store import ReadAhead, Store
+from hashreplay.core.streams import opens_server_push
 from hashreplay.core.urls import endpoint_of
 from hashreplay.core.writer import BackgroundWriter
 from hashreplay.engine.connections import Connections
@@ -277,6 +278,10 @@ class Session:
         request, secrets, failed = self.keyer.request(incoming, ids)
         self.seen_secrets.add(secrets)
         prep = self._prepared(request, test_id, secrets, owner)
+        if opens_server_push(
+            incoming.method, incoming.header("accept"), _session_id(incoming.header)
+        ):
+            prep = prep._replace(push=True)
         return prep if failed is None else prep._replace(hook_failed=failed)
 
     def prepare_call(
@@ -526,7 +531,12 @@ class Session:
         limit = BodyLimit(
             self.config.max_body_bytes, prep.test_id, prep.request.url, self._body_too_large
         )
-        return LiveBody(status, headers, started=started, limit=limit)
+        return LiveBody(status, headers, started=started, limit=limit, push=prep.push)
+
+
+def _session_id(header: Callable[[str], str | None]) -> str | None:
+    """The first session id a server handed out (`ID_HEADERS`) that a request carries."""
+    return next((v for name in sorted(ID_HEADERS) if (v := header(name))), None)
 
 
 def ids_in_path(incoming: IncomingRequest, ids: Mapping[str, str]) -> IncomingRequest:

@@ -255,7 +255,12 @@ class Forwarder:
             None if limit is None else BodyLimit(limit, request.test_id, request.target, _ignore)
         )
         live = LiveBody(
-            response.status_code, raw_headers, keep=prep is not None, started=started, limit=bounded
+            response.status_code,
+            raw_headers,
+            keep=prep is not None,
+            started=started,
+            limit=bounded,
+            push=prep is not None and prep.push,
         )
         dropped = ("content-encoding", "content-length") if live.decodes else ()
         client_headers = end_to_end(raw_headers, dropped)
