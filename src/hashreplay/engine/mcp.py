@@ -1,0 +1,371 @@
+"""Replaying one recorded MCP session to a live client, with no server (docs/design.md, "MCP
+servers"): sans-I/O, the adapter (`adapters/mcp.py`) carries its answers to the client's
+streams.
+
+The recording is the session's messages in the order they crossed the pipe, each `sent` (by
+the client) or `received` (from the server, with `after_sent`: how many messages the client
+had sent before it arrived), and how the session ended. Replay:
+
+- **Matching**: each request the client sends takes the next recorded request of the same
+  `method` whose compared params (`core/mcp.compared`, under the test's `ignore` paths) are
+  equal, whatever its place; the recorded answer then goes out with the live request's `id`,
+  and progress notifications recorded under the recorded request's `progressToken` go out
+  under the live one's. A request with no such recording is a miss: noted on the test's
+  owner (the test fails even if the client swallows the error) and answered at once with a
+  JSON-RPC error whose message is the miss report, so the client never waits for it. A
+  client's answer to a server request is compared with the recorded answer to that request
+  (a difference is a miss too); a client notification takes the next recorded one of its
+  method, and one the recording lacks (a cancellation) is no miss.
+- **Order**: what the server sent goes out in recorded order, each message once the client
+  has sent as many requests and answers as it had when the message arrived (client
+  notifications are not counted: a client may send them at other moments), and an answer or
+  progress notification only once the request it belongs to was matched. A message whose
+  request the client never sent is passed over, so one changed call cannot stall the rest.
+- **The end**: a session recorded as cut (the server exited or crashed) ends the same way
+  once its place is reached: the client's read stream ends, as it did live. A session the
+  client closed never ends from the server's side. A request the recorded server never
+  answered is never answered here either: the client's own timeout (`read_timeout_seconds`,
+  or a deadline around the call) ends it, as it did live.
+- **Stalls**: when the client waits for an answer that is recorded but gated on messages it
+  has not sent (it sends fewer than it did live), `stalled` says so; after the adapter's
+  bounded wait, `give_up` answers that request with an error naming what the answer waited
+  for, and notes the failure.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from enum import Enum
+from typing import Any, NamedTuple
+
+from hashreplay.core.errors import ReplayFailure
+from hashreplay.core.matching import MatchRule
+from hashreplay.core.mcp import (
+    Kind,
+    compared,
+    describe_command,
+    kind_of,
+    method_of,
+    progress_token,
+    with_progress_token,
+)
+
+#: The JSON-RPC error code of hashreplay's answers (a miss, a stall): in the range JSON-RPC
+#: leaves to implementations, so a client shows its message.
+MISS_ERROR_CODE = -32099
+
+#: How long (seconds) the adapter waits, while the client waits for a recorded answer that
+#: is gated on messages the client has not sent, before `give_up`.
+STALL_TIMEOUT = 5.0
+
+
+class Direction(str, Enum):
+    SENT = "sent"
+    RECEIVED = "received"
+
+
+class Message(NamedTuple):
+    """One recorded message: its direction, its JSON-RPC message, and for a received one
+    how many messages the client had sent before it arrived."""
+
+    direction: Direction
+    data: Any
+    after_sent: int = 0
+
+
+class Ending(str, Enum):
+    #: the client closed the session (whatever the server did afterwards)
+    CLOSED = "closed"
+    #: the server's output ended while the client still used it (exit, crash)
+    CUT = "cut"
+
+
+class End(NamedTuple):
+    """The recorded session's end, reached once the client sent `after_sent` messages."""
+
+    how: Ending
+    after_sent: int = 0
+
+
+#: What `next_message` says when nothing is to be delivered now.
+WAIT: Any = None
+
+
+def _id_key(value: Any) -> str:
+    """A JSON-RPC id as a dictionary key that keeps `1` and `"1"` apart."""
+    return json.dumps(value)
+
+
+class McpReplay:
+    """One recorded session answering one live client."""
+
+    def __init__(
+        self,
+        messages: Sequence[Message],
+        end: End,
+        *,
+        command: Any,
+        file: str,
+        test_id: str | None,
+        rule: MatchRule | None,
+        fail: Callable[[ReplayFailure], None],
+        record_command: str,
+    ) -> None:
+        """`command` is the stored session request's body (`{"command", "args"}`), `file`
+        the recording as reports name it, `fail` notes a failure on the test's owner,
+        `record_command` the command that records the session again."""
+        self.messages = list(messages)
+        self.end = end
+        self.command = describe_command(command)
+        self.file = file
+        self.test_id = test_id
+        self.rule = rule
+        self._fail = fail
+        self.record_command = record_command
+        self._sent = [i for i, m in enumerate(self.messages) if m.direction is Direction.SENT]
+        self._received = [
+            i for i, m in enumerate(self.messages) if m.direction is Direction.RECEIVED
+        ]
+        # the recorded client requests and answers among the first n sent messages
+        counted = [0]
+        for i in self._sent:
+            kind = kind_of(self.messages[i].data)
+            counted.append(counted[-1] + (kind is not None and kind is not Kind.NOTIFICATION))
+        self._counted = counted
+        self._belongs = {i: self._request_of(i) for i in self._received}
+        self._consumed: set[int] = set()
+        self._delivered: set[int] = set()
+        #: recorded sent index → the live request's id / progress token
+        self._live_ids: dict[int, Any] = {}
+        self._live_tokens: dict[int, Any] = {}
+        self._live_counted = 0
+        self._answers: list[dict[str, Any]] = []
+        self._ended = False
+        self.failures: list[ReplayFailure] = []
+
+    # --- what belongs to what --------------------------------------------------------------
+
+    def _request_of(self, received: int) -> int | None:
+        """The recorded client request a received message belongs to (an answer to it, or
+        progress under its token), or None."""
+        data = self.messages[received].data
+        kind = kind_of(data)
+        if kind is not None and kind.is_answer:
+            key = _id_key(data.get("id"))
+            for i in reversed(self._sent):
+                sent = self.messages[i].data
+                if i < received and kind_of(sent) is Kind.REQUEST and _id_key(sent["id"]) == key:
+                    return i
+            return None
+        if kind is Kind.NOTIFICATION and method_of(data) == "notifications/progress":
+            params = data.get("params")
+            token = params.get("progressToken") if isinstance(params, dict) else None
+            if token is None:
+                return None
+            for i in reversed(self._sent):
+                if i < received and progress_token(self.messages[i].data) == token:
+                    return i
+        return None
+
+    def _required(self, received: int) -> int:
+        """How many client requests and answers must have been sent before `received`."""
+        after = self.messages[received].after_sent
+        return self._counted[min(after, len(self._counted) - 1)]
+
+    # --- the client sends -----------------------------------------------------------------
+
+    def sent(self, message: Any) -> None:
+        """The client sent `message` (a JSON-RPC message as JSON)."""
+        kind = kind_of(message)
+        if kind is None:
+            self._miss_unreadable(message)
+            return
+        if kind is Kind.NOTIFICATION:
+            found = self._next_sent(Kind.NOTIFICATION, message)
+            if found is not None:
+                self._consumed.add(found)
+            return
+        self._live_counted += 1
+        if kind is Kind.REQUEST:
+            self._request(message)
+        else:
+            self._answer(message)
+
+    def _shown(self, message: Any) -> Any:
+        value = compared(message)
+        if self.rule is not None and "method" in message:
+            value = self.rule.project("", "", value)[2]
+        return value
+
+    def _next_sent(self, kind: Kind, message: Any) -> int | None:
+        method = method_of(message)
+        wanted = self._shown(message) if kind is Kind.REQUEST else None
+        for i in self._sent:
+            if i in self._consumed:
+                continue
+            data = self.messages[i].data
+            if kind_of(data) is not kind or method_of(data) != method:
+                continue
+            if kind is Kind.NOTIFICATION or self._shown(data) == wanted:
+                return i
+        return None
+
+    def _request(self, message: Any) -> None:
+        found = self._next_sent(Kind.REQUEST, message)
+        if found is None:
+            self._miss(message)
+            return
+        self._consumed.add(found)
+        self._live_ids[found] = message.get("id")
+        self._live_tokens[found] = progress_token(message)
+
+    def _answer(self, message: Any) -> None:
+        """The client answered a server request: compared with the recorded answer."""
+        key = _id_key(message.get("id"))
+        for i in self._sent:
+            data = self.messages[i].data
+            kind = kind_of(data)
+            if i in self._consumed or kind is None or not kind.is_answer:
+                continue
+            if _id_key(data.get("id")) == key:
+                self._consumed.add(i)
+                if compared(data) != compared(message):
+                    self._differs(message, data, f"the answer to the server's request {key}")
+                return
+        what = f"an answer to the server's request {key}, which the recording does not hold"
+        self._note(f"the client sent {what}")
+
+    # --- the server's side ----------------------------------------------------------------
+
+    def next_message(self) -> Any:
+        """The next message to hand the client (a JSON-RPC message as JSON, with live ids),
+        `WAIT` when there is none yet, or `self.end` when the recorded session ends here."""
+        if self._answers:
+            return self._answers.pop(0)
+        for i in self._received:
+            if i in self._delivered:
+                continue
+            if self._required(i) > self._live_counted:
+                break
+            owner = self._belongs[i]
+            if owner is not None and owner not in self._consumed:
+                continue  # belongs to a request this client did not send (yet)
+            self._delivered.add(i)
+            return self._live(i, owner)
+        if not self._ended and self.end.how is Ending.CUT and self._end_reached():
+            self._ended = True
+            return self.end
+        return WAIT
+
+    def _end_reached(self) -> bool:
+        count = self._counted[min(self.end.after_sent, len(self._counted) - 1)]
+        if count > self._live_counted:
+            return False
+        return all(
+            i in self._delivered or self._belongs[i] not in self._consumed for i in self._received
+        )
+
+    def _live(self, index: int, owner: int | None) -> Any:
+        data: dict[str, Any] = dict(self.messages[index].data)
+        if owner is None:
+            return data
+        if "method" not in data:
+            data["id"] = self._live_ids.get(owner)
+        elif self._live_tokens.get(owner) is not None:
+            data = with_progress_token(data, self._live_tokens[owner])
+        return data
+
+    def stalled(self) -> str | None:
+        """What a waiting client waits for in vain, or None: a matched request whose
+        recorded answer is gated on more requests and answers than the client has sent."""
+        for i in self._received:
+            owner = self._belongs[i]
+            data = self.messages[i].data
+            if i in self._delivered or owner is None or owner not in self._consumed:
+                continue
+            if "method" not in data and self._required(i) > self._live_counted:
+                method = method_of(self.messages[owner].data)
+                return (
+                    f"the recorded answer to {method} came after the client had sent "
+                    f"{self._required(i)} requests and answers; this client has sent "
+                    f"{self._live_counted} and sends no more"
+                )
+        return None
+
+    def give_up(self) -> None:
+        """The stall `stalled` names lasted the bounded wait: answer the waiting requests
+        with an error and fail the test."""
+        why = self.stalled()
+        if why is None:
+            return
+        for i in self._received:
+            owner = self._belongs[i]
+            data = self.messages[i].data
+            if i in self._delivered or owner is None or owner not in self._consumed:
+                continue
+            if "method" not in data and self._required(i) > self._live_counted:
+                self._delivered.add(i)
+                self._answers.append(self._error(self._live_ids.get(owner), why))
+        self._note(why)
+
+    # --- misses ---------------------------------------------------------------------------
+
+    def _report(self, what: str) -> str:
+        test = f"test {self.test_id}" if self.test_id else "no test"
+        return (
+            f"hashreplay: MCP session replay miss ({test}): {what}\n"
+            f"  server: {self.command}\n"
+            f"  recording: {self.file}\n"
+            f"  to record it: {self.record_command}"
+        )
+
+    def _note(self, what: str) -> ReplayFailure:
+        failure = ReplayFailure(self._report(what), test_id=self.test_id)
+        self.failures.append(failure)
+        self._fail(failure)
+        return failure
+
+    def _error(self, live_id: Any, message: str) -> dict[str, Any]:
+        return {
+            "jsonrpc": "2.0",
+            "id": live_id,
+            "error": {"code": MISS_ERROR_CODE, "message": message, "data": {"file": self.file}},
+        }
+
+    def _miss(self, message: Any) -> None:
+        from hashreplay.core.diff import first_difference
+
+        method = method_of(message)
+        candidates = [
+            i
+            for i in self._sent
+            if kind_of(self.messages[i].data) is Kind.REQUEST
+            and method_of(self.messages[i].data) == method
+        ]
+        if not candidates:
+            what = f"request {method}: the recording holds no {method} request"
+        elif all(i in self._consumed for i in candidates):
+            what = (
+                f"request {method}: all {len(candidates)} recorded {method} requests were "
+                "answered already"
+            )
+        else:
+            nearest = next(i for i in candidates if i not in self._consumed)
+            diff = first_difference(
+                self._shown(self.messages[nearest].data), self._shown(message), "params"
+            )
+            shown = diff.describe() if diff is not None else "params differ"
+            what = f"request {method}: {shown}"
+        failure = self._note(what)
+        self._answers.append(self._error(message.get("id"), failure.report))
+
+    def _differs(self, live: Any, recorded: Any, what: str) -> None:
+        from hashreplay.core.diff import first_difference
+
+        diff = first_difference(compared(recorded), compared(live))
+        shown = diff.describe() if diff is not None else "differs"
+        self._note(f"{what}: {shown}")
+
+    def _miss_unreadable(self, message: Any) -> None:
+        self._note(f"the client sent something that is no JSON-RPC message: {message!r:.80}")
