@@ -35,9 +35,12 @@ had sent before it arrived), and how the session ended. Replay:
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import orjson
 
 from hashreplay.core.errors import ReplayFailure
 from hashreplay.core.matching import MatchRule
@@ -48,8 +51,14 @@ from hashreplay.core.mcp import (
     kind_of,
     method_of,
     progress_token,
+    stdio_request,
     with_progress_token,
 )
+from hashreplay.engine.http import IncomingRequest
+
+if TYPE_CHECKING:
+    from hashreplay.engine.replay import Decision
+    from hashreplay.engine.session import Session
 
 #: The JSON-RPC error code of hashreplay's answers (a miss, a stall): in the range JSON-RPC
 #: leaves to implementations, so a client shows its message.
@@ -369,3 +378,19 @@ class McpReplay:
 
     def _miss_unreadable(self, message: Any) -> None:
         self._note(f"the client sent something that is no JSON-RPC message: {message!r:.80}")
+
+
+# --- the session's decision -----------------------------------------------------------------
+
+
+def session_request(command: Any, args: Sequence[str]) -> IncomingRequest:
+    """A stdio session as the engine keys it (`core/mcp.stdio_request`): no headers, the
+    command line as its JSON body; the environment and working directory are not in it."""
+    method, url, body = stdio_request(os.fspath(command), [str(a) for a in args])
+    return IncomingRequest(method, url, (("content-type", "application/json"),), orjson.dumps(body))
+
+
+def decide(session: Session, command: Any, args: Sequence[str]) -> Decision:
+    """The one decision for a stdio session: `Replay` (answered by its recording, the next
+    of its key in the test), `Record`, `Miss` (the test fails with the report) or `Live`."""
+    return session.decide(session_request(command, args))

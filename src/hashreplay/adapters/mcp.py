@@ -1,0 +1,366 @@
+"""The MCP stdio adapter: `mcp.client.stdio.stdio_client(params)`, the seam below
+`ClientSession` (docs/usage.md, "MCP servers"; docs/design.md, "MCP servers").
+
+`stdio_client` is an `asynccontextmanager`: every name it is known by (`mcp.stdio_client`,
+`mcp.client.stdio.stdio_client`, `mcp.client.client`'s, which `Client` uses, and any a
+module bound with `from mcp import stdio_client` before hashreplay started) is the one
+wrapper function, which calls the generator function held in its closure. The adapter swaps
+that generator function (and puts it back on `uninstall`), so all of them are intercepted
+alike; where the closure is not of that shape, the three module attributes are replaced
+instead.
+
+Each session gets one engine decision (`Session.decide_mcp`): replay yields a pair of
+streams answered by the recording (`engine/mcp.McpReplay`) and starts no process; record
+modes start the server through the original `stdio_client` and yield its streams tapped, each
+message logged in order as it crosses (what the client sends before it is passed on, what
+the server sends as the client takes it), and the session is written when the context ends
+(cut when the server's output ended first). Live and pass-through sessions get the original.
+
+The client sees what it saw live: answers with its own ids, the end of its read stream
+(`anyio.EndOfStream`, which `ClientSession` reports as "Connection closed") where the server
+exited or crashed, and `anyio.BrokenResourceError` from a send after that end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Callable
+from types import CellType, TracebackType
+from typing import Any, TextIO
+
+import anyio
+
+from hashreplay.adapters import _shared as _state
+from hashreplay.adapters._shared import Patches
+from hashreplay.engine import mcp as mcp_engine
+from hashreplay.engine.mcp import STALL_TIMEOUT, WAIT, End, McpReplay
+from hashreplay.engine.replay import Miss, Record, Replay
+
+_patches = Patches("mcp")
+
+#: The swapped generator function: the wrapper's closure cell and what it held.
+_swapped: list[tuple[CellType, Any]] = []
+
+
+def _message_json(message: Any) -> Any:
+    """A JSON-RPC message (the SDK's pydantic model) as the JSON it is sent as."""
+    return message.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def _message_model(data: Any) -> Any:
+    """The SDK's JSON-RPC message model for `data` (mcp 2.x: `mcp_types`; 1.x: `mcp.types`)."""
+    try:
+        from mcp_types import jsonrpc_message_adapter
+    except ImportError:  # mcp 1.x
+        from mcp.types import JSONRPCMessage
+
+        return JSONRPCMessage.model_validate(data)
+    return jsonrpc_message_adapter.validate_python(data, by_name=False)
+
+
+def _session_message(data: Any) -> Any:
+    from mcp.shared.message import SessionMessage
+
+    return SessionMessage(_message_model(data))
+
+
+# --- replay: streams answered by the recording ----------------------------------------------
+
+
+class _Replayed:
+    """The state both replayed streams share: the replayer, and the event a waiting reader
+    wakes on when the client sends or closes."""
+
+    def __init__(self, replay: McpReplay) -> None:
+        self.replay = replay
+        self.changed = anyio.Event()
+        self.read_closed = False
+        self.write_closed = False
+        self.ended = False
+
+    def wake(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+
+class ReplayRead:
+    """The client's read stream in replay: the recorded server's messages as the replayer
+    lets them out, then the recorded end (`anyio.EndOfStream`)."""
+
+    def __init__(self, shared: _Replayed) -> None:
+        self._shared = shared
+
+    async def receive(self) -> Any:
+        shared = self._shared
+        while True:
+            if shared.read_closed:
+                raise anyio.ClosedResourceError
+            if shared.ended:
+                raise anyio.EndOfStream
+            item = shared.replay.next_message()
+            if isinstance(item, End):
+                shared.ended = True
+                raise anyio.EndOfStream
+            if item is not WAIT:
+                await anyio.lowlevel.checkpoint()
+                return _session_message(item)
+            changed = shared.changed
+            if shared.replay.stalled() is None:
+                await changed.wait()
+                continue
+            with anyio.move_on_after(STALL_TIMEOUT):
+                await changed.wait()
+            if not changed.is_set():
+                shared.replay.give_up()
+
+    async def aclose(self) -> None:
+        self._shared.read_closed = True
+        self._shared.wake()
+
+    def close(self) -> None:
+        self._shared.read_closed = True
+        self._shared.wake()
+
+    def __aiter__(self) -> ReplayRead:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> ReplayRead:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class ReplayWrite:
+    """The client's write stream in replay: each message goes to the replayer."""
+
+    def __init__(self, shared: _Replayed) -> None:
+        self._shared = shared
+
+    async def send(self, item: Any, /) -> None:
+        shared = self._shared
+        if shared.write_closed:
+            raise anyio.ClosedResourceError
+        if shared.ended:  # the recorded server is gone, as the live one was
+            raise anyio.BrokenResourceError
+        shared.replay.sent(_message_json(item.message))
+        shared.wake()
+        await anyio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        self._shared.write_closed = True
+        self._shared.wake()
+
+    def close(self) -> None:
+        self._shared.write_closed = True
+        self._shared.wake()
+
+    async def __aenter__(self) -> ReplayWrite:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+# --- record: the live streams, tapped --------------------------------------------------------
+
+
+Tap = mcp_engine.McpLog
+
+
+class TappedRead:
+    """The live read stream; each server message is logged as the client takes it, and the
+    end of the server's output is noted (a session cut unless the client closed first)."""
+
+    def __init__(self, inner: Any, tap: Tap) -> None:
+        self._inner = inner
+        self._tap = tap
+
+    def __getattr__(self, name: str) -> Any:  # `last_context` and the like, as the SDK reads
+        return getattr(self._inner, name)
+
+    async def receive(self) -> Any:
+        try:
+            item = await self._inner.receive()
+        except anyio.EndOfStream:
+            self._tap.server_ended()
+            raise
+        message = getattr(item, "message", None)
+        if message is not None:
+            self._tap.received(_message_json(message))
+        return item
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __aiter__(self) -> TappedRead:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> TappedRead:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class TappedWrite:
+    """The live write stream; each client message is logged before it is passed on."""
+
+    def __init__(self, inner: Any, tap: Tap) -> None:
+        self._inner = inner
+        self._tap = tap
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def send(self, item: Any, /) -> None:
+        self._tap.sent(_message_json(item.message))
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def __aenter__(self) -> TappedWrite:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+# --- the patch --------------------------------------------------------------------------------
+
+
+def _original() -> Callable[..., Any]:
+    """The generator function behind `stdio_client` as the SDK defined it."""
+    if _swapped:
+        return _swapped[0][1]  # type: ignore[no-any-return]
+    import mcp.client.stdio
+
+    fn = mcp.client.stdio.stdio_client
+    patch = _patches.get("stdio_client")
+    if patch is not None:
+        fn = patch.original
+    return fn.__wrapped__  # type: ignore[no-any-return]
+
+
+async def _intercepted(server: Any, errlog: TextIO = sys.stderr) -> AsyncIterator[Any]:
+    """What `stdio_client(server, errlog)` runs while the adapter is installed: one engine
+    decision for the session, carried out."""
+    original = contextlib.asynccontextmanager(_original())
+    session = _state.active_session()
+    if session is None:
+        async with original(server, errlog) as streams:
+            yield streams
+        return
+    decision = mcp_engine.decide(session, server.command, server.args)
+    if type(decision) is Replay:
+        shared = _Replayed(mcp_engine.replayer(session, decision))
+        try:
+            yield ReplayRead(shared), ReplayWrite(shared)
+        finally:
+            shared.read_closed = shared.write_closed = True
+        return
+    if type(decision) is Miss:
+        raise decision.error
+    if type(decision) is not Record:  # live, or a call layer's recording already
+        async with original(server, errlog) as streams:
+            yield streams
+        return
+    log = mcp_engine.McpLog(session, decision.prep)
+    try:
+        async with original(server, errlog) as (read, write):
+            log.started()
+            yield TappedRead(read, log), TappedWrite(write, log)
+    finally:
+        if log.is_started:
+            await mcp_engine.arecord(session, decision.prep, log)
+
+
+def _closure_cell(wrapper: Any) -> CellType | None:
+    """The cell of the `asynccontextmanager` wrapper that holds its generator function."""
+    code = getattr(wrapper, "__code__", None)
+    closure = getattr(wrapper, "__closure__", None)
+    if code is None or closure is None or code.co_freevars != ("func",):
+        return None
+    cell: CellType = closure[0]
+    if getattr(wrapper, "__wrapped__", None) is not cell.cell_contents:
+        return None
+    return cell
+
+
+def install(session: Any) -> None:
+    """Intercept every MCP stdio session for `session`. Idempotent: a second call only swaps
+    the session."""
+    with _patches.lock:
+        if not _patches.attach(session):
+            return
+        import mcp
+        import mcp.client.client
+        import mcp.client.stdio
+
+        cell = _closure_cell(mcp.client.stdio.stdio_client)
+        if cell is not None:
+            _swapped.append((cell, cell.cell_contents))
+            cell.cell_contents = _intercepted
+            return
+        wrapper = contextlib.asynccontextmanager(_intercepted)
+        original = _patches.replace(mcp.client.stdio, "stdio_client", wrapper, key="stdio_client")
+        for module in (mcp, mcp.client.client):
+            if getattr(module, "stdio_client", None) is original:
+                _patches.replace(module, "stdio_client", wrapper, if_ours=True)
+
+
+def uninstall() -> None:
+    """Put back the SDK's `stdio_client` and forget the session."""
+    with _patches.lock:
+        while _swapped:
+            cell, original = _swapped.pop()
+            if cell.cell_contents is _intercepted:
+                cell.cell_contents = original
+        _patches.restore()
+
+
+def is_installed() -> bool:
+    return _patches.patched or bool(_swapped)
+
+
+__all__ = ["ReplayRead", "ReplayWrite", "TappedRead", "TappedWrite", "install", "uninstall"]
