@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from hashreplay.core.errors import ReplayFailure
-from hashreplay.core.matching import MatchRule
 from hashreplay.engine.mcp import (
     MISS_ERROR_CODE,
     WAIT,
@@ -73,7 +72,7 @@ class Fails:
 
 
 def replay(
-    messages: list[Message], end: End = CLOSED, rule: MatchRule | None = None
+    messages: list[Message], end: End = CLOSED, ignore: tuple[str, ...] = ()
 ) -> tuple[McpReplay, Fails]:
     fails = Fails()
     r = McpReplay(
@@ -82,7 +81,7 @@ def replay(
         command={"command": "python3", "args": ["server.py", "tools"]},
         file="tests/recordings/abc.json",
         test_id="tests/test_a.py::test_x",
-        rule=rule,
+        ignore=ignore,
         fail=fails,
         record_command="INFERENCE_MODE=record-if-missing pytest tests/test_a.py::test_x",
     )
@@ -167,7 +166,7 @@ def test_ignore_paths_apply_to_params() -> None:
         Message(S, req(1, "tools/call", {"name": "t", "arguments": {"ts": 1, "q": "x"}})),
         Message(R, res(1, {"ok": True}), 1),
     ]
-    r, fails = replay(messages, rule=MatchRule(ignore=["body.arguments.ts"]))
+    r, fails = replay(messages, ignore=("frames[*].params.arguments.ts",))
     r.sent(req(1, "tools/call", {"name": "t", "arguments": {"ts": 99, "q": "x"}}))
     assert drain(r) == [res(1, {"ok": True})] and fails.noted == []
 

@@ -38,6 +38,7 @@ OUT = os.environ.get("MCP_OUT")
 
 
 def server(kind, *extra, env=None):
+    env = {"FAKE_MCP_MARKER": os.environ["FAKE_MCP_MARKER"], **(env or {})}
     return StdioServerParameters(command=PYTHON, args=["fake_mcp.py", kind, *extra], env=env)
 
 

@@ -77,6 +77,7 @@ def test_a_changed_argument_is_a_named_miss(
 ) -> None:
     root = project(pytester, monkeypatch, test_search=SEARCH)
     pytester.runpytest("--inference-mode=record").assert_outcomes(passed=1)
+    starts(root)
     [name] = recordings(root)
     unable_to_start(monkeypatch, root)
     monkeypatch.setenv("SEARCH_Q", "birds")
@@ -134,6 +135,7 @@ def test_json_rpc_ids_that_differ_between_record_and_replay(
     monkeypatch.setenv("ID_BASE", "100")
     pytester.runpytest("--inference-mode=record").assert_outcomes(passed=1)
     assert outputs(root)["ids"] == ["init-100", 101]
+    starts(root)
     unable_to_start(monkeypatch, root)
     monkeypatch.setenv("ID_BASE", "7000")  # and another clientInfo, which is not compared
     pytester.runpytest().assert_outcomes(passed=1)
@@ -224,6 +226,7 @@ def test_a_crash_is_stored_as_cut_and_a_silent_server_times_out_in_both_modes(
 ) -> None:
     root = project(pytester, monkeypatch, test_ends=CRASH_AND_SILENCE)
     pytester.runpytest("--inference-mode=record").assert_outcomes(passed=2)
+    assert len(starts(root)) == 2
     files = {json.loads(data)["test_id"]: json.loads(data) for data in recordings(root).values()}
     crash = files["test_ends.py::test_crash"]["response"]
     assert crash["ended"]["state"] == "error"  # never stored as complete

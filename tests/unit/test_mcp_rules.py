@@ -3,17 +3,22 @@ server's message is normalised before writing."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hashreplay.core.constants import FIXED_EPOCH
+from hashreplay.core.format import Frame, FrameDirection, FrameType
+from hashreplay.core.frames import normalised_frames
 from hashreplay.core.mcp import (
     Kind,
     compared,
     describe_command,
     executable_name,
     kind_of,
-    normalise_server_message,
+    prepared_frames,
     stdio_request,
 )
-from hashreplay.core.normalise import new_id_registry
+from hashreplay.core.normalise import RequestRules, new_id_registry
+from hashreplay.core.redact import Redactor
 
 UUID_A = "7e390757-2678-4814-a066-89021b2b9064"
 UUID_B = "42e30cb0-4d13-44e4-b562-fffc7ef4f51a"
@@ -51,10 +56,32 @@ def test_the_key_is_the_executables_name_and_its_arguments() -> None:
     assert describe_command(body) == "python3 server.py tools"
 
 
-def test_server_ids_and_times_are_stable_and_the_envelope_kept() -> None:
+def written(frames: list[Frame], known: dict[str, str] | None = None) -> list[Any]:
+    """The frames' data as the recorder writes an MCP session's (prepared, then normalised
+    as a connection's)."""
     ids = new_id_registry("0123456789abcdef")
+    where = "response.frames"
+    prepared = prepared_frames(frames, ids, where=where, known_ids=known)
+    out = normalised_frames(
+        prepared, ids, where=where, known_ids=known, rules=RequestRules(), redactor=Redactor()
+    )
+    return [f.data for f in out]
+
+
+def sent(data: Any) -> Frame:
+    return Frame(direction=FrameDirection.SENT, type=FrameType.TEXT, data=data)
+
+
+def received(data: Any, after: int) -> Frame:
+    return Frame(
+        direction=FrameDirection.RECEIVED, type=FrameType.TEXT, data=data, after_sent=after
+    )
+
+
+def test_server_ids_and_times_are_stable_and_the_envelope_kept() -> None:
     text = f'{{"id": "{UUID_A}", "created_at": "{NOW}"}}'
-    message = {
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "search"}}
+    answer = {
         "jsonrpc": "2.0",
         "id": 2,
         "result": {
@@ -62,7 +89,11 @@ def test_server_ids_and_times_are_stable_and_the_envelope_kept() -> None:
             "structuredContent": {"id": UUID_A, "created_at": NOW, "note": f"summary[{UUID_B}]"},
         },
     }
-    out = normalise_server_message(message, ids, where="response.frames[1].data")
+    later = {"jsonrpc": "2.0", "id": 3, "result": {"ref": UUID_A}}
+    echo = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"ref": UUID_B}}
+    _, out, quoted, again = written(
+        [sent(call), received(answer, 1), sent(echo), received(later, 2)]
+    )
     assert out["id"] == 2 and out["jsonrpc"] == "2.0"
     structured = out["result"]["structuredContent"]
     assert structured["id"].startswith("rec-0123456789ab")
@@ -70,17 +101,25 @@ def test_server_ids_and_times_are_stable_and_the_envelope_kept() -> None:
     assert UUID_A not in str(out) and UUID_B not in str(out) and NOW not in str(out)
     assert structured["id"] in out["result"]["content"][0]["text"]
     assert FIXED_EPOCH in out["result"]["content"][0]["text"]
-    # the same id in a later message of the session gets the same stable id
-    later = normalise_server_message(
-        {"jsonrpc": "2.0", "id": 3, "result": {"ref": UUID_A}}, ids, where="x"
-    )
-    assert later["result"]["ref"] == structured["id"]
+    # the same id in a later message of the session gets the same stable id, and a client
+    # that quotes a server-made id stores the stable form (what it sends in replay)
+    assert again["result"]["ref"] == structured["id"]
+    assert quoted["params"]["ref"].startswith("rec-") and UUID_B not in str(quoted)
 
 
-def test_ids_the_client_named_or_the_test_knew_are_kept_or_mapped() -> None:
-    ids = new_id_registry("0123456789abcdef")
-    message = {"jsonrpc": "2.0", "id": 2, "result": {"echo": UUID_A, "seen": UUID_B}}
-    out = normalise_server_message(
-        message, ids, where="w", named=frozenset({UUID_A}), known_ids={UUID_B: "rec-known"}
-    )
+def test_ids_the_client_sent_or_the_test_knew_are_kept_or_mapped() -> None:
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"ref": UUID_A}}
+    answer = {"jsonrpc": "2.0", "id": 1, "result": {"echo": UUID_A, "seen": UUID_B}}
+    _, out = written([sent(call), received(answer, 1)], known={UUID_B: "rec-known"})
     assert out["result"] == {"echo": UUID_A, "seen": "rec-known"}
+
+
+def test_progress_tokens_are_not_secrets() -> None:
+    call = {
+        "jsonrpc": "2.0",
+        "id": 4,
+        "method": "tools/call",
+        "params": {"_meta": {"progressToken": 4}},
+    }
+    [out] = written([sent(call)])
+    assert out["params"]["_meta"]["progressToken"] == 4

@@ -24,7 +24,6 @@ exited or crashed, and `anyio.BrokenResourceError` from a send after that end.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import AsyncIterator, Callable
 from types import CellType, TracebackType
 from typing import Any, TextIO
@@ -33,9 +32,19 @@ import anyio
 
 from hashreplay.adapters import _shared as _state
 from hashreplay.adapters._shared import Patches
-from hashreplay.engine import mcp as mcp_engine
-from hashreplay.engine.mcp import STALL_TIMEOUT, WAIT, End, McpReplay
+from hashreplay.engine.mcp import (
+    STALL_TIMEOUT,
+    WAIT,
+    End,
+    McpLog,
+    McpReplay,
+    arecord,
+    decide,
+    replayer,
+    unusable,
+)
 from hashreplay.engine.replay import Miss, Record, Replay
+from hashreplay.engine.session import Session
 
 _patches = Patches("mcp")
 
@@ -53,9 +62,9 @@ def _message_model(data: Any) -> Any:
     try:
         from mcp_types import jsonrpc_message_adapter
     except ImportError:  # mcp 1.x
-        from mcp.types import JSONRPCMessage
+        import mcp.types
 
-        return JSONRPCMessage.model_validate(data)
+        return mcp.types.JSONRPCMessage.model_validate(data)  # type: ignore[attr-defined]
     return jsonrpc_message_adapter.validate_python(data, by_name=False)
 
 
@@ -182,14 +191,11 @@ class ReplayWrite:
 # --- record: the live streams, tapped --------------------------------------------------------
 
 
-Tap = mcp_engine.McpLog
-
-
 class TappedRead:
     """The live read stream; each server message is logged as the client takes it, and the
     end of the server's output is noted (a session cut unless the client closed first)."""
 
-    def __init__(self, inner: Any, tap: Tap) -> None:
+    def __init__(self, inner: Any, tap: McpLog) -> None:
         self._inner = inner
         self._tap = tap
 
@@ -237,7 +243,7 @@ class TappedRead:
 class TappedWrite:
     """The live write stream; each client message is logged before it is passed on."""
 
-    def __init__(self, inner: Any, tap: Tap) -> None:
+    def __init__(self, inner: Any, tap: McpLog) -> None:
         self._inner = inner
         self._tap = tap
 
@@ -275,25 +281,36 @@ def _original() -> Callable[..., Any]:
         return _swapped[0][1]  # type: ignore[no-any-return]
     import mcp.client.stdio
 
-    fn = mcp.client.stdio.stdio_client
+    fn: Any = mcp.client.stdio.stdio_client
     patch = _patches.get("stdio_client")
     if patch is not None:
         fn = patch.original
     return fn.__wrapped__  # type: ignore[no-any-return]
 
 
-async def _intercepted(server: Any, errlog: TextIO = sys.stderr) -> AsyncIterator[Any]:
+#: `errlog` not given: the SDK's own default (the process's stderr when it was imported).
+_DEFAULT: Any = object()
+
+
+async def _intercepted(server: Any, errlog: TextIO = _DEFAULT) -> AsyncIterator[Any]:
     """What `stdio_client(server, errlog)` runs while the adapter is installed: one engine
     decision for the session, carried out."""
-    original = contextlib.asynccontextmanager(_original())
+    plain = contextlib.asynccontextmanager(_original())
+
+    def original(server: Any, errlog: TextIO) -> Any:
+        return plain(server) if errlog is _DEFAULT else plain(server, errlog)
+
     session = _state.active_session()
     if session is None:
         async with original(server, errlog) as streams:
             yield streams
         return
-    decision = mcp_engine.decide(session, server.command, server.args)
+    decision = decide(session, server.command, server.args)
     if type(decision) is Replay:
-        shared = _Replayed(mcp_engine.replayer(session, decision))
+        refused = unusable(session, decision)
+        if refused is not None:
+            raise refused
+        shared = _Replayed(replayer(session, decision))
         try:
             yield ReplayRead(shared), ReplayWrite(shared)
         finally:
@@ -305,14 +322,21 @@ async def _intercepted(server: Any, errlog: TextIO = sys.stderr) -> AsyncIterato
         async with original(server, errlog) as streams:
             yield streams
         return
-    log = mcp_engine.McpLog(session, decision.prep)
+    log = McpLog(session, decision, server.command, server.args)
+    stopped = False
     try:
         async with original(server, errlog) as (read, write):
             log.started()
             yield TappedRead(read, log), TappedWrite(write, log)
+    except BaseException as exc:
+        # a session the user stopped (Ctrl-C, a cancelled task) is no answer: not written
+        stopped = not isinstance(exc, Exception)
+        raise
     finally:
-        if log.is_started:
-            await mcp_engine.arecord(session, decision.prep, log)
+        if stopped:
+            log.forget()
+        else:  # a spawn that failed got no answer: counted, not written
+            await arecord(session, log)
 
 
 def _closure_cell(wrapper: Any) -> CellType | None:
@@ -327,7 +351,7 @@ def _closure_cell(wrapper: Any) -> CellType | None:
     return cell
 
 
-def install(session: Any) -> None:
+def install(session: Session) -> None:
     """Intercept every MCP stdio session for `session`. Idempotent: a second call only swaps
     the session."""
     with _patches.lock:
@@ -361,6 +385,3 @@ def uninstall() -> None:
 
 def is_installed() -> bool:
     return _patches.patched or bool(_swapped)
-
-
-__all__ = ["ReplayRead", "ReplayWrite", "TappedRead", "TappedWrite", "install", "uninstall"]

@@ -10,12 +10,14 @@ servers"): pure rules over JSON-RPC messages as JSON values, no `mcp` import.
   `protocolVersion` and `capabilities` only (`clientInfo` names the client's version); an
   answer the client gives to a server's request by its `result` (without `_meta`) or its
   `error`. The JSON-RPC `id` is never compared: replay answers with the live one.
-- **What is normalised before writing**, in what the server sends (`result`, `params`,
-  `error`; never the envelope's `id`, which is the client's numbering or the server's own
-  request counter): server-made ids (the values of id keys, as response bodies, and every
-  uuid inside a string, bare or prefixed) become stable `rec-` ids, times at time keys the
-  fixed epoch (as bodies), and a time so replaced is replaced inside the texts of the same
-  message too (a tool's text content that repeats its structured result).
+- **What is normalised before writing**: a session's frames are normalised as a
+  WebSocket connection's are (`core/frames.normalised_frames`: ids at id keys stable, times
+  at time keys fixed, the client's messages as request bodies), after `prepared_frames`
+  adds what MCP servers put elsewhere, in what the server fills (`result`, `params`,
+  `error`; never the envelope's `id`, the client's numbering or the server's own request
+  counter): every uuid inside a string becomes a stable `rec-` id too, and a time at a
+  time key is also replaced where the message's texts repeat it (a tool's text content
+  that repeats its structured result).
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
 from hashreplay.core.constants import FIXED_EPOCH, MCP_STDIO_METHOD
+from hashreplay.core.format import Frame, FrameDirection
 from hashreplay.core.normalise import IdRegistry
-from hashreplay.core.normalise_response import RESPONSE_TIME_KEYS, normalise_response_values
+from hashreplay.core.normalise_response import RESPONSE_TIME_KEYS
 
 
 class Kind(str, Enum):
@@ -189,7 +192,7 @@ def _replace_in_texts(value: Any, originals: Collection[str], by: str) -> Any:
 SERVER_PARTS = ("result", "params", "error")
 
 
-def normalise_server_message(
+def prepared_server_message(
     message: dict[str, Any],
     ids: IdRegistry,
     *,
@@ -197,19 +200,21 @@ def normalise_server_message(
     known_ids: Mapping[str, str] | None = None,
     named: Collection[str] = frozenset(),
 ) -> dict[str, Any]:
-    """`message` (a server's JSON-RPC message) with its server-made ids and times stable.
-
-    `ids` is the session's registry (so one id the server repeats across messages gets one
-    stable id), `where` labels the message in the file (`response.frames[3].data`),
-    `known_ids` the ids the test received earlier (mapped, not registered again), `named`
-    the strings of the client request it answers (kept: an id the client sent)."""
+    """What the frames' normaliser (`core/frames.normalised_frames`, which makes the ids at
+    id keys stable and fixes the times at time keys) cannot see in a server's message: every
+    uuid inside a string of its `result`, `params` or `error` is registered in `ids` (the
+    session's registry, so the normaliser maps it wherever it appears), and each time at a
+    time key is replaced inside the message's other strings by the fixed epoch (a tool's
+    text content that repeats its structured result). `where` labels the message in the
+    file (`response.frames[3].data`); `known_ids` are ids the test received earlier (mapped
+    by the normaliser, not registered again); `named` the strings the client sent before
+    (kept: the client's own values)."""
     out = dict(message)
     for part in SERVER_PARTS:
         if part not in out:
             continue
         value = out[part]
-        label = f"{where}.{part}"
-        for path, text in _strings(value, label):
+        for path, text in _strings(value, f"{where}.{part}"):
             for found in _uuid().finditer(text):
                 token = found.group()
                 if (known_ids is not None and token in known_ids) or token in named:
@@ -217,17 +222,32 @@ def normalise_server_message(
                 ids.assign(token, path)
         times: set[str] = set()
         _times(value, times)
-        value = normalise_response_values(
-            [value], ids, where=label, known_ids=known_ids, named=named
-        )[0]
         if times:
-            value = _replace_in_texts(value, sorted(times, key=len, reverse=True), FIXED_EPOCH)
-        out[part] = value
+            out[part] = _replace_in_texts(value, sorted(times, key=len, reverse=True), FIXED_EPOCH)
     return out
 
 
-def named_strings(message: Mapping[str, Any] | None) -> frozenset[str]:
-    """The strings a client message carries in its params (what an answer may echo)."""
-    if message is None:
-        return frozenset()
-    return frozenset(text for _, text in _strings(message.get("params"), ""))
+def prepared_frames(
+    frames: Sequence[Frame],
+    ids: IdRegistry,
+    *,
+    where: str,
+    known_ids: Mapping[str, str] | None = None,
+) -> list[Frame]:
+    """An MCP session's frames ready for the frames' normaliser: each received JSON-RPC
+    message `prepared_server_message`, with the strings the client sent before it named."""
+    sent: set[str] = set()
+    out = []
+    for index, frame in enumerate(frames):
+        data = frame.data
+        if frame.direction is FrameDirection.SENT:
+            sent.update(text for _, text in _strings(data, ""))
+        elif isinstance(data, dict) and frame.data_encoding is None:
+            named = frozenset(sent - ids.stable.keys())
+            data = prepared_server_message(
+                data, ids, where=f"{where}[{index}].data", known_ids=known_ids, named=named
+            )
+            out.append(frame.replace(data=data))
+            continue
+        out.append(frame)
+    return out

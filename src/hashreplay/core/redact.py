@@ -147,13 +147,14 @@ SECRET_LAST_WORDS: frozenset[str] = frozenset(
     }
 )  # fmt: skip
 #: `…_token` is a secret (`auth_token`, `apiToken`, `session_token`, `x-amz-security-token`)
-#: unless the word before names a tokenizer's or a paginator's token, which is ordinary data.
+#: unless the word before names a tokenizer's or a paginator's token, or MCP's
+#: `progressToken` (the client's handle for a request's progress), which are ordinary data.
 NOT_SECRET_TOKENS: frozenset[str] = frozenset(
     {
         "bos", "eos", "pad", "unk", "sep", "cls", "mask", "stop", "start", "end",
         "special", "next", "page", "prev", "previous", "continuation", "cursor",
         "max", "min", "num", "total", "prompt", "completion", "input", "output",
-        "cached", "reasoning", "first", "last", "sync", "resume",
+        "cached", "reasoning", "first", "last", "sync", "resume", "progress",
     }
 )  # fmt: skip
 #: `…_key` is a secret only after one of these words (`private_key`, `secret_key`,

@@ -38,12 +38,14 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from hashreplay.core.errors import ReplayFailure
-from hashreplay.core.matching import MatchRule
+from hashreplay.core.errors import ReplayFailure, ReplayMiss
+from hashreplay.core.format import EndState, Frame, FrameDirection, FrameType, RecordedResponse
+from hashreplay.core.frames import comparable, frame_paths
 from hashreplay.core.mcp import (
     Kind,
     compared,
@@ -54,10 +56,12 @@ from hashreplay.core.mcp import (
     stdio_request,
     with_progress_token,
 )
+from hashreplay.engine.frame_log import SWITCHING_PROTOCOLS
 from hashreplay.engine.http import IncomingRequest
 
 if TYPE_CHECKING:
-    from hashreplay.engine.replay import Decision
+    from hashreplay.engine.frame_log import FrameLog
+    from hashreplay.engine.replay import Decision, Record, Replay
     from hashreplay.engine.session import Session
 
 #: The JSON-RPC error code of hashreplay's answers (a miss, a stall): in the range JSON-RPC
@@ -117,19 +121,26 @@ class McpReplay:
         command: Any,
         file: str,
         test_id: str | None,
-        rule: MatchRule | None,
         fail: Callable[[ReplayFailure], None],
         record_command: str,
+        ignore: Sequence[str] = (),
+        normalise: Callable[[Any], Any] | None = None,
+        request_hash: str = "",
     ) -> None:
         """`command` is the stored session request's body (`{"command", "args"}`), `file`
         the recording as reports name it, `fail` notes a failure on the test's owner,
-        `record_command` the command that records the session again."""
+        `record_command` the command that records the session again, `ignore` the test's
+        `ignore` paths (those over frames apply: `frames[*].params.arguments.ts`),
+        `normalise` what makes a live client message the stored form (as recording
+        normalised it), `request_hash` the session's key (named by its misses)."""
         self.messages = list(messages)
         self.end = end
         self.command = describe_command(command)
         self.file = file
         self.test_id = test_id
-        self.rule = rule
+        self._paths = frame_paths(ignore)
+        self._normalise = normalise
+        self.request_hash = request_hash
         self._fail = fail
         self.record_command = record_command
         self._sent = [i for i, m in enumerate(self.messages) if m.direction is Direction.SENT]
@@ -186,6 +197,9 @@ class McpReplay:
 
     def sent(self, message: Any) -> None:
         """The client sent `message` (a JSON-RPC message as JSON)."""
+        live = message
+        if self._normalise is not None:
+            message = self._normalise(message)
         kind = kind_of(message)
         if kind is None:
             self._miss_unreadable(message)
@@ -197,37 +211,39 @@ class McpReplay:
             return
         self._live_counted += 1
         if kind is Kind.REQUEST:
-            self._request(message)
+            self._request(message, live)
         else:
             self._answer(message)
 
-    def _shown(self, message: Any) -> Any:
-        value = compared(message)
-        if self.rule is not None and "method" in message:
-            value = self.rule.project("", "", value)[2]
-        return value
+    def _shown(self, message: Any, index: int) -> Any:
+        """What is compared of `message` as the recorded message at `index` (the `ignore`
+        paths naming that frame, or every frame, left out)."""
+        if self._paths:
+            message = comparable(message, index, self._paths)
+        return compared(message) if isinstance(message, dict) else message
 
     def _next_sent(self, kind: Kind, message: Any) -> int | None:
         method = method_of(message)
-        wanted = self._shown(message) if kind is Kind.REQUEST else None
         for i in self._sent:
             if i in self._consumed:
                 continue
             data = self.messages[i].data
             if kind_of(data) is not kind or method_of(data) != method:
                 continue
-            if kind is Kind.NOTIFICATION or self._shown(data) == wanted:
+            if kind is Kind.NOTIFICATION or self._shown(data, i) == self._shown(message, i):
                 return i
         return None
 
-    def _request(self, message: Any) -> None:
+    def _request(self, message: Any, live: Any) -> None:
+        """`message` as normalised for comparing; the answer goes out with `live`'s id and
+        progress token (as the client sent them, never normalised)."""
         found = self._next_sent(Kind.REQUEST, message)
         if found is None:
-            self._miss(message)
+            self._miss(message, live.get("id"))
             return
         self._consumed.add(found)
-        self._live_ids[found] = message.get("id")
-        self._live_tokens[found] = progress_token(message)
+        self._live_ids[found] = live.get("id")
+        self._live_tokens[found] = progress_token(live)
 
     def _answer(self, message: Any) -> None:
         """The client answered a server request: compared with the recorded answer."""
@@ -239,8 +255,8 @@ class McpReplay:
                 continue
             if _id_key(data.get("id")) == key:
                 self._consumed.add(i)
-                if compared(data) != compared(message):
-                    self._differs(message, data, f"the answer to the server's request {key}")
+                if self._shown(data, i) != self._shown(message, i):
+                    self._differs(message, data, i, f"the answer to the server's request {key}")
                 return
         what = f"an answer to the server's request {key}, which the recording does not hold"
         self._note(f"the client sent {what}")
@@ -330,7 +346,9 @@ class McpReplay:
         )
 
     def _note(self, what: str) -> ReplayFailure:
-        failure = ReplayFailure(self._report(what), test_id=self.test_id)
+        failure = ReplayMiss(
+            self._report(what), test_id=self.test_id, request_hash=self.request_hash
+        )
         self.failures.append(failure)
         self._fail(failure)
         return failure
@@ -342,7 +360,7 @@ class McpReplay:
             "error": {"code": MISS_ERROR_CODE, "message": message, "data": {"file": self.file}},
         }
 
-    def _miss(self, message: Any) -> None:
+    def _miss(self, message: Any, live_id: Any) -> None:
         from hashreplay.core.diff import first_difference
 
         method = method_of(message)
@@ -362,17 +380,19 @@ class McpReplay:
         else:
             nearest = next(i for i in candidates if i not in self._consumed)
             diff = first_difference(
-                self._shown(self.messages[nearest].data), self._shown(message), "params"
+                self._shown(self.messages[nearest].data, nearest),
+                self._shown(message, nearest),
+                "params",
             )
             shown = diff.describe() if diff is not None else "params differ"
             what = f"request {method}: {shown}"
         failure = self._note(what)
-        self._answers.append(self._error(message.get("id"), failure.report))
+        self._answers.append(self._error(live_id, failure.report))
 
-    def _differs(self, live: Any, recorded: Any, what: str) -> None:
+    def _differs(self, live: Any, recorded: Any, index: int, what: str) -> None:
         from hashreplay.core.diff import first_difference
 
-        diff = first_difference(compared(recorded), compared(live))
+        diff = first_difference(self._shown(recorded, index), self._shown(live, index))
         shown = diff.describe() if diff is not None else "differs"
         self._note(f"{what}: {shown}")
 
@@ -394,3 +414,133 @@ def decide(session: Session, command: Any, args: Sequence[str]) -> Decision:
     """The one decision for a stdio session: `Replay` (answered by its recording, the next
     of its key in the test), `Record`, `Miss` (the test fails with the report) or `Live`."""
     return session.decide(session_request(command, args))
+
+
+def _messages(response: RecordedResponse) -> tuple[list[Message], End]:
+    """A stored session's messages and end, as the replayer takes them."""
+    messages = []
+    for frame in response.frames or []:
+        direction = Direction(frame.direction.value)
+        messages.append(Message(direction, frame.data, frame.after_sent or 0))
+    ended = response.ended
+    if ended is not None and ended.state is EndState.ERROR:
+        before = messages[: ended.after_chunks]
+        sent = sum(1 for m in before if m.direction is Direction.SENT)
+        return messages, End(Ending.CUT, sent)
+    return messages, End(Ending.CLOSED)
+
+
+def _problem(response: RecordedResponse) -> str | None:
+    """Why a stored exchange cannot be replayed as an MCP session (a field and what is
+    wrong), or None."""
+    if response.frames is None:
+        return "response.frames: an MCP session's recording holds its messages as frames"
+    for index, frame in enumerate(response.frames):
+        if frame.type is not FrameType.TEXT or kind_of(frame.data) is None:
+            return f"response.frames[{index}]: expected a JSON-RPC message in a text frame"
+    return None
+
+
+def replayer(session: Session, decision: Replay) -> McpReplay:
+    """The recorded session of a `Replay` decision, ready to answer a live client; a
+    recording that is no MCP session fails the test naming its file and field (a
+    `RecordingError` noted as a miss)."""
+    from hashreplay.core.constants import RECORD_COMMAND
+    from hashreplay.core.frames import normalised_sent
+
+    prep = decision.prep
+    owner = session.owners.owner(prep.test_id)
+    tally = session.owners.tally
+    shown = prep.shown_test_id or ""
+
+    def fail(failure: ReplayFailure) -> None:
+        if isinstance(failure, ReplayMiss):
+            tally.missed()
+        owner.fail(failure)
+
+    def normalise(message: Any) -> Any:
+        frame = Frame(direction=FrameDirection.SENT, type=FrameType.TEXT, data=message)
+        return normalised_sent(frame, session.keyer.rules, session.redactor, owner.ids()).data
+
+    file = _shown_path(decision.path, session.config.root)
+    messages, end = _messages(decision.response)
+    rule = prep.rule
+    return McpReplay(
+        messages,
+        end,
+        command=prep.request.body,
+        file=file,
+        test_id=prep.shown_test_id,
+        fail=fail,
+        record_command=RECORD_COMMAND.format(nodeid=shown),
+        ignore=() if rule is None else rule.ignore,
+        normalise=normalise,
+        request_hash=prep.hash,
+    )
+
+
+def unusable(session: Session, decision: Replay) -> ReplayMiss | None:
+    """A `Replay` whose recording is no MCP session: the miss it is (noted), or None."""
+    problem = _problem(decision.response)
+    if problem is None:
+        return None
+    from hashreplay.core.errors import RecordingError
+
+    error = RecordingError(decision.path, f"{problem}; re-record it")
+    return session.miss(decision.prep, error)
+
+
+def _shown_path(path: Path, root: Path) -> str:
+    try:
+        return os.fspath(path.relative_to(root))
+    except ValueError:
+        return os.fspath(path)
+
+
+class McpLog:
+    """A live session being recorded: the frame log (`engine/frame_log.FrameLog`) the
+    adapter feeds with each JSON-RPC message as it crosses, in order."""
+
+    def __init__(self, session: Session, decision: Record, command: Any, args: Sequence[str]):
+        url = session_request(command, args).url
+        self.log: FrameLog = session.frame_log(decision, url)
+        self._owner = session.owners.owner(decision.prep.test_id)
+        self.is_started = False
+        self.server_gone = False
+
+    def started(self) -> None:
+        """The server process is running (a spawn that failed records nothing)."""
+        self.log.answered(SWITCHING_PROTOCOLS, [])
+        self.is_started = True
+
+    def sent(self, data: Any) -> None:
+        if not self.server_gone:
+            self.log.sent(FrameType.TEXT, orjson.dumps(data).decode())
+
+    def received(self, data: Any) -> None:
+        self.log.received(FrameType.TEXT, orjson.dumps(data).decode())
+
+    def server_ended(self) -> None:
+        """The server's output ended while the client still used the session (it exited
+        or crashed): the session is stored as cut, and replays so."""
+        if not self.server_gone:
+            self.server_gone = True
+            self.log.cut()
+
+    def client_closed(self) -> None:
+        """The client ended the session (its `stdio_client` context exited): complete,
+        unless the server had gone first."""
+        if self.log.end is None:
+            self.log.end = EndState.COMPLETE
+        self.log.finish()
+
+    def forget(self) -> None:
+        """A session the user stopped (Ctrl-C, a cancelled task) is no answer: never
+        written, not even as abandoned at the test's end."""
+        self._owner.ended(self.log)
+
+
+async def arecord(session: Session, log: McpLog) -> Path | None:
+    """Write a recorded session once it ended (never blocking the loop)."""
+    log.client_closed()
+    return await session.arecord_connection(log.log)

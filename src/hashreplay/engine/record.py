@@ -17,7 +17,7 @@ import orjson
 
 from hashreplay.core.age import today
 from hashreplay.core.bodies import BodyEncoding, TooDeep, deep_field, encode_body
-from hashreplay.core.constants import SECRET_PLACEHOLDER
+from hashreplay.core.constants import MCP_STDIO_METHOD, SECRET_PLACEHOLDER
 from hashreplay.core.errors import BodyTooLarge, RecordingError, ReplayFailure
 from hashreplay.core.format import (
     Ended,
@@ -316,7 +316,8 @@ class Recorder:
                 response, seq.ids, where=where, known_ids=id_map, request=prep.request
             )
             if normalised.frames is not None:
-                normalised = self._normalised_frames(normalised, seq, index, id_map)
+                mcp = prep.request.method == MCP_STDIO_METHOD
+                normalised = self._normalised_frames(normalised, seq, index, id_map, mcp=mcp)
             normalised = self._dated(prep, seq, index, normalised, day)
             # in place of the one it replaces, or appended
             responses = [*seq.responses[:index], normalised, *seq.responses[index + 1 :]]
@@ -335,14 +336,26 @@ class Recorder:
         return path, content
 
     def _normalised_frames(
-        self, response: RecordedResponse, seq: RecordedSequence, index: int, id_map: dict[str, str]
+        self,
+        response: RecordedResponse,
+        seq: RecordedSequence,
+        index: int,
+        id_map: dict[str, str],
+        *,
+        mcp: bool = False,
     ) -> RecordedResponse:
         """A connection's frames as written: server-made ids stable, the client's frames
-        normalised as request bodies are (`core.frames.normalised_frames`)."""
+        normalised as request bodies are (`core.frames.normalised_frames`); an MCP
+        session's after what MCP servers put elsewhere (`core.mcp.prepared_frames`)."""
         from hashreplay.core.frames import normalised_frames
 
+        frames = response.frames or []
+        if mcp:
+            from hashreplay.core.mcp import prepared_frames
+
+            frames = prepared_frames(frames, seq.ids, where=frames_field(index), known_ids=id_map)
         frames = normalised_frames(
-            response.frames or [],
+            frames,
             seq.ids,
             where=frames_field(index),
             known_ids=id_map,
