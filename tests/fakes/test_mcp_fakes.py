@@ -11,13 +11,10 @@ from typing import Any
 
 import anyio
 import pytest
-
-mcp = pytest.importorskip("mcp")
-
-from mcp import ClientSession, StdioServerParameters  # noqa: E402
-from mcp.client.stdio import stdio_client  # noqa: E402
-from mcp.shared.exceptions import MCPError  # noqa: E402
-from mcp.types import CreateMessageResult, TextContent  # noqa: E402
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp.types import CreateMessageResult, TextContent
 
 SERVER = Path(__file__).with_name("mcp_stdio.py")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import mcp  # noqa: F401  (in pytester's baseline: one copy of the SDK for every run)
 import pytest
 
 from tests.integration.mcp_project import (
@@ -19,8 +20,6 @@ from tests.integration.mcp_project import (
 )
 
 pytest_plugins = ["pytester"]
-
-mcp = pytest.importorskip("mcp")
 
 SEARCH = """
 import os
