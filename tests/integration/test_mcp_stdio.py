@@ -11,6 +11,7 @@ import json
 import mcp  # noqa: F401  (in pytester's baseline: one copy of the SDK for every run)
 import pytest
 
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.mcp_project import (
     outputs,
     project,
@@ -258,3 +259,65 @@ def test_a_malformed_recording_fails_only_its_test(
     assert broken in text
     assert "response.frames[1].direction" in text
     assert starts(root) == []
+
+
+AGENT = """
+import os
+import anyio
+import openai
+from mcp_app import run, write_out
+
+URL = os.environ["FAKE_URL"]
+
+
+def test_agent():
+    llm = openai.AsyncOpenAI(base_url=URL + "/v1", api_key=os.environ.get("OPENAI_API_KEY"),
+                             max_retries=0)
+
+    async def body(client):
+        found = await client.call_tool("search", {"q": "weather in Paris"})
+        # the tool's answer (a fresh id and time live) goes into the next LLM request
+        reply = await llm.chat.completions.create(
+            model="gpt-fake-1",
+            messages=[{"role": "user", "content": "summarise " + found.content[0].text}],
+        )
+        again = await client.call_tool("search", {"q": reply.choices[0].message.content[:20]})
+        return found.structured_content, reply.choices[0].message.content, again.structured_content
+
+    found, said, again = run("tools", body)
+    assert said.startswith("echo: summarise ") and found["id"] in said
+    assert again["q"] == said[:20]
+    write_out("agent", {"found": found, "said": said})
+"""
+
+
+def test_an_agent_calling_an_llm_and_an_mcp_tool_replays_fully_offline(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, upstream: FakeUpstream
+) -> None:
+    root = project(pytester, monkeypatch, test_agent=AGENT)
+    monkeypatch.setenv("FAKE_URL", upstream.url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-agentkeyagentkeyagentkey0001")
+    pytester.runpytest("--inference-mode=record").assert_outcomes(passed=1)
+    assert len(starts(root)) == 1 and len(upstream.calls) == 1
+    recorded = recordings(root)
+    assert len(recorded) == 2  # the LLM call and the MCP session
+    live = outputs(root)["agent"]
+    upstream.stop()
+
+    unable_to_start(monkeypatch, root)
+    monkeypatch.delenv("OPENAI_API_KEY")  # keyless: the placeholder stands in
+    run = pytester.runpytest()
+    run.assert_outcomes(passed=1)
+    run.stdout.fnmatch_lines(["*hashreplay: 2 replayed, 0 recorded, 0 missed (replay)*"])
+    assert starts(root) == []
+    replayed = outputs(root)["agent"]
+    assert replayed["found"]["hits"] == live["found"]["hits"]
+    assert replayed["found"]["id"].startswith("rec-")
+    assert replayed["said"].startswith("echo: summarise ")
+
+    monkeypatch.delenv("MCP_PYTHON")
+    with FakeUpstream() as fresh:  # fresh ids and times from both servers: a zero diff
+        monkeypatch.setenv("FAKE_URL", fresh.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-agentkeyagentkeyagentkey0001")
+        pytester.runpytest("--inference-mode=record").assert_outcomes(passed=1)
+    assert recordings(root) == recorded

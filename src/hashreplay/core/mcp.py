@@ -162,6 +162,20 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _strings(item, f"{path}[{index}]")
 
 
+def strings_of(value: Any) -> Iterator[str]:
+    """Every string inside a JSON value."""
+    for _, text in _strings(value, ""):
+        yield text
+
+
+def server_times(message: Mapping[str, Any]) -> set[str]:
+    """The times (strings at time keys) a server's message carries in what it fills."""
+    found: set[str] = set()
+    for part in SERVER_PARTS:
+        _times(message.get(part), found)
+    return found
+
+
 def _times(value: Any, into: set[str]) -> None:
     if isinstance(value, dict):
         for key, item in value.items():

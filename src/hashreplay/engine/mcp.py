@@ -34,6 +34,7 @@ had sent before it arrived), and how the session ended. Replay:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
+from hashreplay.core.constants import FIXED_EPOCH
 from hashreplay.core.errors import ReplayFailure, ReplayMiss
 from hashreplay.core.format import EndState, Frame, FrameDirection, FrameType, RecordedResponse
 from hashreplay.core.frames import comparable, frame_paths
@@ -52,10 +54,15 @@ from hashreplay.core.mcp import (
     describe_command,
     kind_of,
     method_of,
+    prepared_server_message,
     progress_token,
+    server_times,
     stdio_request,
+    strings_of,
     with_progress_token,
 )
+from hashreplay.core.normalise import MIN_EMBEDDED_ID, IdRegistry
+from hashreplay.core.normalise_response import normalise_response_values
 from hashreplay.engine.frame_log import SWITCHING_PROTOCOLS
 from hashreplay.engine.http import IncomingRequest
 
@@ -504,7 +511,10 @@ class McpLog:
     def __init__(self, session: Session, decision: Record, command: Any, args: Sequence[str]):
         url = session_request(command, args).url
         self.log: FrameLog = session.frame_log(decision, url)
+        self._prep = decision.prep
+        self._view = session.view
         self._owner = session.owners.owner(decision.prep.test_id)
+        self._sent_strings: set[str] = set()
         self.is_started = False
         self.server_gone = False
 
@@ -516,9 +526,28 @@ class McpLog:
     def sent(self, data: Any) -> None:
         if not self.server_gone:
             self.log.sent(FrameType.TEXT, orjson.dumps(data).decode())
+            self._sent_strings.update(strings_of(data))
 
     def received(self, data: Any) -> None:
         self.log.received(FrameType.TEXT, orjson.dumps(data).decode())
+        index = len(self.log.frames) - 1
+        if isinstance(data, dict) and not self.log.too_large:
+            self._owner.note_ids(self._view, self._prep, functools.partial(self._note, data, index))
+
+    def _note(
+        self, data: dict[str, Any], index: int, ids: IdRegistry, frames: str, known: dict[str, str]
+    ) -> None:
+        """Register the server-made ids of the message at `index` as staging will (the
+        session's recording normalises it the same way when it is written), and its times
+        in the test's id map as the fixed epoch they are written as, so a request that
+        quotes them keys them as replay will."""
+        for time in server_times(data):
+            if len(time) >= MIN_EMBEDDED_ID:
+                known[time] = FIXED_EPOCH
+        where = f"{frames}[{index}].data"
+        named = frozenset(self._sent_strings - ids.stable.keys())
+        data = prepared_server_message(data, ids, where=where, known_ids=known, named=named)
+        normalise_response_values([data], ids, where=where, known_ids=known, named=named)
 
     def server_ended(self) -> None:
         """The server's output ended while the client still used the session (it exited

@@ -390,6 +390,23 @@ class TestRecordings:
             self.id_map.update(seq.ids.stable)
             return staged
 
+    def note_ids(
+        self,
+        view: StoreView,
+        prep: Prepared,
+        note: Callable[[IdRegistry, str, dict[str, str]], None],
+    ) -> None:
+        """While an MCP session is recorded (docs/design.md, "MCP servers"): `note` gets
+        the registry of the file the session will be written to, where its frames will be
+        (`response.frames`, or a later exchange's) and the test's id map, and registers the
+        server-made ids of a message as it arrives, as staging will at the session's end
+        (it then finds them registered). So a request the test makes before the session
+        ends (an LLM call that quotes a tool's result) keys those ids as replay will."""
+        with self.lock:
+            seq = self.sequence(view, prep)
+            note(seq.ids, frames_field(min(seq.calls, len(seq.responses))), self.id_map)
+            self.id_map.update(seq.ids.stable)
+
     def drift_next(
         self, view: StoreView, prep: Prepared, live: RecordedResponse, tally: Tally
     ) -> tuple[RecordedResponse | None, Path, RecordedResponse]:
