@@ -6,8 +6,9 @@ Like real tool servers they answer with fresh values on every call (a uuid `id`,
 `created_at` time, a uuid inside text), while the content follows from the arguments, so a
 re-record that normalises them is a zero diff. The kinds:
 
-- ``tools``: `search(q)` (structured result with a fresh id and time), `add(a, b)`,
-  `whoami()` (returns the `FAKE_MCP_TOKEN` of its environment: a secret in a result);
+- ``tools``: `search(q)` (structured result with a fresh id and time; with `FAKE_MCP_SCORES`
+  set, a `score` field more: a drifted API), `add(a, b)`, `whoami()` (returns the
+  `FAKE_MCP_TOKEN` of its environment: a secret in a result);
 - ``sampling``: `summarise(text)` asks the client for a completion (`sampling/createMessage`)
   and answers with what the client's sampling callback returned;
 - ``progress``: `slow(n)` sends `n` progress notifications and log messages before its answer;
@@ -43,6 +44,13 @@ class Found(BaseModel):
     hits: list[str]
 
 
+class FoundScored(Found):
+    """`search`'s answer from a newer version of the service (`FAKE_MCP_SCORES` set): a
+    field more, as an API that drifted."""
+
+    score: float
+
+
 def _server_class() -> Any:
     try:
         from mcp.server import MCPServer  # mcp 2.x
@@ -75,7 +83,8 @@ def _search(q: str) -> Found:
 def build(kind: str) -> Any:
     app = _server_class()(f"fake-{kind}")
     if kind in ("tools", "crash", "silent"):
-        app.tool(name="search")(_search_tool)
+        scored = bool(os.environ.get("FAKE_MCP_SCORES"))
+        app.tool(name="search")(_scored_search_tool if scored else _search_tool)
     if kind == "tools":
         app.tool()(add)
         app.tool()(whoami)
@@ -93,6 +102,11 @@ def build(kind: str) -> Any:
 def _search_tool(q: str) -> Found:
     """Search for `q`: a fresh id and time on every call."""
     return _search(q)
+
+
+def _scored_search_tool(q: str) -> FoundScored:
+    """Search for `q`, with a score per answer."""
+    return FoundScored(**_search(q).model_dump(), score=0.5)
 
 
 def add(a: int, b: int) -> int:

@@ -39,6 +39,8 @@ OUT = os.environ.get("MCP_OUT")
 
 def server(kind, *extra, env=None):
     env = {"FAKE_MCP_MARKER": os.environ["FAKE_MCP_MARKER"], **(env or {})}
+    if os.environ.get("FAKE_MCP_SCORES"):  # the server's newer version (a drift)
+        env["FAKE_MCP_SCORES"] = "1"
     return StdioServerParameters(command=PYTHON, args=["fake_mcp.py", kind, *extra], env=env)
 
 
