@@ -5,6 +5,7 @@ arguments and results."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import mcp.client.stdio
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.session_group import ClientSessionGroup
+from mcp.shared.exceptions import MCPError
 
 from hashreplay import Mode, test_context
 from hashreplay.adapters import mcp as adapter
@@ -207,3 +209,35 @@ def test_secrets_in_environment_arguments_and_results_are_never_written(
     session = project.start(Mode.REPLAY)  # the key is the same without the secret's value
     assert env_key not in whoami(python=project.missing_python())
     assert session.take_misses(TEST_ID) == []
+
+
+def test_an_answer_gated_on_messages_never_sent_is_given_up_not_awaited(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project.start(Mode.RECORD)
+    search(project.params())
+    [file] = project.files()
+    stored = json.loads(file.read_text())
+    frames = stored["response"]["frames"]
+    answer = next(
+        f for f in frames if f["direction"] == "received" and "structuredContent" in str(f)
+    )
+    answer["after_sent"] += 5  # as if the client had sent five messages more before it, live
+    file.write_text(json.dumps(stored))
+    monkeypatch.setattr(adapter, "STALL_TIMEOUT", 0.1)
+    session = project.start(Mode.REPLAY)
+
+    async def go() -> str:
+        params = project.params(python=project.missing_python())
+        async with EARLY(params) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            with pytest.raises(MCPError) as waited:
+                await client.call_tool("search", {"q": "cats"})  # never hangs
+            return str(waited.value)
+
+    with test_context(TEST_ID):
+        said = anyio.run(go)
+    assert "the recorded answer to tools/call came after" in said
+    [failure] = session.take_misses(TEST_ID)
+    assert failure.report == said
+    assert "this client has sent" in failure.report and file.name in failure.report

@@ -326,11 +326,12 @@ class McpReplay:
         return None
 
     def give_up(self) -> None:
-        """The stall `stalled` names lasted the bounded wait: answer the waiting requests
-        with an error and fail the test."""
+        """The stall `stalled` names lasted the bounded wait: fail the test with it and
+        answer the waiting requests with its report."""
         why = self.stalled()
         if why is None:
             return
+        report = self._note(why).report
         for i in self._received:
             owner = self._belongs[i]
             data = self.messages[i].data
@@ -338,8 +339,7 @@ class McpReplay:
                 continue
             if "method" not in data and self._required(i) > self._live_counted:
                 self._delivered.add(i)
-                self._answers.append(self._error(self._live_ids.get(owner), why))
-        self._note(why)
+                self._answers.append(self._error(self._live_ids.get(owner), report))
 
     # --- misses ---------------------------------------------------------------------------
 
