@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 from hashreplay import Mode, test_context
 from hashreplay.adapters import mcp as adapter
 from hashreplay.core.config import load_config
-from hashreplay.core.errors import ReplayMiss
+from hashreplay.core.errors import BodyTooLarge, ReplayMiss
 from hashreplay.engine.session import Session
 from tests.fakes import mcp_stdio
 
@@ -39,10 +39,10 @@ class Project:
         self.session: Session | None = None
         self.marker = root / "started.txt"
 
-    def start(self, mode: Mode) -> Session:
+    def start(self, mode: Mode, **overrides: object) -> Session:
         if self.session is not None:
             self.session.close()
-        self.session = Session(load_config(self.root, env={}, mode=str(mode)))
+        self.session = Session(load_config(self.root, env={}, mode=str(mode), **overrides))
         adapter.install(self.session)
         return self.session
 
@@ -241,3 +241,23 @@ def test_an_answer_gated_on_messages_never_sent_is_given_up_not_awaited(
     [failure] = session.take_misses(TEST_ID)
     assert failure.report == said
     assert "this client has sent" in failure.report and file.name in failure.report
+
+
+def test_a_session_past_max_body_bytes_fails_its_test_and_writes_nothing(
+    project: Project,
+) -> None:
+    session = project.start(Mode.RECORD, max_body_bytes=600)
+    with pytest.raises(BaseException) as failed:  # raised in the SDK's reader task
+        search(project.params())
+    assert any(isinstance(e, BodyTooLarge) for e in leaves(failed.value))
+    assert project.files() == []
+    [noted] = session.take_misses(TEST_ID)
+    assert "max_body_bytes" in noted.report
+
+
+def leaves(error: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups."""
+    inner = getattr(error, "exceptions", None)  # an exception group (3.11, or anyio's backport)
+    if isinstance(inner, tuple):
+        return [leaf for each in inner for leaf in leaves(each)]
+    return [error]
