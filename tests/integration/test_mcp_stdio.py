@@ -321,3 +321,32 @@ def test_an_agent_calling_an_llm_and_an_mcp_tool_replays_fully_offline(
         monkeypatch.setenv("OPENAI_API_KEY", "sk-agentkeyagentkeyagentkey0001")
         pytester.runpytest("--inference-mode=record").assert_outcomes(passed=1)
     assert recordings(root) == recorded
+
+
+IGNORED = """
+import os
+import pytest
+from mcp_app import run
+
+Q = os.environ.get("SEARCH_Q", "cats")
+
+
+@pytest.mark.hashreplay(ignore=["frames[*].params.arguments.q"])
+def test_search_any_q():
+    async def body(client):
+        return (await client.call_tool("search", {"q": Q})).structured_content
+
+    assert run("tools", body)["hits"] == ["cats result 1", "cats result 2"]
+"""
+
+
+def test_the_tests_ignore_paths_apply_to_each_message(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = project(pytester, monkeypatch, test_ignored=IGNORED)
+    pytester.runpytest("--inference-mode=record").assert_outcomes(passed=1)
+    starts(root)
+    unable_to_start(monkeypatch, root)
+    monkeypatch.setenv("SEARCH_Q", "birds")  # left out of the comparison: the recorded answer
+    pytester.runpytest().assert_outcomes(passed=1)
+    assert starts(root) == []
