@@ -9,12 +9,13 @@ that generator function (and puts it back on `uninstall`), so all of them are in
 alike; where the closure is not of that shape, the three module attributes are replaced
 instead.
 
-Each session gets one engine decision (`Session.decide_mcp`): replay yields a pair of
-streams answered by the recording (`engine/mcp.McpReplay`) and starts no process; record
-modes start the server through the original `stdio_client` and yield its streams tapped, each
-message logged in order as it crosses (what the client sends before it is passed on, what
-the server sends as the client takes it), and the session is written when the context ends
-(cut when the server's output ended first). Live and pass-through sessions get the original.
+Each session gets one engine decision (`engine/mcp.decide`, through `Session.decide`):
+replay yields a pair of streams answered by the recording (`engine/mcp.McpReplay`) and
+starts no process; record modes start the server through the original `stdio_client` and
+yield its streams tapped, each message logged in order as it crosses (what the client
+sends before it is passed on, what the server sends as the client takes it), and the
+session is written when the context ends (cut when the server's output ended first). Live
+and pass-through sessions get the original.
 
 The client sees what it saw live: answers with its own ids, the end of its read stream
 (`anyio.EndOfStream`, which `ClientSession` reports as "Connection closed") where the server
@@ -276,9 +277,8 @@ class TappedWrite:
 
 
 def _original() -> Callable[..., Any]:
-    """The generator function behind `stdio_client` as the SDK defined it."""
-    if _swapped:
-        return _swapped[0][1]  # type: ignore[no-any-return]
+    """The generator function behind `stdio_client` as the SDK defined it (the wrapper's
+    `__wrapped__`, which the swap of its closure leaves as it was)."""
     import mcp.client.stdio
 
     fn: Any = mcp.client.stdio.stdio_client
@@ -286,6 +286,15 @@ def _original() -> Callable[..., Any]:
     if patch is not None:
         fn = patch.original
     return fn.__wrapped__  # type: ignore[no-any-return]
+
+
+def _is_ours(fn: Any) -> bool:
+    """Whether `fn` is this adapter's `_intercepted` (of any copy of this module: one a
+    test harness imported again must still be put back)."""
+    return (
+        getattr(fn, "__qualname__", None) == "_intercepted"
+        and getattr(fn, "__module__", None) == __name__
+    )
 
 
 #: `errlog` not given: the SDK's own default (the process's stderr when it was imported).
@@ -346,7 +355,8 @@ def _closure_cell(wrapper: Any) -> CellType | None:
     if code is None or closure is None or code.co_freevars != ("func",):
         return None
     cell: CellType = closure[0]
-    if getattr(wrapper, "__wrapped__", None) is not cell.cell_contents:
+    held = cell.cell_contents
+    if getattr(wrapper, "__wrapped__", None) is not held and not _is_ours(held):
         return None
     return cell
 
@@ -361,9 +371,10 @@ def install(session: Session) -> None:
         import mcp.client.client
         import mcp.client.stdio
 
-        cell = _closure_cell(mcp.client.stdio.stdio_client)
+        wrapper_fn = mcp.client.stdio.stdio_client
+        cell = _closure_cell(wrapper_fn)
         if cell is not None:
-            _swapped.append((cell, cell.cell_contents))
+            _swapped.append((cell, wrapper_fn.__wrapped__))  # type: ignore[attr-defined]
             cell.cell_contents = _intercepted
             return
         wrapper = contextlib.asynccontextmanager(_intercepted)
@@ -378,7 +389,7 @@ def uninstall() -> None:
     with _patches.lock:
         while _swapped:
             cell, original = _swapped.pop()
-            if cell.cell_contents is _intercepted:
+            if _is_ours(cell.cell_contents):
                 cell.cell_contents = original
         _patches.restore()
 
