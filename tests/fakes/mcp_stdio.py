@@ -10,7 +10,8 @@ re-record that normalises them is a zero diff. The kinds:
   set, a `score` field more: a drifted API), `add(a, b)`, `whoami()` (returns the
   `FAKE_MCP_TOKEN` of its environment: a secret in a result);
 - ``sampling``: `summarise(text)` asks the client for a completion (`sampling/createMessage`)
-  and answers with what the client's sampling callback returned;
+  and answers with what the client's sampling callback returned; `confirm(action)` asks the
+  user through the client (`elicitation/create`) and answers with what they said;
 - ``progress``: `slow(n)` sends `n` progress notifications and log messages before its answer;
 - ``crash``: `search` as ``tools``, and `crash()`, which ends the process (exit status 3)
   before answering; with ``--crash-at-start`` the process exits before it reads anything;
@@ -90,6 +91,7 @@ def build(kind: str) -> Any:
         app.tool()(whoami)
     elif kind == "sampling":
         app.tool()(summarise)
+        app.tool()(confirm)
     elif kind == "progress":
         app.tool()(slow)
     elif kind == "crash":
@@ -128,6 +130,19 @@ async def summarise(text: str, ctx: Context) -> str:  # type: ignore[valid-type]
     content = result.content
     said = content.text if isinstance(content, TextContent) else str(content)
     return f"summary[{uuid.uuid4()}]: {said}"
+
+
+class Consent(BaseModel):
+    """What `confirm` asks the user for."""
+
+    ok: bool
+
+
+async def confirm(action: str, ctx: Context) -> str:  # type: ignore[valid-type]
+    """Ask the user (through the client's elicitation callback) whether to `action`."""
+    answer = await ctx.elicit(f"may I {action}?", Consent)
+    data = getattr(answer, "data", None)
+    return f"{action}: {answer.action} ok={getattr(data, 'ok', None)} ref={uuid.uuid4()}"
 
 
 async def slow(n: int, ctx: Context) -> str:  # type: ignore[valid-type]

@@ -31,7 +31,7 @@ import sys
 import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp.types import CreateMessageResult, TextContent
+from mcp.types import CreateMessageResult, ElicitResult, TextContent
 
 PYTHON = os.environ.get("MCP_PYTHON", sys.executable)
 OUT = os.environ.get("MCP_OUT")
@@ -59,13 +59,20 @@ async def sampled(context, params):
 
 
 SAMPLED = []
+ELICITED = []
+
+
+async def elicited(context, params):
+    ELICITED.append(params.message)
+    return ElicitResult(action="accept", content={"ok": True})
 
 
 def run(kind, body, *extra, env=None, **session_options):
     async def go():
         async with stdio_client(server(kind, *extra, env=env)) as (read, write):
             async with ClientSession(
-                read, write, sampling_callback=sampled, **session_options
+                read, write, sampling_callback=sampled, elicitation_callback=elicited,
+                **session_options
             ) as client:
                 await client.initialize()
                 return await body(client)

@@ -144,7 +144,7 @@ def test_json_rpc_ids_that_differ_between_record_and_replay(
 
 
 SAMPLING_AND_PROGRESS = """
-from mcp_app import SAMPLED, run, write_out
+from mcp_app import ELICITED, SAMPLED, run, write_out
 
 
 def test_sampling():
@@ -155,6 +155,15 @@ def test_sampling():
     assert SAMPLED == ["sum: a long story"]  # the client's callback answered the server
     assert result.content[0].text.endswith(": model says sum: a long story")
     write_out("sampling", result.content[0].text)
+
+
+def test_elicitation():
+    async def body(client):
+        return await client.call_tool("confirm", {"action": "delete the draft"})
+
+    result = run("sampling", body)
+    assert ELICITED == ["may I delete the draft?"]  # the client's callback answered the user
+    assert result.content[0].text.startswith("delete the draft: accept ok=True ref=")
 
 
 def test_progress():
@@ -182,16 +191,16 @@ def test_sampling_and_progress_replay_at_their_places(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = project(pytester, monkeypatch, test_flows=SAMPLING_AND_PROGRESS)
-    pytester.runpytest("--inference-mode=record").assert_outcomes(passed=2)
-    assert len(starts(root)) == 2
+    pytester.runpytest("--inference-mode=record").assert_outcomes(passed=3)
+    assert len(starts(root)) == 3
     recorded = recordings(root)
     unable_to_start(monkeypatch, root)
-    pytester.runpytest().assert_outcomes(passed=2)
+    pytester.runpytest().assert_outcomes(passed=3)
     assert starts(root) == []
     sampling = outputs(root)["sampling"]
     assert sampling.startswith("summary[rec-") and sampling.endswith("model says sum: a long story")
     monkeypatch.delenv("MCP_PYTHON")
-    pytester.runpytest("--inference-mode=record").assert_outcomes(passed=2)
+    pytester.runpytest("--inference-mode=record").assert_outcomes(passed=3)
     assert recordings(root) == recorded
 
 
@@ -244,7 +253,7 @@ def test_a_malformed_recording_fails_only_its_test(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = project(pytester, monkeypatch, test_search=SEARCH, test_flows=SAMPLING_AND_PROGRESS)
-    pytester.runpytest("--inference-mode=record").assert_outcomes(passed=3)
+    pytester.runpytest("--inference-mode=record").assert_outcomes(passed=4)
     starts(root)
     for name, data in recordings(root).items():
         stored = json.loads(data)
@@ -254,7 +263,7 @@ def test_a_malformed_recording_fails_only_its_test(
             broken = name
     unable_to_start(monkeypatch, root)
     run = pytester.runpytest()
-    run.assert_outcomes(passed=2, failed=1)
+    run.assert_outcomes(passed=3, failed=1)
     text = run.stdout.str()
     assert broken in text
     assert "response.frames[1].direction" in text
