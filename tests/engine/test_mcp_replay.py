@@ -83,7 +83,7 @@ def replay(
         test_id="tests/test_a.py::test_x",
         ignore=ignore,
         fail=fails,
-        record_command="INFERENCE_MODE=record-if-missing pytest tests/test_a.py::test_x",
+        record_command="INFERENCE_MODE=record pytest tests/test_a.py::test_x",
     )
     return r, fails
 
@@ -145,6 +145,7 @@ def test_a_changed_argument_is_a_miss_answered_at_once() -> None:
     assert "server: python3 server.py tools" in failure.report
     assert "tests/recordings/abc.json" in failure.report
     assert "request tools/call" in failure.report
+    assert "to record the session again: INFERENCE_MODE=record pytest" in failure.report
     # the rest of the session still replays
     r.sent(req(8, "tools/call", {"name": "search", "arguments": {"q": "dogs"}}))
     assert drain(r) == [res(8, {"content": [{"type": "text", "text": "dogs!"}]})]

@@ -88,6 +88,7 @@ def test_a_changed_argument_is_a_named_miss(
     assert "request tools/call" in text
     assert "fake_mcp.py tools" in text
     assert name in text
+    assert "to record the session again: INFERENCE_MODE=record pytest test_search.py" in text
     assert starts(root) == []
 
 

@@ -349,7 +349,7 @@ class McpReplay:
             f"hashreplay: MCP session replay miss ({test}): {what}\n"
             f"  server: {self.command}\n"
             f"  recording: {self.file}\n"
-            f"  to record it: {self.record_command}"
+            f"  to record the session again: {self.record_command}"
         )
 
     def _note(self, what: str) -> ReplayFailure:
@@ -452,7 +452,9 @@ def replayer(session: Session, decision: Replay) -> McpReplay:
     """The recorded session of a `Replay` decision, ready to answer a live client; a
     recording that is no MCP session fails the test naming its file and field (a
     `RecordingError` noted as a miss)."""
-    from hashreplay.core.constants import RECORD_COMMAND
+    # a session that is recorded already is recorded again only by `record`:
+    # record-if-missing would replay it and miss the same way
+    from hashreplay.core.constants import RERECORD_COMMAND
     from hashreplay.core.frames import normalised_sent
 
     prep = decision.prep
@@ -479,7 +481,7 @@ def replayer(session: Session, decision: Replay) -> McpReplay:
         file=file,
         test_id=prep.shown_test_id,
         fail=fail,
-        record_command=RECORD_COMMAND.format(nodeid=shown),
+        record_command=RERECORD_COMMAND.format(nodeid=shown),
         ignore=() if rule is None else rule.ignore,
         normalise=normalise,
         request_hash=prep.hash,
