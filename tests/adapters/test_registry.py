@@ -38,6 +38,7 @@ def test_activate_installs_and_deactivate_restores_every_registered_adapter(
     tmp_path: Path,
 ) -> None:
     importlib.import_module("aiohttp")
+    importlib.import_module("mcp")  # the MCP adapter patches on mcp's import
     sdk("urllib3")
     session = _session(tmp_path)
     activate(session)

@@ -87,6 +87,7 @@ ORDINARY_NAMES = [
     "max_completion_tokens",
     "eos_token",
     "next_page_token",
+    "progressToken",
     "cache_key",
     "idempotency_key",
     "keys",

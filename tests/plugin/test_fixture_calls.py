@@ -130,7 +130,11 @@ def send(url, body):
 }
 
 #: Registered adapters that never pass an HTTP answer on, and why.
-NO_HTTP_STATUS = {"network_guard": "it sees sockets no adapter handled, never an HTTP answer"}
+NO_HTTP_STATUS = {
+    "network_guard": "it sees sockets no adapter handled, never an HTTP answer",
+    # its sessions' `calls` (recorded, replayed, live) are tested in tests/cli/test_mcp_tools.py
+    "mcp": "it records MCP stdio sessions, which have no HTTP status",
+}
 
 STATUS_SUITE = """
 import os

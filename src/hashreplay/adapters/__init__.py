@@ -56,12 +56,13 @@ ADAPTERS: tuple[Registered, ...] = (
     Registered("aiohttp", "aiohttp"),
     Registered("urllib3", "urllib3"),
     Registered("stdlib", "http.client"),
+    Registered("mcp", "mcp"),
 )
 
 if TYPE_CHECKING:  # mypy checks that every adapter module implements the seam
-    from hashreplay.adapters import aiohttp, httpx, network_guard, stdlib, urllib3
+    from hashreplay.adapters import aiohttp, httpx, mcp, network_guard, stdlib, urllib3
 
-    _SEAMS: tuple[Adapter, ...] = (httpx, network_guard, aiohttp, urllib3, stdlib)
+    _SEAMS: tuple[Adapter, ...] = (httpx, network_guard, aiohttp, urllib3, stdlib, mcp)
 
 
 def adapter(name: str) -> Adapter:

@@ -302,6 +302,9 @@ def _render_response(run: Run, label: str, response: RecordedResponse) -> None:
     colour = "red" if failed else "green"
     shown = f"{run.console.style(printable(status), colour)} {printable(kind)}".rstrip()
     _field(run, label, shown, styled=True)
+    if response.frames is not None:
+        _render_frames(run, response)
+        return
     if response.is_exception and response.exception is not None:
         _field(run, "exception", f"{response.exception.type}: {response.exception.message}")
     said = reply(response)
@@ -319,6 +322,23 @@ def _render_response(run: Run, label: str, response: RecordedResponse) -> None:
     tokens = response_tokens(response)
     if tokens.responses:
         _field(run, "tokens", f"input {tokens.input}, output {tokens.output}, total {tokens.total}")
+
+
+def _render_frames(run: Run, response: RecordedResponse) -> None:
+    """A connection's or MCP session's messages in order (`→` sent, `←` received)."""
+    from hashreplay.core.mcp_transcript import RECEIVED_MARK, SENT_MARK, message_line
+
+    run.console.line(run.console.style(f"messages ({len(response.frames or [])}):", "bold"))
+    for frame in response.frames or []:
+        sent = frame.direction.value == "sent"
+        mark = run.console.style(SENT_MARK if sent else RECEIVED_MARK, "cyan")
+        if isinstance(frame.data, dict):
+            text = message_line(frame.data)
+        else:
+            text = f"{frame.type.value} {frame.data if frame.data is not None else ''}"
+        _indented(run, text, prefix=mark)
+    if response.ended is not None:
+        _field(run, "ended", f"{response.ended.state} after {response.ended.after_chunks}")
 
 
 def _body_text(body: Any, encoding: BodyEncoding) -> str:

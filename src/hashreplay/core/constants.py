@@ -43,6 +43,8 @@ KEY_VERSION: Final = 2
 
 #: The `method` of call-layer recordings (their `endpoint` is the target's name).
 CALL_METHOD: Final = "CALL"
+#: The `method` of an MCP stdio session's recording (its URL is `mcp+stdio:<executable>`).
+MCP_STDIO_METHOD: Final = "MCP"
 
 #: Name of the per-suite and common recordings directories (docs/design.md §4).
 RECORDINGS_DIRNAME: Final = "recordings"

@@ -136,8 +136,57 @@ class RecordedException(_Model):
     args: list[Any] = []
 
 
+class FrameDirection(str, Enum):
+    """Who sent a WebSocket frame (docs/recordings.md, "WebSocket connections")."""
+
+    SENT = "sent"  # by the client
+    RECEIVED = "received"  # by the client, from the server
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class FrameType(str, Enum):
+    TEXT = "text"
+    BINARY = "binary"
+    CLOSE = "close"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Frame(_Model):
+    """One frame of a WebSocket connection (docs/design.md §17): a text frame's data is
+    JSON when it parses as an object or array, else text (`data_encoding: "text"`); a binary
+    frame's is base64 (`data_encoding: "base64"`); a close frame has its `code` and
+    `reason` and no data."""
+
+    omit_when_none = ("data", "data_encoding", "at_us", "after_sent", "code", "reason")
+
+    direction: FrameDirection
+    type: FrameType
+    data: Any = None
+    #: absent: JSON (or no data, for a close frame)
+    data_encoding: BodyEncoding | None = None
+    #: µs since the handshake's answer arrived (only with `record_timing`)
+    at_us: StrictInt | None = None
+    #: a received frame: how many frames the client had sent before it arrived
+    after_sent: StrictInt | None = None
+    code: StrictInt | None = None
+    reason: StrictStr | None = None
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # only None is unset here: `after_sent: 0` and `reason: ""` are facts
+        data: dict[str, Any] = handler(self)
+        for name in self.omit_when_none:
+            if data.get(name, 0) is None:
+                del data[name]
+        return data
+
+
 class RecordedResponse(_Model):
-    omit_when_none = ("stream_format", "exception", "ended", "timing", "recorded_on")
+    omit_when_none = ("stream_format", "exception", "ended", "timing", "recorded_on", "frames")
 
     #: HTTP status; None when the exchange failed before a response arrived.
     status: StrictInt | None
@@ -157,6 +206,11 @@ class RecordedResponse(_Model):
     #: The UTC day (`YYYY-MM-DD`) this content was recorded; kept by a re-record that got
     #: the same normalised content. Absent: recorded before hashreplay kept days (no age).
     recorded_on: StrictStr | None = None
+    #: A WebSocket connection's frames in order, after its handshake's answer (status 101);
+    #: absent: not a connection (docs/design.md §17). `ended` says how it ended: absent,
+    #: closed with a close frame; "error", cut (no close); "abandoned", the client left
+    #: without closing. `after_chunks` counts frames there.
+    frames: list[Frame] | None = None
 
     @field_validator("recorded_on")
     @classmethod
@@ -224,6 +278,9 @@ _JSON_TYPES = {
 
 _ENUMS: dict[tuple[str, ...], type[Enum]] = {
     ("state",): EndState,
+    ("direction",): FrameDirection,
+    ("type",): FrameType,
+    ("data_encoding",): BodyEncoding,
     ("body_encoding",): BodyEncoding,
     ("stream_format",): StreamFormat,
 }
@@ -398,6 +455,8 @@ def check_bodies(recording: Recording, path: Any) -> None:
         msg = f"{where}{bad.where}: {bad.why}; re-record it"
         raise RecordingError(path, msg) from None
     for i, response in enumerate(recording.responses):
+        if response.frames is not None:
+            _check_frames(response, i, path)
         if response.exception is not None:
             _check_exception(response.exception.type, i, recording.test_id, path)
 
@@ -413,3 +472,64 @@ def _check_exception(dotted: str, index: int, test_id: str | None, path: Any) ->
         how = f" (INFERENCE_MODE=record pytest '{test_id}')" if test_id else ""
         msg = f"{where}.exception.type: {refused}; re-record it{how}"
         raise RecordingError(path, msg)
+
+
+def _check_frames(response: RecordedResponse, index: int, path: Any) -> None:
+    """A connection's frame that cannot be replayed is a `RecordingError` naming the file
+    and the frame (`response.frames[3].data: invalid base64 data`), so only its test fails
+    (docs/design.md §17)."""
+    found = _frames_problem(response)
+    if found is not None:
+        where = "response" if index == 0 else f"later_responses[{index - 1}]"
+        raise RecordingError(path, f"{where}.{found[0]}: {found[1]}; re-record it")
+
+
+_FRAME_ENCODINGS = frozenset({BodyEncoding.TEXT, BodyEncoding.BASE64, BodyEncoding.JSON})
+
+
+def _frame_problem(frame: Frame) -> tuple[str, str] | None:
+    """Why a stored frame cannot be replayed, as (field relative to the frame, problem)."""
+    encoding = frame.data_encoding
+    if encoding is not None and encoding not in _FRAME_ENCODINGS:
+        return ".data_encoding", f"expected 'text', 'base64' or absent, found {encoding.value!r}"
+    if frame.type is FrameType.CLOSE:
+        if frame.code is not None and not 1000 <= frame.code <= 4999:
+            return ".code", f"a close code is 1000 to 4999, found {frame.code}"
+        return None
+    if frame.code is not None or frame.reason is not None:
+        return ".code", f"only a close frame has a code and reason; this is a {frame.type} frame"
+    if frame.after_sent is not None and frame.after_sent < 0:
+        return ".after_sent", f"must be 0 or more, found {frame.after_sent}"
+    if frame.after_sent is not None and frame.direction is FrameDirection.SENT:
+        return ".after_sent", "only a received frame has after_sent"
+    if frame.at_us is not None and frame.at_us < 0:
+        return ".at_us", f"must be 0 or more, found {frame.at_us}"
+    if encoding is BodyEncoding.BASE64:
+        if not isinstance(frame.data, str):
+            return ".data", f"base64 data must be a string, found {type(frame.data).__name__}"
+        try:
+            raw = base64.b64decode(frame.data, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            return ".data", f"invalid base64 data ({exc})"
+        if frame.type is FrameType.TEXT:
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return ".data", "a text frame's base64 data is not UTF-8"
+    elif encoding is BodyEncoding.TEXT and not isinstance(frame.data, str):
+        return ".data", f"a text frame's data must be a string, found {type(frame.data).__name__}"
+    elif frame.type is FrameType.BINARY and encoding is None:
+        return ".data_encoding", "a binary frame's data must be base64 (data_encoding: 'base64')"
+    return None
+
+
+def _frames_problem(response: RecordedResponse) -> tuple[str, str] | None:
+    """The first frame of a connection that cannot be replayed: (`frames[3].data`, why)."""
+    frames = response.frames or []
+    if frames and response.status != 101:
+        return "frames", f"only a handshake answered with 101 has frames; status {response.status}"
+    for index, frame in enumerate(frames):
+        found = _frame_problem(frame)
+        if found is not None:
+            return f"frames[{index}]{found[0]}", f"{found[1]} ({frame.direction} {frame.type})"
+    return None

@@ -40,7 +40,8 @@ DEFAULT_MATCH_ON: Final = ("method", "endpoint", "body")
 
 PATH_FORMS: Final = (
     "`body.<key>` followed by `.<key>`, `[<index>]`, `[-1]` (the last) or `[*]` (any element), "
-    "e.g. `body.messages[*].content[*].cache_control`; or `query.<parameter>`, e.g. `query.ts`"
+    "e.g. `body.messages[*].content[*].cache_control`; or `query.<parameter>`, e.g. `query.ts`;"
+    " or a WebSocket frame's field, e.g. `frames[3].session.instructions`"
 )
 
 _STEP = re.compile(r"\.([^.\[\]\s]+)|\[(\*|-?\d+)\]")
@@ -104,7 +105,13 @@ def parse_path(text: object, *, source: str = "ignore") -> tuple[str, tuple[Step
         steps.append(key if key is not None else STAR if index == STAR else int(index))
         at = found.end()
     name = root.group() if root else ""
-    if name not in ("body", "query") or not steps:
+    if name == "frames" and (not steps or (isinstance(steps[0], str) and steps[0] != STAR)):
+        msg = (
+            f"{source}: {text!r} must name a frame first, like `frames[3].session.instructions`"
+            " or `frames[*].event_id`"
+        )
+        raise ConfigError(msg)
+    if name not in ("body", "query", "frames") or not steps:
         msg = f"{source}: {text!r} does not start with `body.` or `query.`; use {PATH_FORMS}"
         raise ConfigError(msg)
     if name == "query" and (len(steps) != 1 or not isinstance(steps[0], str) or steps[0] == STAR):
@@ -186,8 +193,10 @@ class MatchRule:
             root, steps = parse_path(text)
             if root == "body":
                 self._body.append(steps)
-            else:
+            elif root == "query":
                 self._query.add(str(steps[0]))
+            # a `frames` path leaves a WebSocket frame's field out of its comparison
+            # (core/frames.py), not out of the key
 
     @classmethod
     def parse(

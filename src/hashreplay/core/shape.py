@@ -7,7 +7,10 @@ What a drift run compares of a live answer and its recording, and only that:
   `string`), a path's types united over the items of an array;
 - for a stream, the event types in order with repeats of one type collapsed (ten
   `content_block_delta` events and three are both `content_block_delta`), and the field
-  paths of each event type, united over its events.
+  paths of each event type, united over its events;
+- for a connection or an MCP session, its frames the same way: each frame's direction
+  and what it is (a JSON-RPC method, `result of tools/call search`, a JSON frame's `type`)
+  as its event type.
 
 Never the generated text, nor how many deltas it took; volatile values (ids, times) keep
 their types when normalised, so they never count. Pure functions: no I/O.
@@ -19,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hashreplay.core.bodies import BodyEncoding
-from hashreplay.core.format import RecordedResponse
+from hashreplay.core.format import Frame, RecordedResponse
 from hashreplay.core.streams import StreamFormat
 
 #: The path of a body's own value.
@@ -101,8 +104,57 @@ def event_type(fmt: StreamFormat, event: object) -> tuple[str, object]:
     return json_type(payload), payload
 
 
+def _frame_event(frame: Frame, requests: dict[str, str]) -> tuple[str, object]:
+    """A frame's event type (its direction and what it is) and the part of it compared: a
+    JSON-RPC request or notification by its method (`tools/call` with the tool's name), an
+    answer by the request it answers (`result of tools/call search`), its `params` or
+    `result` the fields; another JSON frame by its `type` field; else its frame type."""
+    data = frame.data
+    where = frame.direction.value
+    if not isinstance(data, Mapping):
+        return f"{where} {frame.type.value}", None
+    method = data.get("method")
+    if isinstance(method, str):
+        params = data.get("params")
+        name = params.get("name") if isinstance(params, Mapping) else None
+        label = f"{method} {name}" if method == "tools/call" and isinstance(name, str) else method
+        if "id" in data:
+            requests[json_id(data["id"])] = label
+        return f"{where} {label}", params
+    if "jsonrpc" in data and ("result" in data or "error" in data):
+        answered = requests.get(json_id(data.get("id")), "a request")
+        part = "result" if "result" in data else "error"
+        return f"{where} {part} of {answered}", data.get(part)
+    kind = data.get("type")
+    return f"{where} {kind if isinstance(kind, str) else 'json'}", data
+
+
+def json_id(value: object) -> str:
+    """A JSON-RPC id as a key (`1` and `"1"` apart)."""
+    return f"{type(value).__name__}:{value}"
+
+
+def _frames_shape(response: RecordedResponse) -> Shape:
+    """A connection's or MCP session's shape: its frames' event types in order (repeats of
+    one collapsed, as a stream's) and the fields of each."""
+    order: list[str] = []
+    per_type: dict[str, dict[str, set[str]]] = {}
+    requests: dict[str, str] = {}
+    for frame in response.frames or []:
+        name, payload = _frame_event(frame, requests)
+        if not order or order[-1] != name:
+            order.append(name)
+        found = per_type.setdefault(name, {})
+        if payload is not None:
+            field_types(payload, found)
+    fields = {name: _joined(found) for name, found in per_type.items()}
+    return Shape(response.status, "frames", {}, tuple(order), fields)
+
+
 def shape_of(response: RecordedResponse) -> Shape:
     """The shape of a stored (or a live, staged) response."""
+    if response.frames is not None:
+        return _frames_shape(response)
     body = response.body
     if response.is_streaming and response.stream_format is not None:
         fmt = StreamFormat(response.stream_format)

@@ -16,7 +16,7 @@ import orjson
 import xxhash
 
 from hashreplay.core.bodies import BodyEncoding
-from hashreplay.core.constants import STABLE_ID_PREFIX
+from hashreplay.core.constants import MCP_STDIO_METHOD, STABLE_ID_PREFIX
 from hashreplay.core.errors import RecordingError
 from hashreplay.core.format import EndState, RecordedRequest, RecordedResponse, Recording
 from hashreplay.core.model_lists import model_ids
@@ -283,7 +283,12 @@ def printable(text: str) -> str:
 
 def transcript(recording: Recording) -> str:
     """The request (method, endpoint, model, messages, tool calls and results, parameters), then
-    each response (status, answer with streamed text joined, tool calls, tokens, how it ended)."""
+    each response (status, answer with streamed text joined, tool calls, tokens, how it ended).
+    An MCP session: its conversation of calls (`core/mcp_transcript.py`)."""
+    if recording.request.method == MCP_STDIO_METHOD:
+        from hashreplay.core.mcp_transcript import session_lines
+
+        return "\n".join(session_lines(recording)) + "\n"
     lines = _request_lines(recording)
     responses = recording.responses
     for index, response in enumerate(responses):

@@ -175,6 +175,7 @@ class TestRecordings:
     __test__ = False  # not a pytest test class
     __slots__ = (
         "calls",
+        "connections",
         "defaults",
         "id_map",
         "lock",
@@ -213,6 +214,9 @@ class TestRecordings:
         #: stale recorded responses it used, by file (the oldest of each)
         self.stale: dict[Path, StaleUse] = {}
         self.calls: list[Call] = []  # its exchanges in order (the fixture's `calls`)
+        #: live WebSocket connections being recorded (`engine.frame_log.FrameLog`), written
+        #: as abandoned at the test's end if their adapter never reported an end
+        self.connections: list[Any] = []
 
     # --- mode, run and options --------------------------------------------------------
 
@@ -388,6 +392,23 @@ class TestRecordings:
             self.id_map.update(seq.ids.stable)
             return staged
 
+    def note_ids(
+        self,
+        view: StoreView,
+        prep: Prepared,
+        note: Callable[[IdRegistry, str, dict[str, str]], None],
+    ) -> None:
+        """While an MCP session is recorded (docs/design.md, "MCP servers"): `note` gets
+        the registry of the file the session will be written to, where its frames will be
+        (`response.frames`, or a later exchange's) and the test's id map, and registers the
+        server-made ids of a message as it arrives, as staging will at the session's end
+        (it then finds them registered). So a request the test makes before the session
+        ends (an LLM call that quotes a tool's result) keys those ids as replay will."""
+        with self.lock:
+            seq = self.sequence(view, prep)
+            note(seq.ids, frames_field(min(seq.calls, len(seq.responses))), self.id_map)
+            self.id_map.update(seq.ids.stable)
+
     def drift_next(
         self, view: StoreView, prep: Prepared, live: RecordedResponse, tally: Tally
     ) -> tuple[RecordedResponse | None, Path, RecordedResponse]:
@@ -464,6 +485,24 @@ class TestRecordings:
         with self.lock:
             self.misses.append(failure)
 
+    def opened(self, connection: object) -> None:
+        with self.lock:
+            self.connections.append(connection)
+
+    def ended(self, connection: object) -> bool:
+        """Forget an open connection; whether it was open."""
+        with self.lock:
+            try:
+                self.connections.remove(connection)
+            except ValueError:
+                return False
+            return True
+
+    def take_open(self) -> list[Any]:
+        with self.lock:
+            open_, self.connections = self.connections, []
+            return open_
+
     def take_misses(self) -> list[ReplayFailure]:
         with self.lock:
             misses, self.misses = self.misses, []
@@ -514,12 +553,24 @@ def response_field(index: int) -> str:
     return "response.body" if index == 0 else f"later_responses[{index - 1}].body"
 
 
+def frames_field(index: int) -> str:
+    """Where the `index`-th exchange of a file keeps a WebSocket connection's frames."""
+    return "response.frames" if index == 0 else f"later_responses[{index - 1}].frames"
+
+
 def free_ids(ids: IdRegistry, index: int) -> None:
     """Forget the stable ids the `index`-th exchange's fields held, so the answer that
-    takes its place gets them again (fields like `response.body.id`, and ids handed out in
-    its headers, `response.headers.mcp-session-id`)."""
-    where = response_field(index)
-    inside = (where, f"{where}.", f"{where}[", f"{where.removesuffix('.body')}.headers.")
+    takes its place gets them again (fields like `response.body.id`,
+    `response.frames[3].data.event_id`, and ids handed out in its headers,
+    `response.headers.mcp-session-id`)."""
+    where, frames = response_field(index), frames_field(index)
+    inside = (
+        where,
+        f"{where}.",
+        f"{where}[",
+        f"{frames}[",
+        f"{where.removesuffix('.body')}.headers.",
+    )
     for stable in [k for k, v in ids.facts.items() if v.startswith(inside)]:
         del ids.facts[stable]
 

@@ -17,7 +17,7 @@ import orjson
 
 from hashreplay.core.age import today
 from hashreplay.core.bodies import BodyEncoding, TooDeep, deep_field, encode_body
-from hashreplay.core.constants import SECRET_PLACEHOLDER
+from hashreplay.core.constants import MCP_STDIO_METHOD, SECRET_PLACEHOLDER
 from hashreplay.core.errors import BodyTooLarge, RecordingError, ReplayFailure
 from hashreplay.core.format import (
     Ended,
@@ -28,7 +28,7 @@ from hashreplay.core.format import (
 )
 from hashreplay.core.model_lists import model_list_path
 from hashreplay.core.modes import Mode
-from hashreplay.core.normalise import filter_headers, new_id_registry
+from hashreplay.core.normalise import RequestRules, filter_headers, new_id_registry
 from hashreplay.core.normalise_response import normalise_response
 from hashreplay.core.redact import Redactor, merge_spans
 from hashreplay.core.secret_values import NO_SECRETS, SecretValues
@@ -51,7 +51,13 @@ from hashreplay.engine.http import (
     timing_of,
 )
 from hashreplay.engine.keys import Prepared
-from hashreplay.engine.owner import Call, Owners, RecordedSequence, response_field
+from hashreplay.engine.owner import (
+    Call,
+    Owners,
+    RecordedSequence,
+    frames_field,
+    response_field,
+)
 from hashreplay.engine.state import StoreView
 
 
@@ -237,10 +243,18 @@ def _redacted(
     if exc is not None:
         _check_nesting(exc.args, "response.exception.args")
         exc = exc.replace(message=redactor.text(exc.message), args=redactor.value(exc.args))
+    frames = response.frames
+    if frames is not None:  # a WebSocket connection (docs/design.md §17)
+        from hashreplay.core.frames import redacted_frames
+
+        for i, frame in enumerate(frames):
+            _check_nesting(frame.data, f"response.frames[{i}].data")
+        frames = redacted_frames(frames, redactor)
     return response.replace(
         headers=filter_headers(response.headers.items(), kept_headers, redactor.header),
         body=redactor.value(response.body),
         exception=exc,
+        frames=frames,
     )
 
 
@@ -272,6 +286,9 @@ class Recorder:
     today: Callable[[], datetime.date | None] = today
     #: the user's record hooks and scrub patterns (docs/design.md §14)
     hooks: Hooks = dataclasses.field(default_factory=Hooks)
+    #: how request bodies are normalised: a WebSocket client's frames are stored so
+    #: (docs/design.md §17)
+    rules: RequestRules = dataclasses.field(default_factory=RequestRules)
 
     def stage(self, prep: Prepared, outcome: Outcome) -> tuple[Path, Content | None]:
         """The file this outcome goes to and its new content (None: nothing to write): the
@@ -298,6 +315,9 @@ class Recorder:
             normalised = normalise_response(
                 response, seq.ids, where=where, known_ids=id_map, request=prep.request
             )
+            if normalised.frames is not None:
+                mcp = prep.request.method == MCP_STDIO_METHOD
+                normalised = self._normalised_frames(normalised, seq, index, id_map, mcp=mcp)
             normalised = self._dated(prep, seq, index, normalised, day)
             # in place of the one it replaces, or appended
             responses = [*seq.responses[:index], normalised, *seq.responses[index + 1 :]]
@@ -314,6 +334,35 @@ class Recorder:
         owner.note_call(Call(req.method, req.endpoint, req.body, response.status, "recorded"))
         self.owners.tally.recorded(prep.test_id, path)
         return path, content
+
+    def _normalised_frames(
+        self,
+        response: RecordedResponse,
+        seq: RecordedSequence,
+        index: int,
+        id_map: dict[str, str],
+        *,
+        mcp: bool = False,
+    ) -> RecordedResponse:
+        """A connection's frames as written: server-made ids stable, the client's frames
+        normalised as request bodies are (`core.frames.normalised_frames`); an MCP
+        session's after what MCP servers put elsewhere (`core.mcp.prepared_frames`)."""
+        from hashreplay.core.frames import normalised_frames
+
+        frames = response.frames or []
+        if mcp:
+            from hashreplay.core.mcp import prepared_frames
+
+            frames = prepared_frames(frames, seq.ids, where=frames_field(index), known_ids=id_map)
+        frames = normalised_frames(
+            frames,
+            seq.ids,
+            where=frames_field(index),
+            known_ids=id_map,
+            rules=self.rules,
+            redactor=self.redactor,
+        )
+        return response.replace(frames=frames)
 
     def _dated(
         self, prep: Prepared, seq: RecordedSequence, at: int, new: RecordedResponse, day: str | None

@@ -34,7 +34,7 @@ from hashreplay.core.errors import (
     ReplayFailure,
     ReplayMiss,
 )
-from hashreplay.core.format import RecordedRequest
+from hashreplay.core.format import RecordedRequest, RecordedResponse
 from hashreplay.core.matching import MatchRule, Repeat
 from hashreplay.core.modes import Mode, Pace, RecordFailures, Stale, Unconsumed
 from hashreplay.core.network import (
@@ -75,6 +75,8 @@ from hashreplay.engine.unconsumed import FileIndex, Unused
 
 if TYPE_CHECKING:
     from hashreplay.engine.drift import DriftCheck
+    from hashreplay.engine.frame_log import FrameLog
+    from hashreplay.engine.frame_replay import FrameReplay
     from hashreplay.engine.record import Outcome, Recorder
 
 
@@ -150,6 +152,7 @@ class Session:
                         record_timing=self.config.record_timing,
                         hooks=self.keyer.hooks,
                         answers_only=self.config.record_failures is RecordFailures.RESPONSES,
+                        rules=self.keyer.rules,
                     )
                 recorder = self._recorder
         return recorder
@@ -358,8 +361,13 @@ class Session:
 
     def end_test(self, test_id: str | None) -> list[ReplayFailure]:
         """Forget a test's owner; returns the misses it had (the plugin fails the test).
-        Requests it left hanging return with their error."""
+        Requests it left hanging return with their error; WebSocket connections it left
+        open while recording are recorded as abandoned."""
         self.hangs.release(test_id)
+        current = self.owners.get(test_id)
+        for log in [] if current is None else current.take_open():
+            log.abandoned()
+            self._record_log(log)
         owner = self.owners.end(test_id)
         return [] if owner is None else owner.take_misses()
 
@@ -537,6 +545,103 @@ class Session:
 def _session_id(header: Callable[[str], str | None]) -> str | None:
     """The first session id a server handed out (`ID_HEADERS`) that a request carries."""
     return next((v for name in sorted(ID_HEADERS) if (v := header(name))), None)
+
+    # --- WebSocket connections (docs/design.md §17): adapter → session → owner → store ---
+
+    def decide_connection(
+        self, url: str, headers: Sequence[tuple[str, str]], test_id: str | None = None
+    ) -> Decision:
+        """What to do with a WebSocket handshake (`GET url`; `test_id` None: the calling
+        context's): keyed, gated and answered as an HTTP request is. `Replay`: build the
+        connection with `connection_replay`; `Record`: dial it and feed a `frame_log`;
+        `Miss`: fail the connect (noted already); `Live` / `Passthrough`: dial it."""
+        return self.decide(IncomingRequest("GET", url, list(headers), b""), test_id)
+
+    def connection_replay(self, decision: Replay) -> FrameReplay:
+        """The recorded connection of a `Replay` decision, replayed with no socket (its
+        handshake's answer is `decision.response`: status 101 with `frames`, or another
+        status that refused it)."""
+        from hashreplay.engine.frame_replay import FrameReplay
+
+        prep = decision.prep
+        owner = self.owners.owner(prep.test_id)
+        tally = self.owners.tally
+
+        def fail(failure: ReplayFailure) -> None:
+            if isinstance(failure, ReplayMiss):
+                tally.missed()
+            owner.fail(failure)
+
+        rule = prep.rule
+        return FrameReplay(
+            decision.response,
+            decision.path,
+            test_id=prep.test_id,
+            shown_test_id=prep.shown_test_id,
+            request_hash=prep.hash,
+            connection=f"GET {prep.request.url}",
+            pace=owner.pace(),
+            ignore=() if rule is None else rule.ignore,
+            rules=self.keyer.rules,
+            redactor=self.redactor,
+            ids=owner.ids,
+            fail=fail,
+            root=self.config.root,
+        )
+
+    def frame_log(self, decision: Record, url: str, *, started: float | None = None) -> FrameLog:
+        """The log a `Record` decision's live connection feeds (`started`: the
+        `time.monotonic()` the handshake was sent); hand it to `record_connection` when the
+        connection ends (or the test's end records it as abandoned)."""
+        from hashreplay.engine.frame_log import FrameLog
+
+        prep = decision.prep
+        owner = self.owners.owner(prep.test_id)
+        timed = owner.options.timing
+        shown = self.redactor.url(url)
+        limit = BodyLimit(self.config.max_body_bytes, prep.test_id, shown, self._body_too_large)
+        log = FrameLog(
+            prep,
+            shown,
+            timed=self.config.record_timing if timed is None else timed,
+            limit=limit,
+            started=started,
+        )
+        owner.opened(log)
+        return log
+
+    def record_connection(self, log: FrameLog) -> Path | None:
+        """Write a recorded connection once it ended (its end reported on the log); None:
+        not recorded (its handshake got no answer, its frames passed `max_body_bytes`, or it
+        was written already)."""
+        owner = self.owners.get(log.prep.test_id)
+        if owner is not None and not owner.ended(log):
+            return None
+        return self._record_log(log)
+
+    async def arecord_connection(self, log: FrameLog) -> Path | None:
+        """`record_connection` for event loops: the write never blocks the loop."""
+        owner = self.owners.get(log.prep.test_id)
+        if owner is not None and not owner.ended(log):
+            return None
+        response = self._logged(log)
+        return None if response is None else await self.arecord(log.prep, response)
+
+    def _record_log(self, log: FrameLog) -> Path | None:
+        response = self._logged(log)
+        return None if response is None else self.record(log.prep, response)
+
+    def _logged(self, log: FrameLog) -> RecordedResponse | None:
+        """The log's exchange, or None; a handshake with no answer is counted as not
+        recorded (docs/design.md, "Only answers are recorded"), and a recording it would
+        have replaced stays byte for byte."""
+        response = log.response()
+        if response is None and not log.answered_at_all:
+            prep = log.prep
+            path = self.store.path_for(prep.test_id, prep.hash)
+            kept = [path] if self.view.exists(path) else []
+            self.owners.tally.not_recorded(prep.test_id, *kept)
+        return response
 
 
 def ids_in_path(incoming: IncomingRequest, ids: Mapping[str, str]) -> IncomingRequest:
