@@ -541,11 +541,6 @@ class Session:
         )
         return LiveBody(status, headers, started=started, limit=limit, push=prep.push)
 
-
-def _session_id(header: Callable[[str], str | None]) -> str | None:
-    """The first session id a server handed out (`ID_HEADERS`) that a request carries."""
-    return next((v for name in sorted(ID_HEADERS) if (v := header(name))), None)
-
     # --- WebSocket connections (docs/design.md §17): adapter → session → owner → store ---
 
     def decide_connection(
@@ -664,3 +659,8 @@ def ids_in_path(incoming: IncomingRequest, ids: Mapping[str, str]) -> IncomingRe
 def touch_test(session: Session, test_id: str | None, limit: int) -> int:
     """Mark `test_id` as just used; forget the owners beyond `limit` (least recent first)."""
     return session.owners.touch(test_id, limit)
+
+
+def _session_id(header: Callable[[str], str | None]) -> str | None:
+    """The first session id a server handed out (`ID_HEADERS`) that a request carries."""
+    return next((v for name in sorted(ID_HEADERS) if (v := header(name))), None)
