@@ -130,7 +130,10 @@ def send(url, body):
 }
 
 #: Registered adapters that never pass an HTTP answer on, and why.
-NO_HTTP_STATUS = {"network_guard": "it sees sockets no adapter handled, never an HTTP answer"}
+NO_HTTP_STATUS = {
+    "network_guard": "it sees sockets no adapter handled, never an HTTP answer",
+    "aiohttp_ws": "a WebSocket connection's calls are tested in tests/adapters/test_aiohttp_ws.py",
+}
 
 STATUS_SUITE = """
 import os
