@@ -98,8 +98,14 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
                 headers[name] = value
             kwargs["headers"] = headers
         if not isinstance(decision, Record):
-            with adapter_io():
-                return await original(self, url, **kwargs)
+            try:
+                with adapter_io():
+                    live = await original(self, url, **kwargs)
+            except aiohttp.WSServerHandshakeError as exc:
+                session.live_status(decision, exc.status)  # the test's `calls`
+                raise
+            session.live_status(decision, live._response.status)
+            return live
         return await _recorded(
             session,
             decision,
