@@ -41,7 +41,9 @@ class FakeRealtime:
     """Start with `with FakeRealtime() as fake:`; `fake.url` is `ws://127.0.0.1:<port>`;
     `fake.connections` counts the handshakes it accepted, `fake.received` the client frames."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, drifted: bool = False) -> None:
+        #: answer as a newer API would: `session.updated` gains a field, deltas change type
+        self.drifted = drifted
         self.url = ""
         self.connections = 0
         self.received: list[Any] = []
@@ -110,7 +112,8 @@ class FakeRealtime:
             self.received.append(event)
             kind = event.get("type")
             if kind == "session.update":
-                await self._event(ws, "session.updated", session=event.get("session", {}))
+                extra = {"usage": {"total_tokens": 3}} if self.drifted else {}
+                await self._event(ws, "session.updated", session=event.get("session", {}), **extra)
             elif kind == "conversation.item.create":
                 item = {**event.get("item", {}), "id": fresh("item")}
                 await self._event(ws, "conversation.item.created", item=item)

@@ -175,3 +175,25 @@ def test_age_lists_and_a_stale_connection_fails_its_test(
     result = pytester.runpytest("--inference-mode=replay")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*2020-01-01*"])
+
+
+def test_drift_compares_the_live_frames_shapes_with_the_recorded_ones(
+    pytester: pytest.Pytester, recorded: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = recorded.read_bytes()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-drift-ws-0123456789abcdef")  # drift needs keys
+    with FakeRealtime() as fake:  # the same API: fresh ids and times are no drift
+        monkeypatch.setenv("FAKE_WS_URL", fake.url)
+        same = pytester.runpytest("--hashreplay-drift", "-s")
+    same.assert_outcomes(passed=1)
+    same.stdout.fnmatch_lines(["*SOURCE live*"])
+    assert same.ret == 0
+    with FakeRealtime(drifted=True) as fake:  # a newer API: session.updated grew a field
+        monkeypatch.setenv("FAKE_WS_URL", fake.url)
+        changed = pytester.runpytest("--hashreplay-drift")
+    assert changed.ret == 1
+    drift = json.loads((pytester.path / ".hashreplay" / "drift.json").read_text())
+    text = json.dumps(drift)
+    assert TEST_ID in text
+    assert "frame session.updated: field added usage" in text
+    assert recorded.read_bytes() == before  # a drift run writes nothing

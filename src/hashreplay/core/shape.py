@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hashreplay.core.bodies import BodyEncoding
-from hashreplay.core.format import RecordedResponse
+from hashreplay.core.format import FrameDirection, FrameType, RecordedResponse
 from hashreplay.core.streams import StreamFormat
 
 #: The path of a body's own value.
@@ -103,6 +103,8 @@ def event_type(fmt: StreamFormat, event: object) -> tuple[str, object]:
 
 def shape_of(response: RecordedResponse) -> Shape:
     """The shape of a stored (or a live, staged) response."""
+    if response.frames is not None:
+        return _frames_shape(response)
     body = response.body
     if response.is_streaming and response.stream_format is not None:
         fmt = StreamFormat(response.stream_format)
@@ -130,6 +132,34 @@ def shape_of(response: RecordedResponse) -> Shape:
     return Shape(response.status, kind, {}, (), {})
 
 
+def _frames_shape(response: RecordedResponse) -> Shape:
+    """A WebSocket connection's shape (docs/design.md §17, drift by shape for frames): the
+    frames the server sent as events (a JSON frame's `type`, else `text` / `binary`, and
+    `close <code>`), repeats of one type collapsed, and the field types of each event type.
+    The client's own frames are the test's code, not the API's, and are left out."""
+    order: list[str] = []
+    per_type: dict[str, dict[str, set[str]]] = {}
+    for frame in response.frames or []:
+        if frame.direction is not FrameDirection.RECEIVED:
+            continue
+        payload: object = None
+        if frame.type is FrameType.CLOSE:
+            name = f"close {frame.code}"
+        elif frame.type is FrameType.BINARY or frame.data_encoding is not None:
+            name = frame.type.value
+        else:
+            payload = frame.data
+            kind = payload.get("type") if isinstance(payload, Mapping) else None
+            name = kind if isinstance(kind, str) and kind else json_type(payload)
+        if not order or order[-1] != name:
+            order.append(name)
+        found = per_type.setdefault(name, {})
+        if payload is not None:
+            field_types(payload, found)
+    fields = {name: _joined(found) for name, found in per_type.items()}
+    return Shape(response.status, "frames", {}, tuple(order), fields)
+
+
 def _field_differences(
     where: str, recorded: Mapping[str, str], live: Mapping[str, str]
 ) -> list[str]:
@@ -155,14 +185,16 @@ def compare(recorded: Shape, live: Shape) -> list[str]:
     if recorded.kind != live.kind:
         return [f"body changed from {recorded.kind} to {live.kind}"]
     found: list[str] = []
+    events, event = (
+        ("received frames", "frame") if live.kind == "frames" else ("stream events", "event")
+    )
     if recorded.events != live.events:
         found.append(
-            "stream events changed from "
-            f"[{', '.join(recorded.events)}] to [{', '.join(live.events)}]"
+            f"{events} changed from [{', '.join(recorded.events)}] to [{', '.join(live.events)}]"
         )
     found += _field_differences("body", recorded.fields, live.fields)
     for name in [*recorded.events, *(e for e in live.events if e not in recorded.events)]:
         was, now = recorded.event_fields.get(name), live.event_fields.get(name)
         if was is not None and now is not None:
-            found += _field_differences(f"event {name}", was, now)
+            found += _field_differences(f"{event} {name}", was, now)
     return list(dict.fromkeys(found))
