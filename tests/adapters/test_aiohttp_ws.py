@@ -471,3 +471,98 @@ def test_live_mode_and_a_replayed_connection_of_another_test_stay_apart(rec: WsR
         assert rec.end() == []
         assert fake.connections == 1
     assert rec.files() == []
+
+
+# --- faults (docs/scenarios.md, "WebSocket faults") ----------------------------------------
+
+
+def faulted(rec: WsRecorder, **fault: Any) -> Session:
+    from hashreplay.engine.faults import FaultSpec
+
+    session = rec.start(Mode.REPLAY)
+    session.begin_test(TEST_ID)
+    session.set_test_options(TEST_ID, faults=[FaultSpec.parse(fault)])
+    return session
+
+
+async def read_all(s: aiohttp.ClientSession, url: str) -> list[Any]:
+    """Receive until the connection ends, sending the recorded frames as they are due."""
+    got: list[Any] = []
+    async with connect(s, url) as ws:
+        got.append((await ws.receive_json())["type"])
+        await ws.send_json({"type": "session.update", "session": {"instructions": "be brief"}})
+        msg = await ws.receive()
+        got.append(msg.json()["type"] if msg.type is WSMsgType.TEXT else msg.type)
+        if msg.type is WSMsgType.TEXT:
+            msg = await ws.receive()
+            got.append(msg.type)
+        got.append((msg.data, msg.extra, ws.close_code))
+    return got
+
+
+def test_a_drop_after_n_frames_replays_as_a_cut(rec: WsRecorder) -> None:
+    record(rec, talk)
+    faulted(rec, error="disconnect", after_frames=1)
+    with ConnectGuard() as guard:
+        got = run(lambda s: read_all(s, "ws://127.0.0.1:9"))
+    assert guard.attempts == []
+    assert got == ["session.created", WSMsgType.CLOSED, (None, None, 1006)]
+    assert rec.end() == []
+
+
+def test_a_close_after_n_frames_replays_as_the_servers_close(rec: WsRecorder) -> None:
+    record(rec, talk)
+    faulted(rec, close=1011, after_frames=1, reason="overloaded")
+    got = run(lambda s: read_all(s, "ws://127.0.0.1:9"))
+    # the client's frame recorded before the server's next one still goes first
+    assert got == ["session.created", WSMsgType.CLOSE, (1011, "overloaded", 1011)]
+    assert rec.end() == []
+
+
+@pytest.mark.parametrize(
+    ("fault", "problem"),
+    [
+        ({"close": 1011}, "close=<code> needs after_frames=N"),
+        ({"error": "read_timeout", "after_frames": 1}, 'after_frames goes with error="disconnect"'),
+        ({"after_frames": 1}, "give exactly one of status, error, hang or close"),
+        ({"close": 99, "after_frames": 1}, "close=99 is not a close code"),
+        ({"error": "disconnect", "after_frames": 1, "after_chunks": 1}, "do not go together"),
+        ({"reason": "x", "error": "disconnect"}, "reason goes with close=<code>"),
+    ],
+)
+def test_a_malformed_websocket_fault_is_a_usage_error_naming_it(
+    fault: dict[str, Any], problem: str
+) -> None:
+    from hashreplay.core.errors import ConfigError
+    from hashreplay.engine.faults import FaultSpec
+
+    with pytest.raises(ConfigError) as caught:
+        FaultSpec.parse(fault)
+    assert problem in str(caught.value)
+    assert "after_frames=N" in str(caught.value)  # the valid forms name it
+
+
+def test_a_websocket_fault_leaves_http_requests_and_the_recording_alone(rec: WsRecorder) -> None:
+    from hashreplay.engine.faults import ActiveFault, FaultSpec, TestOptions
+    from hashreplay.engine.http import IncomingRequest
+    from hashreplay.engine.scenarios import fault_for
+
+    spec = FaultSpec.parse({"error": "disconnect", "after_frames": 0})
+    options = TestOptions(faults=[ActiveFault(spec)])
+    http = IncomingRequest("GET", "https://api.example.test/v1/realtime", [], b"")
+    ws = IncomingRequest("GET", "wss://api.example.test/v1/realtime", [], b"")
+    assert fault_for(options, http) is None
+    assert fault_for(options, ws) is spec
+    record(rec, talk)
+    (path,) = rec.files()
+    before = path.read_bytes()
+    faulted(rec, error="disconnect", after_frames=0)
+    got = run(lambda s: read_all_cut(s, "ws://127.0.0.1:9"))
+    assert got == [WSMsgType.CLOSED, 1006]
+    assert path.read_bytes() == before
+
+
+async def read_all_cut(s: aiohttp.ClientSession, url: str) -> list[Any]:
+    async with connect(s, url) as ws:
+        msg = await ws.receive()
+        return [msg.type, ws.close_code]

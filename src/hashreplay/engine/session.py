@@ -556,6 +556,12 @@ class Session:
         prep = decision.prep
         owner = self.owners.owner(prep.test_id)
         tally = self.owners.tally
+        response = decision.response
+        fault = None if decision.scenario is None else decision.scenario.fault
+        if fault is not None and fault.for_connections:  # docs/scenarios.md, "WebSocket faults"
+            from hashreplay.engine.scenarios import faulted_connection
+
+            response = faulted_connection(response, fault)
 
         def fail(failure: ReplayFailure) -> None:
             if isinstance(failure, ReplayMiss):
@@ -564,7 +570,7 @@ class Session:
 
         rule = prep.rule
         return FrameReplay(
-            decision.response,
+            response,
             decision.path,
             test_id=prep.test_id,
             shown_test_id=prep.shown_test_id,
