@@ -74,6 +74,7 @@ class FrameLog:
         self.end: EndState | None = None
         #: the adapter reported its end (`response()` may be taken)
         self.finished = False
+        self._taken = False
 
     # --- what the adapter reports -------------------------------------------------------
 
@@ -130,6 +131,13 @@ class FrameLog:
             self.finished = True
 
     # --- the recorded exchange -----------------------------------------------------------
+
+    def take(self) -> bool:
+        """Whether this is the first time the log is handed in to be written (an adapter
+        may report an end twice, or after the test's end wrote it as abandoned)."""
+        with self._lock:
+            first, self._taken = not self._taken, True
+            return first
 
     @property
     def answered_at_all(self) -> bool:
