@@ -45,29 +45,29 @@ def session(root: Path, mode: Mode, **overrides: Any) -> Session:
 
 
 def talk(log: FrameLog, *, instructions: str = "be brief", close: bool = True) -> None:
-    """One realtime conversation as a fake server answers it, ids fresh each time."""
+    """One realtime conversation as a fake server answers it, ids fresh each time; the
+    client reads each frame as it comes."""
+
+    def receive(kind: FrameType, payload: str | bytes) -> None:
+        log.received(kind, payload)
+        log.delivered()
+
     log.answered(101, [("Upgrade", "websocket"), ("Sec-WebSocket-Accept", "x" * 28)])
-    log.received(
-        FrameType.TEXT, json.dumps({"type": "session.created", "event_id": fresh("event")})
-    )
-    log.sent(
-        FrameType.TEXT,
-        json.dumps({"type": "session.update", "session": {"instructions": instructions}}),
-    )
+    receive(FrameType.TEXT, json.dumps({"type": "session.created", "event_id": fresh("event")}))
+    update = {"type": "session.update", "session": {"instructions": instructions}}
+    log.sent(FrameType.TEXT, json.dumps(update))
     item = fresh("item")
-    log.received(
-        FrameType.TEXT,
-        json.dumps(
-            {"type": "conversation.item.created", "event_id": fresh("event"), "item": {"id": item}}
-        ),
-    )
+    created = {
+        "type": "conversation.item.created",
+        "event_id": fresh("event"),
+        "item": {"id": item},
+    }
+    receive(FrameType.TEXT, json.dumps(created))
     log.sent(FrameType.TEXT, json.dumps({"type": "response.create", "item_id": item}))
-    log.received(
-        FrameType.TEXT,
-        json.dumps({"type": "response.text.delta", "delta": "Hi", "event_id": fresh("event")}),
-    )
-    log.received(FrameType.BINARY, b"\x00\x01audio\xff")
-    log.received(FrameType.TEXT, "not json, plain text")
+    delta = {"type": "response.text.delta", "delta": "Hi", "event_id": fresh("event")}
+    receive(FrameType.TEXT, json.dumps(delta))
+    receive(FrameType.BINARY, b"\x00\x01audio\xff")
+    receive(FrameType.TEXT, "not json, plain text")
     if close:
         log.closed(1000, "done", sent=True)
         log.closed(1000, "done")
@@ -392,3 +392,34 @@ def test_fixed_pace_delays_each_received_frame(tmp_path: Path) -> None:
     _, replay = replayer(tmp_path, s)
     step = replay.next_step()
     assert isinstance(step, Deliver) and step.delay == pytest.approx(0.02)
+
+
+def test_a_frame_takes_its_place_where_the_client_read_it(tmp_path: Path) -> None:
+    """A greeting that arrives while the client is still sending its first frames is
+    placed (and counted) where the client reads it: the same client records the same file
+    whatever the network's timing. A frame never read keeps its arrival count, at the end."""
+    s = session(tmp_path, Mode.RECORD)
+    decision = s.decide_connection(URL, HEADERS, test_id=TEST)
+    assert isinstance(decision, Record)
+    log = s.frame_log(decision, URL)
+    log.answered(101, [])
+    log.received(FrameType.TEXT, '{"type": "session.created"}')  # arrives first
+    log.sent(FrameType.TEXT, '{"type": "session.update"}')
+    log.sent(FrameType.TEXT, '{"type": "response.create"}')
+    log.delivered()  # read only now
+    log.received(FrameType.TEXT, '{"type": "never.read"}')
+    log.sent(FrameType.TEXT, '{"type": "more"}')
+    log.closed(1000, "", sent=True)
+    path = s.record_connection(log)
+    assert path is not None
+    frames = json.loads(path.read_text())["response"]["frames"]
+    assert [
+        (f["direction"], f.get("data", {}).get("type"), f.get("after_sent")) for f in frames
+    ] == [
+        ("sent", "session.update", None),
+        ("sent", "response.create", None),
+        ("received", "session.created", 2),
+        ("sent", "more", None),
+        ("sent", None, None),
+        ("received", "never.read", 2),
+    ]

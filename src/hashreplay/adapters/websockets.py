@@ -195,6 +195,39 @@ def _hook_protocol(protocol: Protocol, log: FrameLog) -> None:
     protocol.send_close = on_close  # type: ignore[method-assign]
 
 
+def _hook_reads(connection: Any, log: FrameLog) -> None:
+    """Tell `log` each time the client takes a message (`recv`, iteration, `recv_streaming`:
+    all read through the connection's message assembler), so the frame is placed where the
+    client read it (`FrameLog.delivered`)."""
+    messages = connection.recv_messages
+    get, get_iter = messages.get, messages.get_iter
+    if asyncio.iscoroutinefunction(get):
+
+        async def aget(*args: Any, **kwargs: Any) -> Any:
+            message = await get(*args, **kwargs)
+            log.delivered()
+            return message
+
+        async def aget_iter(*args: Any, **kwargs: Any) -> Any:
+            log.delivered()
+            async for piece in get_iter(*args, **kwargs):
+                yield piece
+
+        messages.get, messages.get_iter = aget, aget_iter
+        return
+
+    def sget(*args: Any, **kwargs: Any) -> Any:
+        message = get(*args, **kwargs)
+        log.delivered()
+        return message
+
+    def sget_iter(*args: Any, **kwargs: Any) -> Any:
+        log.delivered()
+        yield from get_iter(*args, **kwargs)
+
+    messages.get, messages.get_iter = sget, sget_iter
+
+
 def _ended(session: Session, protocol: Protocol, log: FrameLog) -> None:
     """The live connection is over: a close frame either way was logged; else it was cut."""
     if protocol.close_rcvd is None and protocol.close_sent is None:
@@ -513,6 +546,7 @@ def _async_connect(original: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             self.factory = factory
         _answered(log, connection)
+        _hook_reads(connection, log)  # its reader exists once the connection is made
         connection.connection_lost_waiter.add_done_callback(
             lambda _: _ended(session, connection.protocol, log)
         )
@@ -567,7 +601,7 @@ def _sync_open(original: Callable[..., Any]) -> Callable[..., Any]:
 
             def closed() -> None:
                 close_socket()
-                if made.response is not None:  # else the handshake failed: recorded there
+                if log.answered_at_all:  # else the handshake failed: recorded there
                     _ended(session, made.protocol, log)
 
             made.close_socket = closed  # type: ignore[method-assign]
@@ -583,6 +617,7 @@ def _sync_open(original: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             self.create_connection = create
         _answered(log, connection)
+        _hook_reads(connection, log)
         return connection  # type: ignore[no-any-return]
 
     open_connection.__wrapped__ = original  # type: ignore[attr-defined]
@@ -616,7 +651,7 @@ class _SyncPeer:
         self.peer = peer
         self.sock = sock
         self.connection = connection
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.done = False
 
     def run(self) -> None:
