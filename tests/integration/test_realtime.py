@@ -12,6 +12,7 @@ import asyncio
 import difflib
 import json
 import socket
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -451,3 +452,29 @@ def test_a_clean_early_close_in_replay_is_fine(project: Project) -> None:
     run = project.run(Mode.REPLAY, leave)
     assert run.result == ("hello", 1000)
     assert run.misses == []
+
+
+def test_the_legacy_client(project: Project) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from websockets.legacy.client import connect as legacy_connect
+
+    def body(server: FakeRealtime) -> list[Any]:
+        async def go() -> list[Any]:
+            got: list[Any] = []
+            async with legacy_connect(
+                f"{server.url}/echo", extra_headers={"Authorization": f"Bearer {KEY}"}
+            ) as ws:
+                got.append(json.loads(await ws.recv())["type"])
+                await ws.send(json.dumps({"say": "legacy"}))
+                got.append(json.loads(await ws.recv())["got"])
+                got.append(await ws.recv())
+            got.append(ws.close_code)
+            return got
+
+        return asyncio.run(go())
+
+    result, files = three_phases(project, body)
+    assert result == ["hello", {"say": "legacy"}, b"\x00\x01binary\xff", 1000]
+    frames = json.loads(files[0].read_text())["response"]["frames"]
+    assert [f["type"] for f in frames][:4] == ["text", "text", "text", "binary"]

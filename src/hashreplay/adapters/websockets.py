@@ -22,8 +22,9 @@ calls). Both are patched on their classes, reversibly (`_shared.Patches`).
   back (or never has): the test then fails naming what it waited for, and the connection
   closes with 1011. A miss closes it with 1008.
 
-The legacy client (`websockets.legacy.client`) is not intercepted: the network guard fails
-its connections in replay, as it fails any WebSocket no adapter handled.
+The legacy client (`websockets.legacy.client`, `websockets.client.connect`), where present,
+is patched at `Connect.__await_impl__` once the code imports it: replay hands its protocol
+the same in-memory peer; recording logs its messages as the client sends and reads them.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from websockets.http11 import Response
 from websockets.protocol import Protocol, Side, State
 from websockets.utils import accept_key
 
+from hashreplay.adapters import _shared
 from hashreplay.adapters import _shared as _state
 from hashreplay.adapters._shared import Patches, reason_phrase
 from hashreplay.core.bodies import decode_body
@@ -82,6 +84,15 @@ def install(session: Session) -> None:
         _patches.replace(aclient.connect, "connect", _async_connect(aclient.connect.connect))
         original = sclient.reconnect.open_connection
         _patches.replace(sclient.reconnect, "open_connection", _sync_open(original))
+        # the legacy client warns when imported: patched only once the code imports it
+        _shared.when_imported("websockets.legacy.client", _install_legacy)
+
+
+def _install_legacy(module: Any) -> None:
+    with _patches.lock:
+        if _patches.installed and _state.active_session() is not None:
+            original = module.Connect.__await_impl__
+            _patches.replace(module.Connect, "__await_impl__", _legacy_connect(original))
 
 
 def uninstall() -> None:
@@ -387,6 +398,19 @@ def _replay_parts(session: Session, decision: Replay) -> tuple[FrameReplay, _Pee
     return replay, _Peer(replay, decision.response)
 
 
+def _request_parts(head: bytes) -> tuple[str, list[str]]:
+    """The key and the offered subprotocols of a handshake request, from its bytes (the
+    new and the legacy client alike)."""
+    key, offered = "", list[str]()
+    for line in head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "sec-websocket-key":
+            key = value.strip()
+        elif name.strip().lower() == "sec-websocket-protocol":
+            offered.extend(p.strip() for p in value.split(",") if p.strip())
+    return key, offered
+
+
 def _offered(connection: Any) -> list[str]:
     header = connection.request.headers.get("Sec-WebSocket-Protocol", "") or ""
     return [p.strip() for p in header.split(",") if p.strip()]
@@ -417,8 +441,8 @@ class _Transport(asyncio.Transport):
             return
         if not self.shaken:
             self.shaken = True
-            key = self.connection.request.headers["Sec-WebSocket-Key"]
-            self.enqueue(self.peer.handshake(key, _offered(self.connection)))
+            key, offered = _request_parts(bytes(data))
+            self.enqueue(self.peer.handshake(key, offered))
             return
         self.enqueue(self.peer.client_data(bytes(data)))
 
@@ -720,6 +744,121 @@ def _bounded_sync(connection: Any, sender: _SyncPeer) -> None:
                 sender.emit(peer.fail(failure))
 
     connection.recv = bounded
+
+
+# --- the legacy client (websockets.legacy, deprecated since websockets 14) -----------------
+
+
+def _legacy_connect(original: Callable[..., Any]) -> Callable[..., Any]:
+    async def __await_impl__(self: Any) -> Any:
+        session = _state.active_session()
+        if session is None:
+            return await original(self)
+        factory = self._create_connection.args[0]
+        extra = factory.keywords.get("extra_headers")
+        decision = session.decide_connection(self._uri, _headers(extra))
+        if isinstance(decision, Miss):
+            raise MissedConnection(str(decision.error))
+        if isinstance(decision, Replay):
+            protocol = await _legacy_replay(self, session, decision, factory)
+            self.protocol = protocol
+            return protocol
+        if not isinstance(decision, Record):
+            if isinstance(decision, Passthrough):
+                factory.keywords["extra_headers"] = Headers([*_headers(extra), *decision.headers])
+            with adapter_io():
+                return await original(self)
+        log = session.frame_log(decision, self._uri, started=time.monotonic())
+        try:
+            with adapter_io():
+                protocol = await original(self)
+        except BaseException as exc:
+            status = getattr(exc, "status_code", None)
+            if isinstance(status, int):
+                log.answered(status, list(Headers(getattr(exc, "headers", None) or []).raw_items()))
+            log.cut(exc)
+            session.record_connection(log)
+            raise
+        log.answered(SWITCHING_PROTOCOLS, list(protocol.response_headers.raw_items()))
+        _hook_legacy(session, protocol, log)
+        return protocol
+
+    __await_impl__.__wrapped__ = original  # type: ignore[attr-defined]
+    return __await_impl__
+
+
+def _hook_legacy(session: Session, protocol: Any, log: FrameLog) -> None:
+    """Log a legacy connection's messages as the client sends and reads them (its framing
+    is its own, below any shared seam), and its end."""
+    recv, send, fail = protocol.recv, protocol.send, protocol.fail_connection
+
+    async def logged_recv() -> Any:
+        message = await recv()
+        kind = FrameType.TEXT if isinstance(message, str) else FrameType.BINARY
+        try:
+            log.received(kind, message)
+        except BodyTooLarge:
+            fail(_MESSAGE_TOO_BIG, "hashreplay: frames over max_body_bytes")
+            raise
+        log.delivered()
+        return message
+
+    async def logged_send(message: Any) -> None:
+        await send(message)
+        if isinstance(message, (str, bytes, bytearray, memoryview)):
+            kind = FrameType.TEXT if isinstance(message, str) else FrameType.BINARY
+            log.sent(kind, message if isinstance(message, str) else bytes(message))
+
+    def ended(_: Any) -> None:
+        sent, rcvd = protocol.close_sent, protocol.close_rcvd
+        if sent is not None:
+            log.closed(sent.code, sent.reason, sent=True)
+        if rcvd is not None:
+            log.closed(rcvd.code, rcvd.reason)
+        _ended_legacy(session, log, closed=sent is not None or rcvd is not None)
+
+    protocol.recv, protocol.send = logged_recv, logged_send
+    protocol.connection_lost_waiter.add_done_callback(ended)
+
+
+def _ended_legacy(session: Session, log: FrameLog, *, closed: bool) -> None:
+    if not closed:
+        log.cut()
+    session.record_connection(log)
+
+
+async def _legacy_replay(self: Any, session: Session, decision: Replay, factory: Any) -> Any:
+    if decision.response.status != SWITCHING_PROTOCOLS:
+        from websockets.legacy.exceptions import InvalidStatusCode
+
+        status = decision.response.status or 500
+        raise InvalidStatusCode(status, Headers(list(decision.response.headers.items())))
+    _, peer = _replay_parts(session, decision)
+    protocol = factory()
+    transport = _Transport(peer, protocol, asyncio.get_running_loop())
+    protocol.connection_made(transport)
+    await protocol.handshake(
+        self._wsuri,
+        origin=protocol.origin,
+        available_extensions=protocol.available_extensions,
+        available_subprotocols=protocol.available_subprotocols,
+        extra_headers=protocol.extra_headers,
+    )
+    recv = protocol.recv
+
+    async def bounded() -> Any:
+        while True:
+            try:
+                return await asyncio.wait_for(recv(), WAIT_LIMIT_S)  # cancelling it is safe
+            except TimeoutError:
+                step = peer.waiting
+                if step is None:
+                    continue
+                failure = peer.replay.waited_too_long(step, WAIT_LIMIT_S)
+                transport.enqueue(peer.fail(failure))
+
+    protocol.recv = bounded
+    return protocol
 
 
 __all__ = ["MissedConnection", "install", "is_installed", "uninstall"]
