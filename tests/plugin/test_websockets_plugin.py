@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-import websockets.asyncio.client  # noqa: F401  # imported here, in pytester's baseline
+import websockets.asyncio.client  # imported here, in pytester's baseline
 import websockets.sync.client  # noqa: F401
 
 from tests.fakes.realtime import FakeRealtime
