@@ -423,3 +423,24 @@ def test_a_frame_takes_its_place_where_the_client_read_it(tmp_path: Path) -> Non
         ("sent", None, None),
         ("received", "never.read", 2),
     ]
+
+
+def test_a_large_frame_is_stored_once_as_a_blob(tmp_path: Path) -> None:
+    audio = bytes(range(256)) * 40  # 10 KiB of audio
+    s = session(tmp_path, Mode.RECORD, blob_threshold=1024)
+    decision = s.decide_connection(URL, HEADERS, test_id=TEST)
+    assert isinstance(decision, Record)
+    log = s.frame_log(decision, URL)
+    log.answered(101, [])
+    log.received(FrameType.BINARY, audio)
+    log.delivered()
+    log.closed(1000, "")
+    path = s.record_connection(log)
+    assert path is not None
+    stored = json.loads(path.read_text())["response"]["frames"][0]
+    assert "__blob__" in stored["data"] and stored["data_encoding"] == "base64"
+    assert len([p for p in tmp_path.rglob("blobs/*") if p.is_file()]) == 1
+    s.end_test(TEST)
+    _, replay = replayer(tmp_path)
+    step = replay.next_step()
+    assert isinstance(step, Deliver) and step.payload == audio
