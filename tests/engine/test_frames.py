@@ -444,3 +444,29 @@ def test_a_large_frame_is_stored_once_as_a_blob(tmp_path: Path) -> None:
     _, replay = replayer(tmp_path)
     step = replay.next_step()
     assert isinstance(step, Deliver) and step.payload == audio
+
+
+def test_recorded_pace_replays_the_gaps_between_frames(tmp_path: Path) -> None:
+    s = session(tmp_path, Mode.RECORD, record_timing=True)
+    decision = s.decide_connection(URL, HEADERS, test_id=TEST)
+    assert isinstance(decision, Record)
+    log = s.frame_log(decision, URL)
+    talk(log)
+    assert s.record_connection(log) is not None
+    s.end_test(TEST)
+    recorded = json.loads(next(tmp_path.rglob("*.json")).read_text())["response"]["frames"]
+    s = session(tmp_path, Mode.REPLAY)
+    s.set_test_options(TEST, pace=Pace("recorded"))
+    _, replay = replayer(tmp_path, s)
+    first = replay.next_step()
+    assert isinstance(first, Deliver)
+    assert first.delay == pytest.approx(recorded[0]["at_us"] / 1e6)
+
+
+def test_recorded_pace_without_timing_fails_the_connection(tmp_path: Path) -> None:
+    record(tmp_path)  # timing off
+    s = session(tmp_path, Mode.REPLAY)
+    s.set_test_options(TEST, pace=Pace("recorded"))
+    decision = s.decide_connection(URL, HEADERS, test_id=TEST)
+    assert isinstance(decision, Miss)
+    assert "timing" in str(decision.error)
