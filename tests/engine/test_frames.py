@@ -470,3 +470,18 @@ def test_recorded_pace_without_timing_fails_the_connection(tmp_path: Path) -> No
     decision = s.decide_connection(URL, HEADERS, test_id=TEST)
     assert isinstance(decision, Miss)
     assert "timing" in str(decision.error)
+
+
+def test_a_waiting_receive_is_woken_when_the_client_sends(tmp_path: Path) -> None:
+    record(tmp_path)
+    _, replay = replayer(tmp_path)
+    woken: list[str] = []
+    replay.on_change(lambda: woken.append("sent"))
+    event = replay.changed
+    assert isinstance(replay.next_step(), Deliver)
+    assert isinstance(replay.next_step(), Wait)
+    update = {"type": "session.update", "session": {"instructions": "be brief"}}
+    assert replay.send(FrameType.TEXT, json.dumps(update)) is None
+    assert event.is_set() and not replay.changed.is_set()  # a fresh event for the next wait
+    assert woken == ["sent"]
+    assert isinstance(replay.next_step(), Deliver)

@@ -81,8 +81,6 @@ class FrameLog:
         self.too_large = False
         self._error: BodyTooLarge | None = None
         self.end: EndState | None = None
-        #: the adapter reported its end (`response()` may be taken)
-        self.finished = False
         self._taken = False
 
     # --- what the adapter reports -------------------------------------------------------
@@ -132,7 +130,6 @@ class FrameLog:
         with self._lock:
             if self.end is None:
                 self.end = EndState.ERROR
-            self.finished = True
 
     def abandoned(self) -> None:
         """The client left without closing (the test stopped reading): replay ends the
@@ -140,14 +137,6 @@ class FrameLog:
         with self._lock:
             if self.end is None:
                 self.end = EndState.ABANDONED
-            self.finished = True
-
-    def finish(self) -> None:
-        """The adapter is done with the connection (its end reported)."""
-        with self._lock:
-            if self.end is None:
-                self.end = EndState.ABANDONED
-            self.finished = True
 
     # --- the recorded exchange -----------------------------------------------------------
 
