@@ -133,6 +133,7 @@ def send(url, body):
 NO_HTTP_STATUS = {
     "network_guard": "it sees sockets no adapter handled, never an HTTP answer",
     "aiohttp_ws": "a WebSocket connection's calls are tested in tests/adapters/test_aiohttp_ws.py",
+    "websockets": "a WebSocket connection's calls are tested with the websockets adapter's tests",
 }
 
 STATUS_SUITE = """

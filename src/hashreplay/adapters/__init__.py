@@ -55,14 +55,31 @@ ADAPTERS: tuple[Registered, ...] = (
     Registered("network_guard", None),
     Registered("aiohttp", "aiohttp"),
     Registered("aiohttp_ws", "aiohttp"),
+    Registered("websockets", "websockets"),
     Registered("urllib3", "urllib3"),
     Registered("stdlib", "http.client"),
 )
 
 if TYPE_CHECKING:  # mypy checks that every adapter module implements the seam
-    from hashreplay.adapters import aiohttp, aiohttp_ws, httpx, network_guard, stdlib, urllib3
+    from hashreplay.adapters import (
+        aiohttp,
+        aiohttp_ws,
+        httpx,
+        network_guard,
+        stdlib,
+        urllib3,
+        websockets,
+    )
 
-    _SEAMS: tuple[Adapter, ...] = (httpx, network_guard, aiohttp, aiohttp_ws, urllib3, stdlib)
+    _SEAMS: tuple[Adapter, ...] = (
+        httpx,
+        network_guard,
+        aiohttp,
+        aiohttp_ws,
+        websockets,
+        urllib3,
+        stdlib,
+    )
 
 
 def adapter(name: str) -> Adapter:

@@ -158,7 +158,6 @@ async def _recorded(
     except aiohttp.WSServerHandshakeError as exc:
         if exc.status:
             log.answered(exc.status, list((exc.headers or {}).items()))
-            log.finish()
         await session.arecord_connection(log)
         raise
     except BaseException:
@@ -243,6 +242,7 @@ class RecordingWebSocket(ClientWebSocketResponse):
                 payload = payload.decode("utf-8")
             ftype = FrameType.TEXT if kind is WSMsgType.TEXT else FrameType.BINARY
             await self._logged(self._log.received, ftype, payload)
+            self._log.delivered()  # the caller takes it now: its place in the file
         elif kind is WSMsgType.CLOSE:
             self._log.closed(msg.data, msg.extra or "")
             await self._write()
@@ -273,7 +273,6 @@ class RecordingWebSocket(ClientWebSocketResponse):
             feed(kind, data)
         except BodyTooLarge:
             self._written = True
-            self._log.finish()
             await self._session.arecord_connection(self._log)  # nothing written: too large
             with contextlib.suppress(Exception):
                 await self._live.close()
@@ -282,7 +281,6 @@ class RecordingWebSocket(ClientWebSocketResponse):
     async def _write(self) -> None:
         if not self._written:
             self._written = True
-            self._log.finish()
             await self._session.arecord_connection(self._log)
 
 

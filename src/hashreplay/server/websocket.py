@@ -291,7 +291,6 @@ class _Relay:
             with contextlib.suppress(Exception):
                 await upstream.close()
             if log is not None:
-                log.finish()
                 await self.session.arecord_connection(log)
 
     async def _dial(self) -> Any:
@@ -317,7 +316,6 @@ class _Relay:
             body = bytes(refusal.body or b"")
             if log is not None:
                 log.answered(refusal.status_code, headers, body)
-                log.finish()
                 await self.session.arecord_connection(log)
             kept = [(k, v) for k, v in headers if k.lower() == "content-type"]
             await self.peer.refuse(refusal.status_code, kept, body)
@@ -372,6 +370,7 @@ class _Relay:
                 if log is not None:
                     kind = FrameType.TEXT if isinstance(data, str) else FrameType.BINARY
                     log.received(kind, data)
+                    log.delivered()  # relayed now: where the client gets it
                 if isinstance(data, str):
                     await peer.send({"type": "websocket.send", "text": data})
                 else:
