@@ -566,3 +566,20 @@ async def read_all_cut(s: aiohttp.ClientSession, url: str) -> list[Any]:
     async with connect(s, url) as ws:
         msg = await ws.receive()
         return [msg.type, ws.close_code]
+
+
+def test_a_template_in_a_frame_is_replayed_as_recorded(rec: WsRecorder) -> None:
+    """Templates fill HTTP answers from the request body; a handshake has none, so a frame
+    holding one (hand-edited) is delivered as written (docs/usage.md, "Realtime APIs")."""
+    record(rec, talk)
+    (path,) = rec.files()
+    data = json.loads(path.read_text())
+    data["response"]["frames"][0]["data"]["session"]["model"] = "{{request:body.model}}"
+    path.write_text(json.dumps(data, indent=2))
+
+    async def first(s: aiohttp.ClientSession, url: str) -> Any:
+        async with connect(s, url) as ws:
+            return (await ws.receive_json())["session"]["model"]
+
+    got, misses = replay(rec, first)
+    assert got == "{{request:body.model}}" and misses == []

@@ -209,3 +209,27 @@ def test_a_malformed_frame_is_refused_and_never_rewrites_the_recording(
     assert caught.value.rcvd is not None and caught.value.rcvd.code == 1007
     assert path.read_bytes() == before
     assert talk(proxy.url, run="second") == EXPECTED
+
+
+def test_a_fault_header_drops_a_replayed_connection_and_a_bad_one_is_a_400(
+    servers: Servers, root: Path
+) -> None:
+    record_then_stop(servers, root, talk)
+    [path] = recordings(root)
+    before = path.read_bytes()
+    proxy = replayer(servers, root)
+    url = proxy.url.replace("http://", "ws://") + PATH
+    fault = json.dumps({"error": "disconnect", "after_frames": 1})
+    headers = {"X-HashReplay-Test-Id": TEST_ID, "X-HashReplay-Fault": fault}
+    with connect(url, additional_headers=headers, open_timeout=10) as ws:
+        assert json.loads(ws.recv(timeout=10))["type"] == "session.created"
+        ws.send(json.dumps({"type": "session.update", "session": {"instructions": "be brief"}}))
+        with pytest.raises(ConnectionClosedError) as caught:
+            ws.recv(timeout=10)
+    assert caught.value.rcvd is None  # dropped: no close frame
+    bad = {"X-HashReplay-Test-Id": TEST_ID, "X-HashReplay-Fault": '{"close": 1011}'}
+    with pytest.raises(InvalidStatus) as refused:
+        connect(url, additional_headers=bad, open_timeout=10)
+    assert refused.value.response.status_code == 400
+    assert "after_frames=N" in refused.value.response.body.decode()
+    assert path.read_bytes() == before

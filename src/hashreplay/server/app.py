@@ -70,7 +70,7 @@ class ProxyApp:
         session.per_request = True  # no test ends here: a stale "fail" fails its request
         self.counters = Counters()
         self.forwarder = Forwarder(session, settings, self.counters)
-        self.websockets = WebSocketProxy(session, settings, self._scrubber)
+        self.websockets = WebSocketProxy(session, settings, self._scrubber, _check_fault_header)
         install_log_filter(session)  # no credential in any log line
         userinfo = [v for u in settings.upstreams for v in u.userinfo_values]
         session.seen_secrets.add(SecretValues(userinfo))  # nor the upstream's

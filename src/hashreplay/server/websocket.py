@@ -87,11 +87,17 @@ class WebSocketProxy:
     """The proxy's WebSocket connections (one per ASGI `websocket` scope)."""
 
     def __init__(
-        self, session: Session, settings: ServeSettings, scrub: Callable[[Scope], Any]
+        self,
+        session: Session,
+        settings: ServeSettings,
+        scrub: Callable[[Scope], Any],
+        check_headers: Callable[[str, str, list[tuple[str, str]]], None],
     ) -> None:
         self.session = session
         self.settings = settings
         self._scrubber = scrub
+        #: the proxy's own header checks (a bad `X-HashReplay-Fault` is a 400), as for HTTP
+        self._check_headers = check_headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = await receive()
@@ -122,6 +128,7 @@ class WebSocketProxy:
         headers = [
             (k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers") or ()
         ]
+        self._check_headers("GET", target, headers)
         if upstream is not None:
             base = _ws_scheme(upstream.url)
         else:  # replay without an upstream: the URL the client used
