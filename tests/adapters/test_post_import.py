@@ -57,8 +57,9 @@ def test_deactivate_before_the_import_patches_nothing(tmp_path: object) -> None:
         """
     )
     # grpc, when installed, waits for the network guard (channels are judged at creation);
-    # urllib3 comes with the `sdks` extra (requests, boto3), not with `dev` alone; mcp waits
-    # for its MCP stdio adapter
-    installed = [name for name in ("grpc", "mcp", "urllib3") if importlib.util.find_spec(name)]
+    # urllib3 comes with the `sdks` extra (requests, boto3), not with `dev` alone;
+    # websockets with `dev` (and the SDKs that use it); mcp waits for its MCP stdio adapter
+    libraries = ("grpc", "mcp", "urllib3", "websockets")
+    installed = [name for name in libraries if importlib.util.find_spec(name)]
     waiting = sorted(["aiohttp", "httpx", "httpx2", *installed])
     assert out.splitlines() == [str(waiting), "[]", "False"]

@@ -85,6 +85,7 @@ SEAMS = [
     ("httpx2", "HTTPTransport", "handle_request"),
     ("httpx2", "AsyncHTTPTransport", "handle_async_request"),
     ("aiohttp", "ClientSession", "_request"),
+    ("aiohttp", "ClientSession", "_ws_connect"),
     ("urllib3", "HTTPConnectionPool", "urlopen"),
     *(("http.client", "HTTPConnection", name) for name in stdlib_adapter._PATCHED),
     ("grpc", "", "insecure_channel"),

@@ -184,7 +184,7 @@ def test_drift_compares_the_session_by_shape(
     drifted = json.loads((recorded / ".hashreplay" / "drift.json").read_text())["drifted"]
     [search] = drifted["test_tools.py::test_search"]
     assert (
-        "event received result of tools/call search: field added structuredContent.score "
+        "frame received result of tools/call search: field added structuredContent.score "
         "(number)" in search["differences"]
     )
     assert search["endpoint"].startswith("MCP ")

@@ -45,29 +45,29 @@ def session(root: Path, mode: Mode, **overrides: Any) -> Session:
 
 
 def talk(log: FrameLog, *, instructions: str = "be brief", close: bool = True) -> None:
-    """One realtime conversation as a fake server answers it, ids fresh each time."""
+    """One realtime conversation as a fake server answers it, ids fresh each time; the
+    client reads each frame as it comes."""
+
+    def receive(kind: FrameType, payload: str | bytes) -> None:
+        log.received(kind, payload)
+        log.delivered()
+
     log.answered(101, [("Upgrade", "websocket"), ("Sec-WebSocket-Accept", "x" * 28)])
-    log.received(
-        FrameType.TEXT, json.dumps({"type": "session.created", "event_id": fresh("event")})
-    )
-    log.sent(
-        FrameType.TEXT,
-        json.dumps({"type": "session.update", "session": {"instructions": instructions}}),
-    )
+    receive(FrameType.TEXT, json.dumps({"type": "session.created", "event_id": fresh("event")}))
+    update = {"type": "session.update", "session": {"instructions": instructions}}
+    log.sent(FrameType.TEXT, json.dumps(update))
     item = fresh("item")
-    log.received(
-        FrameType.TEXT,
-        json.dumps(
-            {"type": "conversation.item.created", "event_id": fresh("event"), "item": {"id": item}}
-        ),
-    )
+    created = {
+        "type": "conversation.item.created",
+        "event_id": fresh("event"),
+        "item": {"id": item},
+    }
+    receive(FrameType.TEXT, json.dumps(created))
     log.sent(FrameType.TEXT, json.dumps({"type": "response.create", "item_id": item}))
-    log.received(
-        FrameType.TEXT,
-        json.dumps({"type": "response.text.delta", "delta": "Hi", "event_id": fresh("event")}),
-    )
-    log.received(FrameType.BINARY, b"\x00\x01audio\xff")
-    log.received(FrameType.TEXT, "not json, plain text")
+    delta = {"type": "response.text.delta", "delta": "Hi", "event_id": fresh("event")}
+    receive(FrameType.TEXT, json.dumps(delta))
+    receive(FrameType.BINARY, b"\x00\x01audio\xff")
+    receive(FrameType.TEXT, "not json, plain text")
     if close:
         log.closed(1000, "done", sent=True)
         log.closed(1000, "done")
@@ -392,3 +392,96 @@ def test_fixed_pace_delays_each_received_frame(tmp_path: Path) -> None:
     _, replay = replayer(tmp_path, s)
     step = replay.next_step()
     assert isinstance(step, Deliver) and step.delay == pytest.approx(0.02)
+
+
+def test_a_frame_takes_its_place_where_the_client_read_it(tmp_path: Path) -> None:
+    """A greeting that arrives while the client is still sending its first frames is
+    placed (and counted) where the client reads it: the same client records the same file
+    whatever the network's timing. A frame never read keeps its arrival count, at the end."""
+    s = session(tmp_path, Mode.RECORD)
+    decision = s.decide_connection(URL, HEADERS, test_id=TEST)
+    assert isinstance(decision, Record)
+    log = s.frame_log(decision, URL)
+    log.answered(101, [])
+    log.received(FrameType.TEXT, '{"type": "session.created"}')  # arrives first
+    log.sent(FrameType.TEXT, '{"type": "session.update"}')
+    log.sent(FrameType.TEXT, '{"type": "response.create"}')
+    log.delivered()  # read only now
+    log.received(FrameType.TEXT, '{"type": "never.read"}')
+    log.sent(FrameType.TEXT, '{"type": "more"}')
+    log.closed(1000, "", sent=True)
+    path = s.record_connection(log)
+    assert path is not None
+    frames = json.loads(path.read_text())["response"]["frames"]
+    assert [
+        (f["direction"], f.get("data", {}).get("type"), f.get("after_sent")) for f in frames
+    ] == [
+        ("sent", "session.update", None),
+        ("sent", "response.create", None),
+        ("received", "session.created", 2),
+        ("sent", "more", None),
+        ("sent", None, None),
+        ("received", "never.read", 2),
+    ]
+
+
+def test_a_large_frame_is_stored_once_as_a_blob(tmp_path: Path) -> None:
+    audio = bytes(range(256)) * 40  # 10 KiB of audio
+    s = session(tmp_path, Mode.RECORD, blob_threshold=1024)
+    decision = s.decide_connection(URL, HEADERS, test_id=TEST)
+    assert isinstance(decision, Record)
+    log = s.frame_log(decision, URL)
+    log.answered(101, [])
+    log.received(FrameType.BINARY, audio)
+    log.delivered()
+    log.closed(1000, "")
+    path = s.record_connection(log)
+    assert path is not None
+    stored = json.loads(path.read_text())["response"]["frames"][0]
+    assert "__blob__" in stored["data"] and stored["data_encoding"] == "base64"
+    assert len([p for p in tmp_path.rglob("blobs/*") if p.is_file()]) == 1
+    s.end_test(TEST)
+    _, replay = replayer(tmp_path)
+    step = replay.next_step()
+    assert isinstance(step, Deliver) and step.payload == audio
+
+
+def test_recorded_pace_replays_the_gaps_between_frames(tmp_path: Path) -> None:
+    s = session(tmp_path, Mode.RECORD, record_timing=True)
+    decision = s.decide_connection(URL, HEADERS, test_id=TEST)
+    assert isinstance(decision, Record)
+    log = s.frame_log(decision, URL)
+    talk(log)
+    assert s.record_connection(log) is not None
+    s.end_test(TEST)
+    recorded = json.loads(next(tmp_path.rglob("*.json")).read_text())["response"]["frames"]
+    s = session(tmp_path, Mode.REPLAY)
+    s.set_test_options(TEST, pace=Pace("recorded"))
+    _, replay = replayer(tmp_path, s)
+    first = replay.next_step()
+    assert isinstance(first, Deliver)
+    assert first.delay == pytest.approx(recorded[0]["at_us"] / 1e6)
+
+
+def test_recorded_pace_without_timing_fails_the_connection(tmp_path: Path) -> None:
+    record(tmp_path)  # timing off
+    s = session(tmp_path, Mode.REPLAY)
+    s.set_test_options(TEST, pace=Pace("recorded"))
+    decision = s.decide_connection(URL, HEADERS, test_id=TEST)
+    assert isinstance(decision, Miss)
+    assert "timing" in str(decision.error)
+
+
+def test_a_waiting_receive_is_woken_when_the_client_sends(tmp_path: Path) -> None:
+    record(tmp_path)
+    _, replay = replayer(tmp_path)
+    woken: list[str] = []
+    replay.on_change(lambda: woken.append("sent"))
+    event = replay.changed
+    assert isinstance(replay.next_step(), Deliver)
+    assert isinstance(replay.next_step(), Wait)
+    update = {"type": "session.update", "session": {"instructions": "be brief"}}
+    assert replay.send(FrameType.TEXT, json.dumps(update)) is None
+    assert event.is_set() and not replay.changed.is_set()  # a fresh event for the next wait
+    assert woken == ["sent"]
+    assert isinstance(replay.next_step(), Deliver)

@@ -134,6 +134,8 @@ NO_HTTP_STATUS = {
     "network_guard": "it sees sockets no adapter handled, never an HTTP answer",
     # its sessions' `calls` (recorded, replayed, live) are tested in tests/cli/test_mcp_tools.py
     "mcp": "it records MCP stdio sessions, which have no HTTP status",
+    "aiohttp_ws": "a WebSocket connection's calls are tested in tests/adapters/test_aiohttp_ws.py",
+    "websockets": "a WebSocket connection's calls are tested with the websockets adapter's tests",
 }
 
 STATUS_SUITE = """

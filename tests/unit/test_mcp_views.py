@@ -94,7 +94,7 @@ def test_frames_shape_names_answers_by_their_request() -> None:
     )
     changed = session(frame(S, CALL), frame(R, more, 1))
     assert compare(shape_of(recorded), shape_of(changed)) == [
-        "event received result of tools/call search: field added structuredContent.score (number)"
+        "frame received result of tools/call search: field added structuredContent.score (number)"
     ]
     assert shape_of(recorded).events == (
         "sent tools/call search",

@@ -98,8 +98,8 @@ def test_a_template_path_that_resolves_to_nothing_names_the_path(path: str) -> N
 def test_fault_arguments_are_validated_with_the_valid_forms() -> None:
     cases = [
         ({"error": "explode"}, "unknown fault kind error='explode'"),
-        ({"status": 429, "error": "read_timeout"}, "exactly one of status, error or hang"),
-        ({}, "exactly one of status, error or hang"),
+        ({"status": 429, "error": "read_timeout"}, "exactly one of status, error, hang or close"),
+        ({}, "exactly one of status, error, hang or close"),
         ({"status": 42}, "is not an HTTP status"),
         ({"status": 429, "times": 0}, "times=0 must be an integer >= 1"),
         ({"status": 429, "after_chunks": 2}, "after_chunks needs error"),

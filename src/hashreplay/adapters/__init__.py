@@ -54,15 +54,35 @@ ADAPTERS: tuple[Registered, ...] = (
     Registered("httpx", None),
     Registered("network_guard", None),
     Registered("aiohttp", "aiohttp"),
+    Registered("aiohttp_ws", "aiohttp"),
+    Registered("websockets", "websockets"),
     Registered("urllib3", "urllib3"),
     Registered("stdlib", "http.client"),
     Registered("mcp", "mcp"),
 )
 
 if TYPE_CHECKING:  # mypy checks that every adapter module implements the seam
-    from hashreplay.adapters import aiohttp, httpx, mcp, network_guard, stdlib, urllib3
+    from hashreplay.adapters import (
+        aiohttp,
+        aiohttp_ws,
+        httpx,
+        mcp,
+        network_guard,
+        stdlib,
+        urllib3,
+        websockets,
+    )
 
-    _SEAMS: tuple[Adapter, ...] = (httpx, network_guard, aiohttp, urllib3, stdlib, mcp)
+    _SEAMS: tuple[Adapter, ...] = (
+        httpx,
+        network_guard,
+        aiohttp,
+        aiohttp_ws,
+        websockets,
+        urllib3,
+        stdlib,
+        mcp,
+    )
 
 
 def adapter(name: str) -> Adapter:

@@ -27,6 +27,8 @@ from hashreplay.core.paths import PYPROJECT, has_hashreplay_table
 from hashreplay.core.transcript import (
     Tokens,
     conversation,
+    ending,
+    frame_lines,
     payloads,
     reply,
     response_tokens,
@@ -307,6 +309,12 @@ def _render_response(run: Run, label: str, response: RecordedResponse) -> None:
         return
     if response.is_exception and response.exception is not None:
         _field(run, "exception", f"{response.exception.type}: {response.exception.message}")
+    if response.frames is not None:  # a WebSocket connection (docs/cli.md, "show")
+        run.console.line(run.console.style(f"frames ({len(response.frames)}):", "bold"))
+        for line in frame_lines(response.frames):
+            _indented(run, line)
+        _field(run, "end", ending(response))
+        return
     said = reply(response)
     if said.text:
         _field(run, "reply", said.text)

@@ -6,7 +6,8 @@ A string inside a stored body (a base64 image, audio, a PDF), or a whole non-JSO
 its place: `{"__blob__": "<hex>", "size": <bytes>, "type": "<media type>"}`. Keys are computed
 on the full value before anything is stored, so a blob never changes a hash; the store puts
 the value back on every read, so replay is byte-identical. Only the bodies are searched
-(`request.body`, `response.body`, `later_responses[*].body`), never headers or ids.
+(`request.body`, `response.body`, `later_responses[*].body`, and a WebSocket connection's
+`frames[*].data`), never headers or ids.
 
 A blob file is read bounded: never through a symlink, only a regular file of the size its
 reference says, at most that size plus one byte, and checked against its name.
@@ -114,26 +115,37 @@ def describe_value(text: str) -> str:
 # --- the body fields of a recording's JSON ----------------------------------------------------
 
 
-def _bodies(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Each JSON object of `data` that holds a body, with the name of that body."""
+def _bodies(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], str]]:
+    """Each JSON object of `data` that holds a body, with the name of that body and its key:
+    `body`, or `data` for each frame of a WebSocket connection (docs/design.md §17)."""
     request = data.get("request")
     if isinstance(request, dict):
-        yield "request body", request
+        yield "request body", request, "body"
     response = data.get("response")
     if isinstance(response, dict):
-        yield "response body", response
+        yield "response body", response, "body"
+        yield from _frames("response", response)
     later = data.get("later_responses")
     if isinstance(later, list):
         for index, item in enumerate(later, start=2):
             if isinstance(item, dict):
-                yield f"response body {index}", item
+                yield f"response body {index}", item, "body"
+                yield from _frames(f"response {index}", item)
+
+
+def _frames(name: str, response: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], str]]:
+    frames = response.get("frames")
+    if isinstance(frames, list):
+        for index, frame in enumerate(frames):
+            if isinstance(frame, dict):
+                yield f"{name} frame {index}", frame, "data"
 
 
 def body_sizes(data: dict[str, Any]) -> Iterator[tuple[str, int]]:
     """Each body of a recording's JSON and its size in bytes (a string's UTF-8 length, any
     other value's compact JSON length)."""
-    for where, holder in _bodies(data):
-        body = holder.get("body")
+    for where, holder, key in _bodies(data):
+        body = holder.get(key)
         if body is None:
             continue
         size = len(body.encode("utf-8")) if isinstance(body, str) else len(orjson.dumps(body))
@@ -143,9 +155,10 @@ def body_sizes(data: dict[str, Any]) -> Iterator[tuple[str, int]]:
 def binary_size(data: dict[str, Any], where: str) -> int | None:
     """The bytes a base64 body named `where` (as `body_sizes` names it) decodes to, or None
     for a body stored otherwise: messages speak of the bytes that came."""
-    for name, holder in _bodies(data):
-        body = holder.get("body")
-        if name == where and isinstance(body, str) and holder.get("body_encoding") == "base64":
+    for name, holder, key in _bodies(data):
+        body = holder.get(key)
+        encoding = holder.get("body_encoding" if key == "body" else "data_encoding")
+        if name == where and isinstance(body, str) and encoding == "base64":
             return len(body) * 3 // 4 - (len(body) - len(body.rstrip("=")))
     return None
 
@@ -172,17 +185,29 @@ def _map_refs(value: Any, change: Callable[[BlobRef], Any]) -> Any:
 
 
 def _with_bodies(data: dict[str, Any], change: Callable[[Any], Any]) -> dict[str, Any]:
-    """A copy of `data` with every body replaced by `change(body)`."""
+    """A copy of `data` with every body (and every frame's data) replaced by `change`."""
     out = dict(data)
     if isinstance(out.get("request"), dict):
         out["request"] = {**out["request"], "body": change(out["request"].get("body"))}
     if isinstance(out.get("response"), dict):
-        out["response"] = {**out["response"], "body": change(out["response"].get("body"))}
+        out["response"] = _response_with(out["response"], change)
     later = out.get("later_responses")
     if isinstance(later, list):
         out["later_responses"] = [
-            {**item, "body": change(item.get("body"))} if isinstance(item, dict) else item
-            for item in later
+            _response_with(item, change) if isinstance(item, dict) else item for item in later
+        ]
+    return out
+
+
+def _response_with(response: dict[str, Any], change: Callable[[Any], Any]) -> dict[str, Any]:
+    out = {**response, "body": change(response.get("body"))}
+    frames = response.get("frames")
+    if isinstance(frames, list):
+        out["frames"] = [
+            {**frame, "data": change(frame["data"])}
+            if isinstance(frame, dict) and frame.get("data") is not None
+            else frame
+            for frame in frames
         ]
     return out
 
@@ -220,8 +245,8 @@ def references(data: dict[str, Any]) -> list[BlobRef]:
         found.append(ref)
         return ref
 
-    for _where, holder in _bodies(data):
-        _map_refs(holder.get("body"), note)
+    for _where, holder, key in _bodies(data):
+        _map_refs(holder.get(key), note)
     return found
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from hashreplay.core.bodies import BodyEncoding
+from hashreplay.core.constants import FIXED_EPOCH
 from hashreplay.core.diff import Difference, first_difference
 from hashreplay.core.format import Frame, FrameDirection, FrameType
 from hashreplay.core.matching import STAR, Step, parse_path, without
@@ -191,13 +192,15 @@ def normalised_frames(
             _strings(frame.data, sent_strings)
         elif frame.data_encoding is None and frame.data is not None:
             named = frozenset(sent_strings - ids.stable.keys())
-            received[index] = normalise_response_values(
-                [frame.data],
-                ids,
-                where=f"{where}[{index}].data",
-                known_ids=known_ids,
-                named=named,
-            )[0]
+            received[index] = _fixed_times(
+                normalise_response_values(
+                    [frame.data],
+                    ids,
+                    where=f"{where}[{index}].data",
+                    known_ids=known_ids,
+                    named=named,
+                )[0]
+            )
     id_map = {**(known_ids or {}), **ids.stable}
     out = []
     for index, frame in enumerate(frames):
@@ -208,6 +211,27 @@ def normalised_frames(
         else:
             out.append(frame)
     return out
+
+
+#: Keys whose values are times in realtime events only (a Realtime session's `expires_at`):
+#: fixed in received frames as the response normaliser fixes `created_at` in bodies. Not
+#: added to the body rules, which would change recorded HTTP answers on their next record.
+FRAME_TIME_KEYS: frozenset[str] = frozenset({"expires_at"})
+
+
+def _fixed_times(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: (FIXED_EPOCH if isinstance(item, str) else 0)
+            if key in FRAME_TIME_KEYS
+            and isinstance(item, (str, int, float))
+            and not isinstance(item, bool)
+            else _fixed_times(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_fixed_times(item) for item in value]
+    return value
 
 
 def _strings(value: Any, into: set[str]) -> None:

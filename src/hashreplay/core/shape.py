@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hashreplay.core.bodies import BodyEncoding
-from hashreplay.core.format import Frame, RecordedResponse
+from hashreplay.core.format import Frame, FrameDirection, FrameType, RecordedResponse
 from hashreplay.core.streams import StreamFormat
 
 #: The path of a body's own value.
@@ -106,13 +106,18 @@ def event_type(fmt: StreamFormat, event: object) -> tuple[str, object]:
 
 def _frame_event(frame: Frame, requests: dict[str, str]) -> tuple[str, object]:
     """A frame's event type (its direction and what it is) and the part of it compared: a
-    JSON-RPC request or notification by its method (`tools/call` with the tool's name), an
-    answer by the request it answers (`result of tools/call search`), its `params` or
-    `result` the fields; another JSON frame by its `type` field; else its frame type."""
-    data = frame.data
+    close by its code; a binary or plain-text frame by its type; a JSON-RPC request or
+    notification by its method (`tools/call` with the tool's name), an answer by the request
+    it answers (`result of tools/call search`), its `params` or `result` the fields; another
+    JSON frame (a WebSocket API's event) by its `type` field, all of it the fields."""
     where = frame.direction.value
-    if not isinstance(data, Mapping):
+    if frame.type is FrameType.CLOSE:
+        return f"{where} close {frame.code}", None
+    if frame.type is FrameType.BINARY or frame.data_encoding is not None:
         return f"{where} {frame.type.value}", None
+    data = frame.data
+    if not isinstance(data, Mapping):
+        return f"{where} {json_type(data)}", data
     method = data.get("method")
     if isinstance(method, str):
         params = data.get("params")
@@ -126,7 +131,7 @@ def _frame_event(frame: Frame, requests: dict[str, str]) -> tuple[str, object]:
         part = "result" if "result" in data else "error"
         return f"{where} {part} of {answered}", data.get(part)
     kind = data.get("type")
-    return f"{where} {kind if isinstance(kind, str) else 'json'}", data
+    return f"{where} {kind if isinstance(kind, str) and kind else json_type(data)}", data
 
 
 def json_id(value: object) -> str:
@@ -207,14 +212,16 @@ def compare(recorded: Shape, live: Shape) -> list[str]:
     if recorded.kind != live.kind:
         return [f"body changed from {recorded.kind} to {live.kind}"]
     found: list[str] = []
+    events, event = (
+        ("frames", "frame") if live.kind == "frames" else ("stream events", "event")
+    )
     if recorded.events != live.events:
         found.append(
-            "stream events changed from "
-            f"[{', '.join(recorded.events)}] to [{', '.join(live.events)}]"
+            f"{events} changed from [{', '.join(recorded.events)}] to [{', '.join(live.events)}]"
         )
     found += _field_differences("body", recorded.fields, live.fields)
     for name in [*recorded.events, *(e for e in live.events if e not in recorded.events)]:
         was, now = recorded.event_fields.get(name), live.event_fields.get(name)
         if was is not None and now is not None:
-            found += _field_differences(f"event {name}", was, now)
+            found += _field_differences(f"{event} {name}", was, now)
     return list(dict.fromkeys(found))

@@ -18,7 +18,15 @@ import xxhash
 from hashreplay.core.bodies import BodyEncoding
 from hashreplay.core.constants import MCP_STDIO_METHOD, STABLE_ID_PREFIX
 from hashreplay.core.errors import RecordingError
-from hashreplay.core.format import EndState, RecordedRequest, RecordedResponse, Recording
+from hashreplay.core.format import (
+    EndState,
+    Frame,
+    FrameDirection,
+    FrameType,
+    RecordedRequest,
+    RecordedResponse,
+    Recording,
+)
 from hashreplay.core.model_lists import model_ids
 from hashreplay.core.store import parse_recording
 from hashreplay.core.streams import StreamFormat, data_values
@@ -391,10 +399,14 @@ def _response_lines(label: str, response: RecordedResponse) -> list[str]:
         count = len(response.body or [])
         kind = f"{kind} (stream: {response.stream_format}, {count} events)".strip()
     lines = [f"{label}: {status} {kind}".rstrip()]
+    if response.frames is not None:  # a WebSocket connection: its frames as a conversation
+        lines.extend(frame_lines(response.frames))
+        lines.append(f"end: {ending(response)}")
+        return lines
     values = payloads(response) if response.body is not None else []
     if values and all(_is_rpc(value) for value in values):
         lines.extend(f"← {rpc_answer(value)}" for value in values)
-        lines.append(f"end: {_end(response)}")
+        lines.append(f"end: {ending(response)}")
         return lines
     said = reply(response)
     lines.extend(f"assistant: call {call}" for call in said.tool_calls)
@@ -405,7 +417,7 @@ def _response_lines(label: str, response: RecordedResponse) -> list[str]:
     tokens = response_tokens(response)
     if tokens.responses:
         lines.append(f"tokens: input {tokens.input}, output {tokens.output}, total {tokens.total}")
-    lines.append(f"end: {_end(response)}")
+    lines.append(f"end: {ending(response)}")
     return lines
 
 
@@ -463,7 +475,43 @@ def rpc_answer(message: dict[str, Any]) -> str:
     return f"result: {_compact(result)}"
 
 
-def _end(response: RecordedResponse) -> str:
+def frame_lines(frames: list[Frame]) -> list[str]:
+    """A connection's frames as a conversation, one line each in order: `→ sent [1]: …` for
+    the client's, `← received [2]: …` for the server's, JSON compact with sorted keys, binary
+    as its size and digest, a close as its code and reason."""
+    lines = []
+    for index, frame in enumerate(frames):
+        sent = frame.direction is FrameDirection.SENT
+        who = f"{'→ sent' if sent else '← received'} [{index}]"
+        lines.append(f"{who}: {frame_text(frame)}")
+    return lines
+
+
+def frame_text(frame: Frame) -> str:
+    """One frame's data as a reader wants it."""
+    if frame.type is FrameType.CLOSE:
+        reason = f" {orjson.dumps(frame.reason).decode()}" if frame.reason else ""
+        return f"close {frame.code if frame.code is not None else '(no code)'}{reason}"
+    data, encoding = frame.data, frame.data_encoding
+    if frame.type is FrameType.BINARY or encoding is BodyEncoding.BASE64:
+        raw = str(data)
+        size = len(raw) * 3 // 4 - raw[-2:].count("=")
+        return f"(binary, {size} bytes, xxh3 {_digest(raw.encode())})"
+    if encoding is BodyEncoding.TEXT:
+        return str(data)
+    return _compact(data)
+
+
+def ending(response: RecordedResponse) -> str:
+    """How a recorded exchange ended, in words (a connection: closed, cut or abandoned)."""
+    if response.frames is not None:
+        count = len(response.frames)
+        state = response.end_state
+        if state is EndState.ERROR:
+            return f"cut after {count} frames (no close frame)"
+        if state is EndState.ABANDONED:
+            return f"abandoned by the client after {count} frames (never closed)"
+        return "closed"
     if response.ended is not None and response.ended.state is EndState.ABANDONED:
         return f"abandoned by the client after {response.ended.after_chunks} chunks"
     if response.is_exception:

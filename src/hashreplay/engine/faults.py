@@ -53,8 +53,9 @@ _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"  # compiled on first use, not at import
 FORMS = (
     "status=<int> [headers={...}] [body=...], error="
     + "|".join(f'"{e}"' for e in FAULT_ERRORS)
-    + " [after_chunks=N], or hang=True; with optional endpoint=<path suffix>, "
-    "times=<n>, call=<n>"
+    + ' [after_chunks=N], or hang=True; for a WebSocket connection error="disconnect" '
+    "after_frames=N (a drop) or close=<code> after_frames=N [reason=...] (a close); with "
+    "optional endpoint=<path suffix>, times=<n>, call=<n>"
 )
 
 #: What a marker keyword or header field that is not of its type is told, in the user's
@@ -68,6 +69,9 @@ _WRONG: dict[str, str] = {
     "times": "times={value!r} must be an integer >= 1",
     "call": "call={value!r} must be an integer >= 1",
     "after_chunks": "after_chunks={value!r} must be an integer >= 0",
+    "after_frames": "after_frames={value!r} must be an integer >= 0",
+    "close": "close={value!r} is not a close code (1000-4999)",
+    "reason": "reason={value!r} must be a string",
 }
 
 
@@ -93,6 +97,12 @@ class FaultSpec(BaseModel):
     error: BreakKind | None = None
     after_chunks: Annotated[StrictInt, Field(ge=0)] | None = None
     hang: StrictBool = False
+    #: a WebSocket connection broken after this many frames from the server (docs/scenarios.md,
+    #: "WebSocket faults"): with error="disconnect" a drop, with close=<code> a close
+    after_frames: Annotated[StrictInt, Field(ge=0)] | None = None
+    #: the close code (and `reason`) the server sends after `after_frames` frames
+    close: Annotated[StrictInt, Field(ge=1000, le=4999)] | None = None
+    reason: StrictStr | None = None
 
     @field_validator("error", mode="before")
     @classmethod
@@ -132,9 +142,25 @@ class FaultSpec(BaseModel):
 
     @model_validator(mode="after")
     def _one_kind(self) -> FaultSpec:
-        kinds = [self.status is not None, self.error is not None, self.hang]
+        kinds = [self.status is not None, self.error is not None, self.hang, self.close is not None]
         if kinds.count(True) != 1:
-            msg = "give exactly one of status, error or hang"
+            msg = "give exactly one of status, error, hang or close"
+            raise ValueError(msg)
+        if self.after_frames is not None:
+            if self.after_chunks is not None:
+                msg = "after_chunks (HTTP) and after_frames (WebSocket) do not go together"
+                raise ValueError(msg)
+            if self.error not in (None, BreakKind.DISCONNECT):
+                msg = 'after_frames goes with error="disconnect" (a drop) or close=<code>'
+                raise ValueError(msg)
+            if self.error is None and self.close is None:
+                msg = 'after_frames needs error="disconnect" or close=<code>'
+                raise ValueError(msg)
+        if self.close is not None and self.after_frames is None:
+            msg = "close=<code> needs after_frames=N (the frames delivered before it)"
+            raise ValueError(msg)
+        if self.reason is not None and self.close is None:
+            msg = "reason goes with close=<code>"
             raise ValueError(msg)
         if self.after_chunks is not None and self.error is None:
             msg = "after_chunks needs error=..."
@@ -168,8 +194,15 @@ class FaultSpec(BaseModel):
 
     @property
     def breaks_recorded(self) -> bool:
-        """Breaks the recorded response (after some chunks) rather than replacing it."""
+        """Breaks the recorded response (after some chunks or frames) rather than replacing it."""
+        if self.after_frames is not None:
+            return True
         return self.error is not None and self.after_chunks is not None
+
+    @property
+    def for_connections(self) -> bool:
+        """A WebSocket fault (`after_frames`): only handshakes (ws://, wss://) get it."""
+        return self.after_frames is not None
 
     def nothing_to_break(self, test_id: str | None) -> str:
         """Why a fault that breaks a recorded response is a miss in replay mode when the
@@ -187,9 +220,15 @@ class FaultSpec(BaseModel):
             if self.status is not None
             else "hang=True"
             if self.hang
+            else f"close={self.close}"
+            if self.close is not None
             else f"error={str(self.error)!r}"
             + (f", after_chunks={self.after_chunks}" if self.after_chunks is not None else "")
         )
+        if self.after_frames is not None:
+            what += f", after_frames={self.after_frames}"
+        if self.reason is not None:
+            what += f", reason={self.reason!r}"
         for name in ("endpoint", "times", "call"):
             value = getattr(self, name)
             if value is not None:

@@ -4,8 +4,15 @@ log an adapter feeds as frames pass — `answered` (the handshake's answer), `se
 exchange (`response()`), written through the test's owner like any answer
 (`Session.record_connection`).
 
-The log counts, for each received frame, the frames the client had sent before it
-(`after_sent`: replay's causal gate), stamps offsets when timing is on, and keeps the
+The log counts, for each received frame, the frames the client had sent before it took
+the frame (`after_sent`: replay's causal gate), and places the frame in the file where the
+client took it. A server's greeting that races the client's first frames (the openai SDK
+sends `session.update` without waiting for `session.created`) would otherwise land before
+or after them by the network's timing, so recording the same client twice would differ;
+counted where the client reads it, the order is the client's own, which replay reproduces.
+A frame the client never read keeps its place and count as it arrived, after the rest.
+The adapter reports each message it hands the client (`delivered`). The log stamps offsets
+(as frames arrive) when timing is on, and keeps the
 frames within `max_body_bytes` as they arrive (docs/design.md, "Bodies are limited as they
 arrive"): the frame that passes the limit drops every frame kept, raises `BodyTooLarge`
 into the adapter's send or receive (the test fails through `BodyLimit.passed` even if the
@@ -65,6 +72,8 @@ class FrameLog:
         self._opened_at = self.started
         self._head_us = 0
         self.frames: list[Frame] = []
+        #: received frames the client has not taken yet, in arrival order
+        self._pending: list[Frame] = []
         #: client frames sent so far (a close frame included)
         self.sent_count = 0
         self.size = 0
@@ -72,8 +81,7 @@ class FrameLog:
         self.too_large = False
         self._error: BodyTooLarge | None = None
         self.end: EndState | None = None
-        #: the adapter reported its end (`response()` may be taken)
-        self.finished = False
+        self._taken = False
 
     # --- what the adapter reports -------------------------------------------------------
 
@@ -97,6 +105,16 @@ class FrameLog:
         kept pass `max_body_bytes` (and on every frame after: the adapter closes)."""
         self._add(FrameDirection.RECEIVED, kind, payload)
 
+    def delivered(self) -> None:
+        """The client took the next received message (a `recv`, a step of iteration): it
+        takes its place in the file here, counted against the frames sent so far."""
+        with self._lock:
+            for index, frame in enumerate(self._pending):
+                if frame.type is not FrameType.CLOSE:
+                    del self._pending[index]
+                    self.frames.append(frame.replace(after_sent=self.sent_count))
+                    return
+
     def closed(self, code: int | None, reason: str = "", *, sent: bool = False) -> None:
         """A close frame: the server's (`sent=False`), or the client's own (`sent=True`).
         A connection with a close frame ended complete."""
@@ -112,7 +130,6 @@ class FrameLog:
         with self._lock:
             if self.end is None:
                 self.end = EndState.ERROR
-            self.finished = True
 
     def abandoned(self) -> None:
         """The client left without closing (the test stopped reading): replay ends the
@@ -120,16 +137,15 @@ class FrameLog:
         with self._lock:
             if self.end is None:
                 self.end = EndState.ABANDONED
-            self.finished = True
-
-    def finish(self) -> None:
-        """The adapter is done with the connection (its end reported)."""
-        with self._lock:
-            if self.end is None:
-                self.end = EndState.ABANDONED
-            self.finished = True
 
     # --- the recorded exchange -----------------------------------------------------------
+
+    def take(self) -> bool:
+        """Whether this is the first time the log is handed in to be written (an adapter
+        may report an end twice, or after the test's end wrote it as abandoned)."""
+        with self._lock:
+            first, self._taken = not self._taken, True
+            return first
 
     @property
     def answered_at_all(self) -> bool:
@@ -154,7 +170,7 @@ class FrameLog:
                     body_encoding=encoding,
                     timing=timing,
                 )
-            frames = list(self.frames)
+            frames = [*self.frames, *self._pending]
             end = self.end or EndState.ABANDONED
             ended = None if end is EndState.COMPLETE else Ended(state=end, after_chunks=len(frames))
             return RecordedResponse(
@@ -189,14 +205,17 @@ class FrameLog:
                 code=code,
                 reason=reason if kind is FrameType.CLOSE else None,
             )
-            self.frames.append(frame)
             if direction is FrameDirection.SENT:
+                self.frames.append(frame)
                 self.sent_count += 1
+            else:
+                self._pending.append(frame)
 
     def _passed_limit(self) -> None:
         """Drop every frame kept, fail the test, raise `BodyTooLarge` (lock held)."""
         self.too_large = True
         self.frames.clear()
+        self._pending.clear()
         limit = self.limit
         error = BodyTooLarge(
             test_id=limit.test_id,

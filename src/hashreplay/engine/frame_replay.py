@@ -252,6 +252,12 @@ class FrameReplay:
         """No received frame is left: how the recorded connection ended."""
         state = self.response.end_state
         if state is EndState.ERROR:
+            sent = self._recorded_sent()
+            if self.sent_count < sent:  # the cut came after the client's last frame
+                return Wait(
+                    f"the client's frame {sent} (the recorded connection was cut after the "
+                    f"client had sent {sent} frame(s)); the client has sent {self.sent_count}"
+                )
             return Cut(
                 f"hashreplay: the WebSocket {self.connection} was cut with no close frame when "
                 f"it was recorded, after {len(self.frames)} frame(s) (recording: {self._file()})"
@@ -294,12 +300,16 @@ class FrameReplay:
                 pass
         return str(path)
 
-    def _past_end(self) -> str:
-        sent = sum(
+    def _recorded_sent(self) -> int:
+        """How many frames (a close not counted) the client sent in the recording."""
+        return sum(
             1
             for f in self.frames
             if f.direction is FrameDirection.SENT and f.type is not FrameType.CLOSE
         )
+
+    def _past_end(self) -> str:
+        sent = self._recorded_sent()
         return (
             f"past the recording's end: it holds {sent} frame(s) the client sent, this is "
             f"the client's frame {self.sent_count}"

@@ -151,8 +151,11 @@ class Scenario(NamedTuple):
 
 
 def fault_for(options: TestOptions | None, request: IncomingRequest) -> FaultSpec | None:
-    """The fault this request gets, if any (counted); the proxy's header fault first."""
-    path = urlsplit(request.url).path
+    """The fault this request gets, if any (counted); the proxy's header fault first. A
+    WebSocket fault (`after_frames`) is for handshakes only, an HTTP one for requests only."""
+    parts = urlsplit(request.url)
+    path = parts.path
+    connection = parts.scheme in ("ws", "wss")
     header = request.header(FAULT_HEADER)
     if header is not None and options is not None:
         active = options.header_faults.get(header)
@@ -161,12 +164,12 @@ def fault_for(options: TestOptions | None, request: IncomingRequest) -> FaultSpe
             while len(options.header_faults) >= MAX_HEADER_FAULTS:  # bounded: oldest out
                 del options.header_faults[next(iter(options.header_faults))]
             active = options.header_faults[header] = ActiveFault(spec)
-        if active.take(path):
+        if active.spec.for_connections == connection and active.take(path):
             return active.spec
     if options is None:
         return None
     for active in options.faults:
-        if active.take(path):
+        if active.spec.for_connections == connection and active.take(path):
             return active.spec
     return None
 
@@ -229,3 +232,36 @@ def unmatched_faults(options: TestOptions | None) -> list[str]:
         for active in options.faults
         if active.applied == 0
     ]
+
+
+def faulted_connection(response: RecordedResponse, fault: FaultSpec) -> RecordedResponse:
+    """A recorded connection broken by a WebSocket fault (docs/scenarios.md, "WebSocket
+    faults"): its frames up to the `after_frames`-th frame from the server, then a drop
+    (`error="disconnect"`: no close frame, replayed as a cut) or the server's close
+    (`close=<code>`, `reason`). The recording itself is never changed."""
+    from hashreplay.core.format import Ended, EndState, Frame, FrameDirection, FrameType
+
+    frames = list(response.frames or [])
+    wanted = fault.after_frames or 0
+    kept: list[Frame] = []
+    delivered = 0
+    for frame in frames:
+        if frame.direction is FrameDirection.RECEIVED:
+            if delivered == wanted:
+                break
+            delivered += 1
+        kept.append(frame)
+    if fault.close is None:
+        return response.replace(
+            frames=kept, ended=Ended(state=EndState.ERROR, after_chunks=len(kept))
+        )
+    sent = sum(1 for f in kept if f.direction is FrameDirection.SENT)
+    close = Frame(
+        direction=FrameDirection.RECEIVED,
+        type=FrameType.CLOSE,
+        data=None,
+        after_sent=sent,
+        code=fault.close,
+        reason=fault.reason or "",
+    )
+    return response.replace(frames=[*kept, close], ended=None)

@@ -561,6 +561,12 @@ class Session:
         prep = decision.prep
         owner = self.owners.owner(prep.test_id)
         tally = self.owners.tally
+        response = decision.response
+        fault = None if decision.scenario is None else decision.scenario.fault
+        if fault is not None and fault.for_connections:  # docs/scenarios.md, "WebSocket faults"
+            from hashreplay.engine.scenarios import faulted_connection
+
+            response = faulted_connection(response, fault)
 
         def fail(failure: ReplayFailure) -> None:
             if isinstance(failure, ReplayMiss):
@@ -569,7 +575,7 @@ class Session:
 
         rule = prep.rule
         return FrameReplay(
-            decision.response,
+            response,
             decision.path,
             test_id=prep.test_id,
             shown_test_id=prep.shown_test_id,
@@ -609,22 +615,23 @@ class Session:
         """Write a recorded connection once it ended (its end reported on the log); None:
         not recorded (its handshake got no answer, its frames passed `max_body_bytes`, or it
         was written already)."""
-        owner = self.owners.get(log.prep.test_id)
-        if owner is not None and not owner.ended(log):
-            return None
         return self._record_log(log)
 
     async def arecord_connection(self, log: FrameLog) -> Path | None:
         """`record_connection` for event loops: the write never blocks the loop."""
-        owner = self.owners.get(log.prep.test_id)
-        if owner is not None and not owner.ended(log):
-            return None
-        response = self._logged(log)
+        response = self._taken(log)
         return None if response is None else await self.arecord(log.prep, response)
 
     def _record_log(self, log: FrameLog) -> Path | None:
-        response = self._logged(log)
+        response = self._taken(log)
         return None if response is None else self.record(log.prep, response)
+
+    def _taken(self, log: FrameLog) -> RecordedResponse | None:
+        """The log's exchange the first time it is handed in, else None."""
+        owner = self.owners.get(log.prep.test_id)
+        if owner is not None:
+            owner.ended(log)
+        return self._logged(log) if log.take() else None
 
     def _logged(self, log: FrameLog) -> RecordedResponse | None:
         """The log's exchange, or None; a handshake with no answer is counted as not

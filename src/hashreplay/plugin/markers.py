@@ -83,9 +83,10 @@ MARKER_LINES = (
     'response (repeat="last"), guard its network on its own terms (block_network="all", '
     'allowed_hosts=["db.internal"])',
     f"{FAULT_MARKER}(status=None, headers=None, body=None, endpoint=None, times=None, "
-    "call=None, error=None, after_chunks=None, hang=False): answer matching requests with "
-    'a fault instead of their recording (error: "read_timeout", "connect_error", '
-    '"disconnect")',
+    "call=None, error=None, after_chunks=None, hang=False, after_frames=None, close=None, "
+    "reason=None): answer matching requests with a fault instead of their recording (error: "
+    '"read_timeout", "connect_error", "disconnect"; a WebSocket dropped or closed after '
+    "after_frames=N frames)",
 )
 
 

@@ -28,6 +28,7 @@ from hashreplay.engine.faults import FaultSpec
 from hashreplay.engine.session import Session, touch_test
 from hashreplay.server.cli import ADMIN_PREFIX, SETTINGS_ENV, ServeSettings
 from hashreplay.server.forward import Counters, Forwarder, ProxyRequest
+from hashreplay.server.websocket import WebSocketProxy
 from hashreplay.server.wire import (
     JsonErrorH11Protocol,
     Receive,
@@ -69,6 +70,7 @@ class ProxyApp:
         session.per_request = True  # no test ends here: a stale "fail" fails its request
         self.counters = Counters()
         self.forwarder = Forwarder(session, settings, self.counters)
+        self.websockets = WebSocketProxy(session, settings, self._scrubber, _check_fault_header)
         install_log_filter(session)  # no credential in any log line
         userinfo = [v for u in settings.upstreams for v in u.userinfo_values]
         session.seen_secrets.add(SecretValues(userinfo))  # nor the upstream's
@@ -81,7 +83,7 @@ class ProxyApp:
         elif kind == "lifespan":
             await self._lifespan(receive, send)
         elif kind == "websocket":
-            await send({"type": "websocket.close", "code": 1003})
+            await self.websockets(scope, receive, send)
 
     async def aclose(self) -> None:
         """Close the upstream connections (lifespan shutdown does it under a server)."""

@@ -364,7 +364,7 @@ def run(args: argparse.Namespace) -> int:
             port=settings.port,
             workers=settings.workers,
             http=JsonErrorH11Protocol,
-            ws="none",
+            ws=_websocket_protocol(),
             lifespan="on",
             log_level=settings.log_level,
             access_log=settings.access_log,
@@ -383,6 +383,17 @@ def run(args: argparse.Namespace) -> int:
             )
         return code
     return 0
+
+
+def _websocket_protocol() -> str:
+    """uvicorn's WebSocket protocol: the `websockets` one (the `server` extra brings the
+    library; it answers a refused handshake with the proxy's JSON error), else none (an
+    upgrade is then answered as plain HTTP)."""
+    try:
+        import websockets  # noqa: F401
+    except ImportError:
+        return "none"
+    return "websockets-sansio"
 
 
 #: The engine's miss report ends with this line and the pytest command that records a test; a
