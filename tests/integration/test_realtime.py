@@ -478,3 +478,16 @@ def test_the_legacy_client(project: Project) -> None:
     assert result == ["hello", {"say": "legacy"}, b"\x00\x01binary\xff", 1000]
     frames = json.loads(files[0].read_text())["response"]["frames"]
     assert [f["type"] for f in frames][:4] == ["text", "text", "text", "binary"]
+
+
+def test_live_mode_lists_the_connection(project: Project) -> None:
+    with FakeRealtime() as server:
+
+        def body() -> Any:
+            raw_sync(server)
+            assert project.session is not None
+            return [tuple(c) for c in project.session.calls(TEST)]
+
+        run = project.run(Mode.LIVE, body)
+    assert run.result == [("GET", "/echo", None, 101, "live")]
+    assert project.files() == []

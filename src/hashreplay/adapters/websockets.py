@@ -551,7 +551,9 @@ def _async_connect(original: Callable[..., Any]) -> Callable[..., Any]:
                     [*_headers(self.additional_headers), *decision.headers]
                 )
             with adapter_io():
-                return await original(self)  # type: ignore[no-any-return]
+                live = await original(self)
+            session.live_status(decision, live.response.status_code)
+            return live  # type: ignore[no-any-return]
         log = session.frame_log(decision, self.uri, started=time.monotonic())
         factory = self.factory
 
@@ -614,7 +616,9 @@ def _sync_open(original: Callable[..., Any]) -> Callable[..., Any]:
                     [*_headers(self.additional_headers), *decision.headers]
                 )
             with adapter_io():
-                return original(self, deadline)  # type: ignore[no-any-return]
+                live = original(self, deadline)
+            session.live_status(decision, live.response.status_code)
+            return live  # type: ignore[no-any-return]
         log = session.frame_log(decision, self.uri, started=time.monotonic())
         create = self.create_connection
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hashreplay.core.bodies import BodyEncoding
-from hashreplay.core.format import Frame, FrameDirection, FrameType, RecordedResponse
+from hashreplay.core.format import Frame, FrameType, RecordedResponse
 from hashreplay.core.streams import StreamFormat
 
 #: The path of a body's own value.
@@ -212,9 +212,7 @@ def compare(recorded: Shape, live: Shape) -> list[str]:
     if recorded.kind != live.kind:
         return [f"body changed from {recorded.kind} to {live.kind}"]
     found: list[str] = []
-    events, event = (
-        ("frames", "frame") if live.kind == "frames" else ("stream events", "event")
-    )
+    events, event = ("frames", "frame") if live.kind == "frames" else ("stream events", "event")
     if recorded.events != live.events:
         found.append(
             f"{events} changed from [{', '.join(recorded.events)}] to [{', '.join(live.events)}]"

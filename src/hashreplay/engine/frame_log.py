@@ -138,6 +138,13 @@ class FrameLog:
             if self.end is None:
                 self.end = EndState.ABANDONED
 
+    def completed(self) -> None:
+        """The exchange ended as a whole with no close frame of its own (an MCP stdio
+        session the client closed): complete, unless a cut or an abandon came first."""
+        with self._lock:
+            if self.end is None:
+                self.end = EndState.COMPLETE
+
     # --- the recorded exchange -----------------------------------------------------------
 
     def take(self) -> bool:

@@ -563,9 +563,7 @@ class McpLog:
     def client_closed(self) -> None:
         """The client ended the session (its `stdio_client` context exited): complete,
         unless the server had gone first."""
-        if self.log.end is None:
-            self.log.end = EndState.COMPLETE
-        self.log.finish()
+        self.log.completed()
 
     def forget(self) -> None:
         """A session the user stopped (Ctrl-C, a cancelled task) is no answer: never
