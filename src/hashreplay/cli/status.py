@@ -304,11 +304,11 @@ def _render_response(run: Run, label: str, response: RecordedResponse) -> None:
     colour = "red" if failed else "green"
     shown = f"{run.console.style(printable(status), colour)} {printable(kind)}".rstrip()
     _field(run, label, shown, styled=True)
-    if response.frames is not None:
-        _render_frames(run, response)
-        return
     if response.is_exception and response.exception is not None:
         _field(run, "exception", f"{response.exception.type}: {response.exception.message}")
+    if response.frames is not None and _is_rpc_session(response):  # MCP, JSON-RPC both ways
+        _render_messages(run, response)
+        return
     if response.frames is not None:  # a WebSocket connection (docs/cli.md, "show")
         run.console.line(run.console.style(f"frames ({len(response.frames)}):", "bold"))
         for line in frame_lines(response.frames):
@@ -332,8 +332,16 @@ def _render_response(run: Run, label: str, response: RecordedResponse) -> None:
         _field(run, "tokens", f"input {tokens.input}, output {tokens.output}, total {tokens.total}")
 
 
-def _render_frames(run: Run, response: RecordedResponse) -> None:
-    """A connection's or MCP session's messages in order (`→` sent, `←` received)."""
+def _is_rpc_session(response: RecordedResponse) -> bool:
+    """Whether every frame of a connection is a JSON-RPC message (an MCP session)."""
+    frames = response.frames or []
+    return bool(frames) and all(
+        isinstance(f.data, dict) and f.data.get("jsonrpc") == "2.0" for f in frames
+    )
+
+
+def _render_messages(run: Run, response: RecordedResponse) -> None:
+    """An MCP session's messages in order (`→` sent, `←` received), each as a call."""
     from hashreplay.core.mcp_transcript import RECEIVED_MARK, SENT_MARK, message_line
 
     run.console.line(run.console.style(f"messages ({len(response.frames or [])}):", "bold"))
