@@ -239,9 +239,10 @@ def check_tree(name: str, src: str) -> None:
         raise SystemExit(f"--tree {name}={src}: hashreplay was imported from {found}")
 
 
-def variants_for(trees: dict[str, str], *, record: bool) -> list[Variant]:
+def variants_for(trees: dict[str, str], *, record: bool, site: str | None = None) -> list[Variant]:
     """The variants measured: the reference first, then each hashreplay tree and the other
-    recorders that are installed."""
+    recorders that are installed (in the interpreter, or in `site`: `--site`)."""
+    others = {} if site is None else {"PYTHONPATH": site}
     mode = "record" if record else "replay"
     found: list[Variant] = [
         Variant(LIVE, {"INFERENCE_MODE": "live"}, only(None))
@@ -260,13 +261,13 @@ def variants_for(trees: dict[str, str], *, record: bool) -> list[Variant]:
     vcr_mode = "--record-mode=all" if record else "--record-mode=none"
     if installed("pytest_recording"):
         found.append(
-            Variant("pytest-recording", {}, (*only("recording"), vcr_mode), "tests/cassettes")
+            Variant("pytest-recording", others, (*only("recording"), vcr_mode), "tests/cassettes")
         )
     if installed("cassetter"):
         # loaded by name: the shared venv may have its pytest11 entry point removed so that it
         # does not load beside pytest-recording (both add --record-mode)
         args = (*only("cassetter"), "-p", "cassetter.pytest_plugin", vcr_mode)
-        found.append(Variant("cassetter", {}, args, "tests/cassettes"))
+        found.append(Variant("cassetter", others, args, "tests/cassettes"))
     return found
 
 
@@ -524,6 +525,12 @@ def main() -> None:
         " time: unmoved by the machine's load, blind to the kernel (one round is enough)",
     )
     parser.add_argument(
+        "--site",
+        help="a directory of the compared tools installed apart (`pip install --target DIR"
+        " cassetter`): on their runs' PYTHONPATH, so that the shared venv keeps no second"
+        " pytest11 plugin that adds --record-mode beside pytest-recording",
+    )
+    parser.add_argument(
         "--report",
         type=Path,
         nargs="+",
@@ -542,6 +549,8 @@ def main() -> None:
                 }
         report(merged, kind, units)
         return
+    if args.site is not None:
+        sys.path.insert(0, args.site)  # found by `installed`
     trees = parse_trees(args.tree, ROOT / "src")
     for name, src in trees.items():
         check_tree(name, src)
@@ -556,7 +565,7 @@ def main() -> None:
     try:
         for text in args.scenarios.split(","):
             scenario = Scenario.parse(text)
-            variants = variants_for(trees, record=args.record)
+            variants = variants_for(trees, record=args.record, site=args.site)
             if args.only_trees:
                 others = ("pytest-recording", "cassetter")
                 variants = [v for v in variants if v.name not in others]

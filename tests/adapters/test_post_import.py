@@ -58,8 +58,29 @@ def test_deactivate_before_the_import_patches_nothing(tmp_path: object) -> None:
     )
     # grpc, when installed, waits for the network guard (channels are judged at creation);
     # urllib3 comes with the `sdks` extra (requests, boto3), not with `dev` alone;
-    # websockets with `dev` (and the SDKs that use it); mcp waits for its MCP stdio adapter
+    # websockets with `dev` (and the SDKs that use it); mcp waits for its MCP stdio adapter;
+    # asyncio's event loops wait for the guard too (activation loads no asyncio)
     libraries = ("grpc", "mcp", "urllib3", "websockets")
     installed = [name for name in libraries if importlib.util.find_spec(name)]
-    waiting = sorted(["aiohttp", "httpx", "httpx2", *installed])
+    waiting = sorted(["aiohttp", "asyncio.base_events", "httpx", "httpx2", *installed])
     assert out.splitlines() == [str(waiting), "[]", "False"]
+
+
+def test_the_guard_wraps_asyncio_imported_after_activation(tmp_path: object) -> None:
+    """Activation loads no asyncio; the network guard wraps its event loops' resolvers when
+    the code under test imports it, and puts them back on deactivation."""
+    out = run(
+        f"""
+        import sys
+        from hashreplay.adapters import activate, deactivate
+        from hashreplay.core.config import load_config
+        from hashreplay.engine.session import Session
+        activate(Session(load_config({str(tmp_path)!r}, env={{}})))
+        print("asyncio" in sys.modules)
+        import asyncio
+        print(hasattr(asyncio.BaseEventLoop.getaddrinfo, "__wrapped__"))
+        deactivate()
+        print(hasattr(asyncio.BaseEventLoop.getaddrinfo, "__wrapped__"))
+        """
+    )
+    assert out.splitlines() == ["False", "True", "False"]

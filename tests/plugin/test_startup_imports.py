@@ -34,6 +34,9 @@ NOT_AT_START_UP = (
     "hashreplay.engine.record",
     "hashreplay.core.normalise_response",
     "aiofiles",
+    # the event loop (~12 ms with the `ssl` it loads): awaited only by async code, whose
+    # running loop has imported it already
+    "asyncio",
     "httpx",
     "httpx2",
     "aiohttp",

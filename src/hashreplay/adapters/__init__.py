@@ -7,6 +7,17 @@ plugin and `hashreplay.install()` call it) and owns the session they route throu
 one whose library is not imported yet is installed when the library is first imported
 (`_shared`), so activation imports no client library. Adding a client is one module,
 one line in `ADAPTERS` and its tests.
+
+What keeps activation's cost independent of how many adapters exist (docs/design.md §11):
+an entry names the top-level library it patches, so activation only registers a post-import
+callback (`when_imported`: a dict entry, and one `find_spec` to skip a library that is not
+installed) and the adapter module itself loads when its library does. `library=None` (the
+module is imported at every activation and waits for its libraries itself) and a dotted
+library (imported and patched at activation) are for what every run pays anyway. An adapter
+module imports at its top only what its patch needs on the replay path: no `asyncio` (its
+coroutines find it loaded), no record or miss path, no dataclass or pydantic model, no
+compiled pattern (compile on first use); its library joins `NOT_AT_START_UP` in
+`tests/plugin/test_startup_imports.py`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ pid, so a sweep removes only those of dead writers (or older than `STALE_AFTER`)
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import os
@@ -157,7 +156,9 @@ def write_bytes_atomic(path: Path, content: bytes, temp_dir: Path | None = None)
 
 
 async def awrite_bytes_atomic(path: Path, content: bytes, temp_dir: Path | None = None) -> None:
-    import aiofiles  # only event-loop front ends write this way: not loaded at start-up
+    import asyncio  # only event-loop front ends write this way: neither is loaded at start-up
+
+    import aiofiles
     import aiofiles.os
 
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -41,12 +41,14 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from hashreplay.core.atomic import create_temp
 from hashreplay.core.errors import HashReplayError, RecordingError, RecordingWriteError
+
+if TYPE_CHECKING:  # the pool is made on the first batch of two files, not at import
+    from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
     "DEFAULT_THREADS",
@@ -211,6 +213,8 @@ class DurableWrites:
                 work(item)
             return
         if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="hashreplay-fsync")
         chunks = [items[i :: self.threads] for i in range(min(self.threads, len(items)))]
         for _ in self._pool.map(functools.partial(_each_of, work), chunks):

@@ -14,7 +14,6 @@ fault header): None means the session's configuration.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import threading
 import time
@@ -370,6 +369,8 @@ class Hang:
             self._hangs.leave(self._test_id)
 
     async def await_(self, timeout: float | None) -> None:
+        import asyncio  # loaded already: a coroutine runs in its loop
+
         self._hangs.enter(self._test_id)
         try:
             deadline = None if timeout is None else time.monotonic() + timeout

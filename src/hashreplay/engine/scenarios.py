@@ -18,7 +18,6 @@ it did not use are `engine/unconsumed.py`).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
@@ -47,6 +46,8 @@ class RealClock:
         time.sleep(seconds)
 
     async def asleep(self, seconds: float) -> None:
+        import asyncio  # loaded already: a coroutine runs in its loop
+
         await asyncio.sleep(seconds)
 
 

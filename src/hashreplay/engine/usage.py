@@ -124,8 +124,10 @@ __all__ = [
     "read_usage",
     "read_usage_file",
     "relative",
+    "usage_json",
     "usage_path",
     "write_usage",
+    "write_usage_json",
 ]
 
 
@@ -239,21 +241,28 @@ class RunUsage(UsagePiece):
         )
 
 
-def scrubbed_usage(
-    run: RunUsage, secrets: SecretValues, redact: Callable[[str], str] | None = None
-) -> RunUsage:
-    """The run with secrets removed from its test ids, as it is written: what a pruning run
-    must compare with the ids recordings store (docs/design.md §7, "Test ids")."""
-    return RunUsage.model_validate(scrubbed_json(run.model_dump(mode="json"), secrets, redact))
+def usage_json(
+    run: RunUsage, secrets: SecretValues = NO_SECRETS, redact: Callable[[str], str] | None = None
+) -> dict[str, Any]:
+    """The run as it is written, secrets removed from its test ids (`scrubbed_json`): what a
+    pruning run must compare with the ids recordings store (docs/design.md §7, "Test ids").
+    Not validated here: the run was built from our own values, and the log is validated
+    where it is read (`read_usage_file`; a pruning run validates this form before pruning)."""
+    return scrubbed_json(run.model_dump(mode="json"), secrets, redact)
+
+
+def write_usage_json(data: Mapping[str, Any], root: Path) -> Path:
+    """Write `usage_json`'s form of a run as the project's usage log."""
+    ensure_state_dir(root)
+    path = usage_path(root)
+    write_bytes_atomic(path, dumps(data))
+    return path
 
 
 def write_usage(run: RunUsage, root: Path, secrets: SecretValues = NO_SECRETS) -> Path:
     """Write the usage log; `secrets` (credential values seen in requests) are scrubbed
     from every test id in it."""
-    ensure_state_dir(root)
-    path = usage_path(root)
-    write_bytes_atomic(path, dumps(scrubbed_json(run.model_dump(mode="json"), secrets, None)))
-    return path
+    return write_usage_json(usage_json(run, secrets), root)
 
 
 def read_usage(root: Path) -> RunUsage:

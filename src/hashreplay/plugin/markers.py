@@ -19,7 +19,6 @@ naming the hook and where it is defined.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -318,9 +317,8 @@ class HashReplayFixture:
         """Return once a request of this test hangs (`hashreplay_fault(hang=True)`); a
         HangTimeout after `timeout` seconds (None: no limit). Inside a running event loop it
         returns an awaitable instead: `await hashreplay.wait_hanging()`."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
+        asyncio = sys.modules.get("asyncio")  # no event loop runs unless asyncio is loaded
+        if asyncio is None or asyncio.events._get_running_loop() is None:
             self._session.wait_hanging(self._test_id, timeout)
             return None
         return self._await_hanging(timeout)
@@ -332,6 +330,8 @@ class HashReplayFixture:
         hangs, test_id = self._session.hangs, self._test_id
 
         async def wait() -> None:
+            import asyncio  # loaded already: a coroutine runs in its loop
+
             deadline = None if timeout is None else time.monotonic() + timeout
             while not hangs.hanging(test_id):
                 if deadline is not None and time.monotonic() >= deadline:

@@ -20,7 +20,13 @@ from hashreplay.core.errors import ConfigError, RecordingError, RecordingWriteEr
 from hashreplay.core.modes import Mode
 from hashreplay.engine.placeholders import Placeholders
 from hashreplay.engine.session import Session, Stats
-from hashreplay.engine.usage import RunUsage, UsageCollector, relative, scrubbed_usage, write_usage
+from hashreplay.engine.usage import (
+    RunUsage,
+    UsageCollector,
+    relative,
+    usage_json,
+    write_usage_json,
+)
 from hashreplay.plugin.markers import MARKER, apply_markers, report_leftovers, report_stale
 
 if TYPE_CHECKING:
@@ -344,14 +350,14 @@ def finish_usage(session: pytest.Session, engine: Session, collector: UsageColle
     collector.add_files(engine.usage, root)
     run = collector.finish(root=root, mode=engine.config.mode, reasons=_partial_reasons(session))
     # test ids as recordings store them (docs/design.md §7): written, and pruned with
-    run = scrubbed_usage(run, engine.seen_secrets.scrubber, engine.redactor.text)
+    data = usage_json(run, engine.seen_secrets.scrubber, engine.redactor.text)
     lines: list[str] = []
     try:
-        write_usage(run, root)
+        write_usage_json(data, root)
     except OSError as exc:
         lines.append(f"hashreplay: could not write the usage log under {root}: {exc}")
-    if session.config.getoption("hashreplay_prune"):
-        lines.extend(_prune(engine, run))
+    if session.config.getoption("hashreplay_prune"):  # read back as `prune` reads the log
+        lines.extend(_prune(engine, RunUsage.model_validate(data)))
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and lines:
         reporter.ensure_newline()
