@@ -52,7 +52,7 @@ from hashreplay.adapters import _shared
 from hashreplay.adapters import _shared as _state
 from hashreplay.adapters._shared import Patches, reason_phrase
 from hashreplay.core.bodies import decode_body
-from hashreplay.core.context import adapter_io
+from hashreplay.core.context import adapter_io, in_adapter_io
 from hashreplay.core.errors import BodyTooLarge, ReplayFailure
 from hashreplay.core.format import FrameType, RecordedResponse
 from hashreplay.engine.frame_log import SWITCHING_PROTOCOLS, FrameLog
@@ -538,7 +538,7 @@ def _bounded_async(connection: Any, peer: _Peer, transport: _Transport) -> None:
 def _async_connect(original: Callable[..., Any]) -> Callable[..., Any]:
     async def connect(self: aclient.connect) -> aclient.ClientConnection:
         session = _state.active_session()
-        if session is None:
+        if session is None or in_adapter_io():  # none, or the proxy's own upstream dial
             return await original(self)  # type: ignore[no-any-return]
         decision = session.decide_connection(self.uri, _headers(self.additional_headers))
         if isinstance(decision, Miss):
@@ -603,7 +603,7 @@ async def _async_replay(
 def _sync_open(original: Callable[..., Any]) -> Callable[..., Any]:
     def open_connection(self: sclient.reconnect, deadline: Any) -> sclient.ClientConnection:
         session = _state.active_session()
-        if session is None:
+        if session is None or in_adapter_io():  # none, or the proxy's own upstream dial
             return original(self, deadline)  # type: ignore[no-any-return]
         decision = session.decide_connection(self.uri, _headers(self.additional_headers))
         if isinstance(decision, Miss):
@@ -756,7 +756,7 @@ def _bounded_sync(connection: Any, sender: _SyncPeer) -> None:
 def _legacy_connect(original: Callable[..., Any]) -> Callable[..., Any]:
     async def __await_impl__(self: Any) -> Any:
         session = _state.active_session()
-        if session is None:
+        if session is None or in_adapter_io():  # none, or the proxy's own upstream dial
             return await original(self)
         factory = self._create_connection.args[0]
         extra = factory.keywords.get("extra_headers")
