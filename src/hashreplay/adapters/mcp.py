@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from types import CellType, TracebackType
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import anyio
 
@@ -94,7 +94,45 @@ class _Replayed:
         self.changed = anyio.Event()
 
 
-class ReplayRead:
+_S = TypeVar("_S", bound="_Stream")
+
+
+class _Stream:
+    """What the SDK's memory streams offer around `send` / `receive`: `async with` closes
+    the stream."""
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self: _S) -> _S:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class _ReadStream(_Stream):
+    """A read stream also iterates, until its end (`anyio.EndOfStream`) or its close."""
+
+    async def receive(self) -> Any:
+        raise NotImplementedError
+
+    def __aiter__(self: _S) -> _S:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+
+class ReplayRead(_ReadStream):
     """The client's read stream in replay: the recorded server's messages as the replayer
     lets them out, then the recorded end (`anyio.EndOfStream`)."""
 
@@ -132,28 +170,8 @@ class ReplayRead:
         self._shared.read_closed = True
         self._shared.wake()
 
-    def __aiter__(self) -> ReplayRead:
-        return self
 
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> ReplayRead:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class ReplayWrite:
+class ReplayWrite(_Stream):
     """The client's write stream in replay: each message goes to the replayer."""
 
     def __init__(self, shared: _Replayed) -> None:
@@ -177,22 +195,11 @@ class ReplayWrite:
         self._shared.write_closed = True
         self._shared.wake()
 
-    async def __aenter__(self) -> ReplayWrite:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
 
 # --- record: the live streams, tapped --------------------------------------------------------
 
 
-class TappedRead:
+class TappedRead(_ReadStream):
     """The live read stream; each server message is logged as the client takes it, and the
     end of the server's output is noted (a session cut unless the client closed first)."""
 
@@ -220,28 +227,8 @@ class TappedRead:
     def close(self) -> None:
         self._inner.close()
 
-    def __aiter__(self) -> TappedRead:
-        return self
 
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> TappedRead:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class TappedWrite:
+class TappedWrite(_Stream):
     """The live write stream; each client message is logged before it is passed on."""
 
     def __init__(self, inner: Any, tap: McpLog) -> None:
@@ -260,17 +247,6 @@ class TappedWrite:
 
     def close(self) -> None:
         self._inner.close()
-
-    async def __aenter__(self) -> TappedWrite:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 # --- the patch --------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from hashreplay.core.diff import Difference, first_difference
 from hashreplay.core.format import Frame, FrameDirection, FrameType
 from hashreplay.core.matching import STAR, Step, parse_path, without
 from hashreplay.core.normalise import IdRegistry, RequestRules, map_ids, normalise_request_body
-from hashreplay.core.normalise_response import normalise_response_values
+from hashreplay.core.normalise_response import normalise_response_values, strings_at
 from hashreplay.core.redact import Redactor
 from hashreplay.core.split_secrets import redact_binary
 
@@ -189,7 +189,7 @@ def normalised_frames(
     received: dict[int, Any] = {}
     for index, frame in enumerate(frames):
         if frame.direction is FrameDirection.SENT:
-            _strings(frame.data, sent_strings)
+            sent_strings.update(text for _, text in strings_at(frame.data))
         elif frame.data_encoding is None and frame.data is not None:
             named = frozenset(sent_strings - ids.stable.keys())
             received[index] = _fixed_times(
@@ -232,14 +232,3 @@ def _fixed_times(value: Any) -> Any:
     if isinstance(value, list):
         return [_fixed_times(item) for item in value]
     return value
-
-
-def _strings(value: Any, into: set[str]) -> None:
-    if isinstance(value, str):
-        into.add(value)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _strings(item, into)
-    elif isinstance(value, list):
-        for item in value:
-            _strings(item, into)

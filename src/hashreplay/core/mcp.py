@@ -32,7 +32,7 @@ from typing import Any
 from hashreplay.core.constants import FIXED_EPOCH, MCP_STDIO_METHOD
 from hashreplay.core.format import Frame, FrameDirection
 from hashreplay.core.normalise import IdRegistry
-from hashreplay.core.normalise_response import RESPONSE_TIME_KEYS
+from hashreplay.core.normalise_response import RESPONSE_TIME_KEYS, strings_at
 
 
 class Kind(str, Enum):
@@ -151,20 +151,9 @@ def _uuid() -> re.Pattern[str]:
     )
 
 
-def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _strings(item, f"{path}.{key}")
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _strings(item, f"{path}[{index}]")
-
-
 def strings_of(value: Any) -> Iterator[str]:
     """Every string inside a JSON value."""
-    for _, text in _strings(value, ""):
+    for _, text in strings_at(value, ""):
         yield text
 
 
@@ -228,7 +217,7 @@ def prepared_server_message(
         if part not in out:
             continue
         value = out[part]
-        for path, text in _strings(value, f"{where}.{part}"):
+        for path, text in strings_at(value, f"{where}.{part}"):
             for found in _uuid().finditer(text):
                 token = found.group()
                 if (known_ids is not None and token in known_ids) or token in named:
@@ -255,7 +244,7 @@ def prepared_frames(
     for index, frame in enumerate(frames):
         data = frame.data
         if frame.direction is FrameDirection.SENT:
-            sent.update(text for _, text in _strings(data, ""))
+            sent.update(text for _, text in strings_at(data, ""))
         elif isinstance(data, dict) and frame.data_encoding is None:
             named = frozenset(sent - ids.stable.keys())
             data = prepared_server_message(

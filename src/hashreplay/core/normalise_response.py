@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -105,19 +105,20 @@ def named_values(request: RecordedRequest) -> frozenset[str]:
     named = {unquote(segment) for segment in parts.path.split("/") if segment}
     named.update(value for _, value in parse_qsl(parts.query) if value)
     if request.body_encoding is BodyEncoding.JSON:
-        _strings(request.body, named)
+        named.update(text for _, text in strings_at(request.body))
     return frozenset(named)
 
 
-def _strings(value: Any, into: set[str]) -> None:
+def strings_at(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """Every string inside a JSON value with its path below `path` (`.a[0].b`)."""
     if isinstance(value, str):
-        into.add(value)
+        yield path, value
     elif isinstance(value, dict):
-        for item in value.values():
-            _strings(item, into)
+        for key, item in value.items():
+            yield from strings_at(item, f"{path}.{key}")
     elif isinstance(value, list):
-        for item in value:
-            _strings(item, into)
+        for index, item in enumerate(value):
+            yield from strings_at(item, f"{path}[{index}]")
 
 
 # --- values in a body -------------------------------------------------------------------------

@@ -16,7 +16,6 @@ import os
 import sys
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, urlsplit
 
 from hashreplay.core.bodies import RequestTooDeep
 from hashreplay.core.config import load_config
@@ -36,6 +35,8 @@ from hashreplay.server.wire import (
     Scope,
     Send,
     end_to_end,
+    forward_url,
+    scope_target,
 )
 from hashreplay.server_mode import test_and_run_ids
 
@@ -176,30 +177,21 @@ class ProxyApp:
 
     async def _proxy(self, scope: Scope, receive: Receive, reply: Responder) -> None:
         method: str = scope["method"]
-        raw_path = scope.get("raw_path")
-        path = raw_path.decode("latin-1") if raw_path else quote(scope.get("path") or "/")
-        query = (scope.get("query_string") or b"").decode("latin-1")
-        target = f"{path}?{query}" if query else path
+        incoming = scope_target(scope)
+        target, headers = incoming.target, incoming.headers
         try:
-            upstream, upstream_path = self.settings.route(path)
+            upstream, upstream_path = self.settings.route(incoming.path)
         except UnknownUpstream as exc:
             raise ProxyError(404, "unknown_upstream", f"{method} {target}: {exc}") from None
-        headers = [
-            (k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers") or ()
-        ]
         body = await self._read_body(method, target, headers, receive)
         _check_fault_header(method, target, headers)
-        if upstream is not None:
-            base = upstream.url
-        else:  # replay without an upstream: the URL the client used
-            host = next((v for k, v in headers if k.lower() == "host"), "hashreplay-serve")
-            base = f"http://{host}"
-            try:  # found by fuzzing: `Host: [` is not a crash
-                urlsplit(base).port  # noqa: B018 - parsing is the check
-            except ValueError as exc:
-                msg = f"{method} {target}: invalid Host header {host!r} ({exc})"
-                raise ProxyError(400, "bad_request", msg) from None
-        url = base + upstream_path + (f"?{query}" if query else "")
+        url = forward_url(
+            incoming,
+            None if upstream is None else upstream.url,
+            upstream_path,
+            label=method,
+            scheme="http",
+        )
         client_host = next((v for k, v in headers if k.lower() == "host"), None)
         asked = f"http://{client_host}{target}" if client_host else None
         test_id, run_id = test_and_run_ids(scope.get("headers") or ())

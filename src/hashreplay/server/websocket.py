@@ -32,7 +32,6 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit
 
 from hashreplay.core.constants import RUN_HEADER, TEST_ID_HEADER
 from hashreplay.core.context import adapter_io, test_context
@@ -51,7 +50,7 @@ from hashreplay.engine.http import plan_for
 from hashreplay.engine.replay import Miss, Passthrough, Record, Replay
 from hashreplay.engine.session import Session, touch_test
 from hashreplay.server.cli import ServeSettings
-from hashreplay.server.wire import Receive, Scope, Send, end_to_end
+from hashreplay.server.wire import Receive, Scope, Send, end_to_end, forward_url, scope_target
 from hashreplay.server_mode import test_and_run_ids
 
 logger = logging.getLogger("hashreplay.serve")
@@ -117,29 +116,20 @@ class WebSocketProxy:
             )
 
     async def _connection(self, scope: Scope, peer: _Peer) -> None:
-        raw_path = scope.get("raw_path")
-        path = raw_path.decode("latin-1") if raw_path else quote(scope.get("path") or "/")
-        query = (scope.get("query_string") or b"").decode("latin-1")
-        target = f"{path}?{query}" if query else path
+        incoming = scope_target(scope)
+        target, headers = incoming.target, incoming.headers
         try:
-            upstream, upstream_path = self.settings.route(path)
+            upstream, upstream_path = self.settings.route(incoming.path)
         except UnknownUpstream as exc:
             raise ProxyError(404, "unknown_upstream", f"WebSocket {target}: {exc}") from None
-        headers = [
-            (k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers") or ()
-        ]
         self._check_headers("GET", target, headers)
-        if upstream is not None:
-            base = _ws_scheme(upstream.url)
-        else:  # replay without an upstream: the URL the client used
-            host = next((v for k, v in headers if k.lower() == "host"), "hashreplay-serve")
-            base = f"ws://{host}"
-            try:
-                urlsplit(base).port  # noqa: B018 - parsing is the check
-            except ValueError as exc:
-                msg = f"WebSocket {target}: invalid Host header {host!r} ({exc})"
-                raise ProxyError(400, "bad_request", msg) from None
-        url = base + upstream_path + (f"?{query}" if query else "")
+        url = forward_url(
+            incoming,
+            None if upstream is None else upstream.url,
+            upstream_path,
+            label="WebSocket",
+            scheme="ws",
+        )
         test_id, run_id = test_and_run_ids(scope.get("headers") or ())
         forwarded = end_to_end(headers, (*_CONSUMED, TEST_ID_HEADER, RUN_HEADER))
         session = self.session
@@ -434,14 +424,6 @@ class _Peer:
             self.closed = True
             return
         await self.close(POLICY_VIOLATION, close_reason(body.decode("utf-8", "replace")))
-
-
-def _ws_scheme(url: str) -> str:
-    if url.startswith("https://"):
-        return "wss://" + url[len("https://") :]
-    if url.startswith("http://"):
-        return "ws://" + url[len("http://") :]
-    return url
 
 
 def _body(problem: ProxyError, message: str) -> bytes:

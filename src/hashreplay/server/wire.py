@@ -9,7 +9,8 @@ import contextlib
 import json
 import socket
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+from typing import Any, NamedTuple
+from urllib.parse import quote, urlsplit
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -204,6 +205,49 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
+
+
+class Target(NamedTuple):
+    """What a client asked of the proxy, from the ASGI scope: the path as sent (its raw
+    bytes where uvicorn kept them), the query, both together, and the headers."""
+
+    path: str
+    query: str
+    target: str
+    headers: list[tuple[str, str]]
+
+
+def scope_target(scope: Scope) -> Target:
+    raw_path = scope.get("raw_path")
+    path = raw_path.decode("latin-1") if raw_path else quote(scope.get("path") or "/")
+    query = (scope.get("query_string") or b"").decode("latin-1")
+    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers") or ()]
+    return Target(path, query, f"{path}?{query}" if query else path, headers)
+
+
+def forward_url(
+    asked: Target, upstream: str | None, upstream_path: str, *, label: str, scheme: str
+) -> str:
+    """The URL a request goes to: below its upstream's URL (`scheme` `ws` makes an
+    `http(s)` upstream `ws(s)`), or in replay without an upstream the one the client used
+    (its `Host`); a `Host` that is no host is a 400 naming it (`label`: the method, or
+    `WebSocket`)."""
+    if upstream is not None:
+        base = upstream
+        if scheme == "ws":
+            for http, ws in (("https://", "wss://"), ("http://", "ws://")):
+                if base.startswith(http):
+                    base = ws + base[len(http) :]
+                    break
+    else:
+        host = next((v for k, v in asked.headers if k.lower() == "host"), "hashreplay-serve")
+        base = f"{scheme}://{host}"
+        try:  # found by fuzzing: `Host: [` is not a crash
+            urlsplit(base).port  # noqa: B018 - parsing is the check
+        except ValueError as exc:
+            msg = f"{label} {asked.target}: invalid Host header {host!r} ({exc})"
+            raise ProxyError(400, "bad_request", msg) from None
+    return base + upstream_path + (f"?{asked.query}" if asked.query else "")
 
 
 def end_to_end(
