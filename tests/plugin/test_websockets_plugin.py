@@ -56,7 +56,7 @@ def test_swallowed():
 
 
 def test_no_connection():
-    assert True
+    pass  # opens no connection: passes in every mode, and has no file
 """
 
 

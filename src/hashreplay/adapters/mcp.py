@@ -24,6 +24,7 @@ exited or crashed, and `anyio.BrokenResourceError` from a send after that end.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from types import CellType, TracebackType
@@ -97,12 +98,12 @@ class _Replayed:
 _S = TypeVar("_S", bound="_Stream")
 
 
-class _Stream:
+class _Stream(abc.ABC):
     """What the SDK's memory streams offer around `send` / `receive`: `async with` closes
     the stream."""
 
-    async def aclose(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def aclose(self) -> None: ...
 
     async def __aenter__(self: _S) -> _S:
         return self
@@ -119,8 +120,8 @@ class _Stream:
 class _ReadStream(_Stream):
     """A read stream also iterates, until its end (`anyio.EndOfStream`) or its close."""
 
-    async def receive(self) -> Any:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def receive(self) -> Any: ...
 
     def __aiter__(self: _S) -> _S:
         return self
