@@ -281,7 +281,7 @@ class Session:
         request, secrets, failed = self.keyer.request(incoming, ids)
         self.seen_secrets.add(secrets)
         prep = self._prepared(request, test_id, secrets, owner)
-        if opens_server_push(
+        if incoming.method.upper() == "GET" and opens_server_push(  # headers read for GETs only
             incoming.method, incoming.header("accept"), _session_id(incoming.header)
         ):
             prep = prep._replace(push=True)
@@ -668,6 +668,10 @@ def touch_test(session: Session, test_id: str | None, limit: int) -> int:
     return session.owners.touch(test_id, limit)
 
 
+#: `ID_HEADERS` in a fixed order, for `_session_id`
+_ID_HEADERS = tuple(sorted(ID_HEADERS))
+
+
 def _session_id(header: Callable[[str], str | None]) -> str | None:
     """The first session id a server handed out (`ID_HEADERS`) that a request carries."""
-    return next((v for name in sorted(ID_HEADERS) if (v := header(name))), None)
+    return next((v for name in _ID_HEADERS if (v := header(name))), None)
